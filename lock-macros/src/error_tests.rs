@@ -1,0 +1,610 @@
+//! Every error `#[redis_lock]` reports: its message, the code it points at,
+//! and that the function is still emitted as written.
+
+use std::str::FromStr;
+
+use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
+
+use crate::expand;
+
+/// One reported error.
+#[derive(Debug)]
+struct Reported {
+    message: String,
+    /// The source text the error points at; empty for the attribute itself.
+    at: String,
+    /// Where that text starts in the source.
+    offset: usize,
+}
+
+/// Expands `source`, a `#[redis_lock(...)]` attribute followed by an item, and
+/// returns the errors. Asserts that the item is emitted unchanged before them.
+fn errors(source: &str) -> Vec<Reported> {
+    let (attr, item) = split_attribute(source);
+    let output: Vec<TokenTree> = expand::redis_lock(attr, item.clone()).into_iter().collect();
+    let item: Vec<TokenTree> = item.into_iter().collect();
+    assert!(output.len() > item.len(), "no error reported for {source}");
+    let (emitted, errors) = output.split_at(item.len());
+    assert_eq!(
+        TokenStream::from_iter(emitted.iter().cloned()).to_string(),
+        TokenStream::from_iter(item).to_string(),
+        "the item must be emitted unchanged"
+    );
+    // `::core::compile_error! { "message" }`: the first token carries the
+    // start of the span, the braces its end.
+    errors
+        .chunks(8)
+        .map(|tokens| {
+            let [first, .., TokenTree::Group(group)] = tokens else {
+                panic!("not a compile_error!: {tokens:?}");
+            };
+            assert_eq!(tokens[5].to_string(), "compile_error");
+            assert_eq!(group.delimiter(), Delimiter::Brace);
+            let literal: syn::LitStr = syn::parse2(group.stream()).expect("a string literal");
+            let range = first.span().byte_range().start..group.span().byte_range().end;
+            Reported {
+                message: literal.value(),
+                at: source[range.clone()].to_owned(),
+                offset: range.start,
+            }
+        })
+        .collect()
+}
+
+/// The single error of `source`, as (message, text it points at).
+fn error(source: &str) -> (String, String) {
+    let mut errors = errors(source);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let error = errors.remove(0);
+    (error.message, error.at)
+}
+
+/// Splits `#[redis_lock(args)] item` into the macro's two inputs.
+fn split_attribute(source: &str) -> (TokenStream, TokenStream) {
+    let mut tokens = TokenStream::from_str(source)
+        .expect("valid tokens")
+        .into_iter();
+    let (Some(TokenTree::Punct(_)), Some(TokenTree::Group(attribute))) =
+        (tokens.next(), tokens.next())
+    else {
+        panic!("{source} must start with #[redis_lock]");
+    };
+    let mut attribute = attribute.stream().into_iter();
+    assert_eq!(
+        attribute.next().map(|name| name.to_string()).as_deref(),
+        Some("redis_lock")
+    );
+    let args = match attribute.next() {
+        Some(TokenTree::Group(args)) => args.stream(),
+        _ => TokenStream::new(),
+    };
+    (args, tokens.collect())
+}
+
+/// A valid function to put attributes on.
+fn on_valid_fn(args: &str) -> String {
+    format!("#[redis_lock({args})] async fn f(id: u64) -> Result<(), E> {{}}")
+}
+
+#[test]
+fn the_call_site_has_no_source_position() {
+    // Errors without a better place are reported at the attribute, which
+    // these tests see as an empty range at the start of the source.
+    assert_eq!(Span::call_site().byte_range(), 0..0);
+}
+
+#[test]
+fn unknown_argument() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
+        (
+            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, client, crate".to_owned(),
+            "ttl".to_owned()
+        )
+    );
+}
+
+#[test]
+fn unknown_argument_without_value_or_with_a_list() {
+    let errors = errors(&on_valid_fn("renew, key = \"a:{id}\", shards(4), a::b = 1"));
+    let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
+    assert_eq!(reported, ["renew", "shards", "a::b"]);
+    assert!(
+        errors[2]
+            .message
+            .starts_with("unknown argument `a::b`; expected one of:")
+    );
+}
+
+#[test]
+fn argument_without_value() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", ttl_ms")),
+        (
+            "`ttl_ms` needs a value, e.g. `ttl_ms = 10_000`".to_owned(),
+            "ttl_ms".to_owned()
+        )
+    );
+}
+
+#[test]
+fn key_without_value_is_not_also_missing() {
+    assert_eq!(
+        error(&on_valid_fn("key")),
+        (
+            "`key` needs a value, e.g. `key = \"order:{id}\"`".to_owned(),
+            "key".to_owned()
+        )
+    );
+}
+
+#[test]
+fn duplicate_argument() {
+    let source = on_valid_fn("key = \"a:{id}\", retry = 1, retry = 2");
+    let errors = errors(&source);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].message,
+        "duplicate argument `retry`; remove one of them"
+    );
+    assert_eq!(errors[0].offset, source.rfind("retry").unwrap());
+}
+
+#[test]
+fn missing_key() {
+    let message = "missing `key = \"...\"`: the lock key template, e.g. `key = \"order:{id}\"`";
+    assert_eq!(
+        error(&on_valid_fn("ttl_ms = 5")),
+        (message.to_owned(), String::new())
+    );
+    assert_eq!(
+        error("#[redis_lock] async fn f() -> Result<(), E> {}"),
+        (message.to_owned(), String::new())
+    );
+}
+
+#[test]
+fn syntax_error_in_arguments_does_not_also_report_missing_key() {
+    let (message, at) = error(&on_valid_fn("ttl_ms = 5 key = \"a:{id}\""));
+    assert_eq!(message, "expected `,`");
+    assert_eq!(at, "key");
+}
+
+#[test]
+fn key_is_not_a_string() {
+    assert_eq!(
+        error(&on_valid_fn("key = order_key(id)")),
+        (
+            "`key` must be a string literal template, e.g. `key = \"order:{id}\"`".to_owned(),
+            "order_key(id)".to_owned()
+        )
+    );
+}
+
+#[test]
+fn zero_ttl() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", ttl_ms = 0")),
+        (
+            "`ttl_ms` must be greater than 0: a lease of 0 ms expires before it is granted"
+                .to_owned(),
+            "0".to_owned()
+        )
+    );
+}
+
+#[test]
+fn ttl_above_a_day() {
+    for value in ["86_400_001", "99999999999999999999999"] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", ttl_ms = {value}"))),
+            (
+                "`ttl_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value".to_owned(),
+                value.to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn zero_sleep() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", sleep_ms = 0")),
+        (
+            "`sleep_ms` must be greater than 0: a pause of 0 ms between attempts makes the retries a busy loop".to_owned(),
+            "0".to_owned()
+        )
+    );
+}
+
+#[test]
+fn sleep_above_a_day() {
+    let (message, at) = error(&on_valid_fn("key = \"a:{id}\", sleep_ms = 100_000_000"));
+    assert_eq!(
+        message,
+        "`sleep_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
+    );
+    assert_eq!(at, "100_000_000");
+}
+
+#[test]
+fn retry_above_u32() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", retry = 4_294_967_296")),
+        (
+            "`retry` must be at most 4294967295; use a smaller number of attempts".to_owned(),
+            "4_294_967_296".to_owned()
+        )
+    );
+}
+
+#[test]
+fn not_an_integer() {
+    for (args, message, at) in [
+        (
+            "ttl_ms = \"10\"",
+            "`ttl_ms` must be an integer literal, e.g. `ttl_ms = 10_000`",
+            "\"10\"",
+        ),
+        (
+            "retry = -1",
+            "`retry` must be an integer literal, e.g. `retry = 5`",
+            "-1",
+        ),
+        (
+            "sleep_ms = 0.5",
+            "`sleep_ms` must be an integer literal, e.g. `sleep_ms = 200`",
+            "0.5",
+        ),
+        (
+            "ttl_ms = TTL",
+            "`ttl_ms` must be an integer literal, e.g. `ttl_ms = 10_000`",
+            "TTL",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (message.to_owned(), at.to_owned())
+        );
+    }
+}
+
+#[test]
+fn integer_suffixes() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", ttl_ms = 10s")),
+        (
+            "`ttl_ms` takes a plain integer; remove the suffix `s`".to_owned(),
+            "10s".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", retry = 5u64")).0,
+        "`retry` takes a plain integer; remove the suffix `u64`"
+    );
+}
+
+#[test]
+fn unknown_action() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", action = Retry")),
+        (
+            "unknown action `Retry`; expected `GiveUp` or `Continue`".to_owned(),
+            "Retry".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", action = \"GiveUp\"")).0,
+        "unknown action `\"GiveUp\"`; expected `GiveUp` or `Continue`"
+    );
+}
+
+#[test]
+fn retry_with_give_up() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", retry = 3, action = GiveUp")),
+        (
+            "`retry` has no effect with `action = GiveUp` (one attempt, then fail); remove `retry` or use `action = Continue`".to_owned(),
+            "retry".to_owned()
+        )
+    );
+}
+
+#[test]
+fn bad_crate_path() {
+    let message = "`crate` must be the path of the fencelock crate, e.g. `crate = \"my_locks\"` or `crate = my_locks`";
+    for value in ["\"my locks\"", "5", "\"\"", "a::<T>"] {
+        assert_eq!(
+            error(&on_valid_fn(&format!(
+                "key = \"a:{{id}}\", crate = {value}"
+            ))),
+            (message.to_owned(), value.to_owned())
+        );
+    }
+}
+
+#[test]
+fn template_errors_point_into_the_literal() {
+    for (template, at, message) in [
+        (
+            "",
+            "\"\"",
+            "the key template is empty; write the lock key, e.g. `key = \"order:{id}\"`",
+        ),
+        (
+            "a:{id",
+            "{id",
+            "unclosed `{` in `{id`; close the placeholder with `}`, or write `{{` for a literal brace",
+        ),
+        (
+            "a:}",
+            "}",
+            "unmatched `}` at the end of `a:}`; write `}}` for a literal brace",
+        ),
+        (
+            "a:{}",
+            "{}",
+            "empty placeholder `{}`; name a function argument, e.g. `{id}`, or write `{{}}` for literal braces",
+        ),
+        (
+            "a:{id:x}",
+            "{id:x}",
+            "invalid placeholder `{id:x}`; write an argument name, optionally followed by fields, e.g. `{id}`, `{order.id}` or `{self.id}` (no spaces or format specs)",
+        ),
+        (
+            "{id}-{id}",
+            "{id}-{id}",
+            "placeholders `{id}` and `{id}` must be separated by literal text containing `:` (e.g. `{id}:{id}`): argument values have `:` escaped, so only a `:` keeps distinct arguments from forming the same key",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"{template}\""))),
+            (message.to_owned(), at.to_owned()),
+            "{template}"
+        );
+    }
+}
+
+#[test]
+fn every_template_error_is_reported() {
+    let errors = errors(&on_valid_fn("key = \"}:{}:{x}:{id\""));
+    let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
+    // `{x}` names no argument, but that is only checked once the template parses.
+    assert_eq!(reported, ["}", "{}", "{id"]);
+}
+
+#[test]
+fn unknown_placeholder() {
+    let source = "#[redis_lock(key = \"user:{self.id}:{user}:{amount.cents}\")] async fn f(&self, name: &str, _: u8, mut r#type: u32) -> Result<(), E> {}";
+    let errors = errors(source);
+    let reported: Vec<_> = errors
+        .iter()
+        .map(|error| (error.message.as_str(), error.at.as_str()))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            (
+                "no argument named `user` in this function; its arguments are: self, name, type",
+                "{user}"
+            ),
+            (
+                "no argument named `amount` in this function; its arguments are: self, name, type",
+                "{amount.cents}"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn placeholder_in_a_function_without_arguments() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{self}\")] async fn f() -> Result<(), E> {}").0,
+        "no argument named `self` in this function; it has no named arguments"
+    );
+}
+
+#[test]
+fn placeholder_naming_a_destructured_binding() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{id}\")] async fn f(Order { id, .. }: Order, n: u8) -> Result<(), E> {}").0,
+        "no argument named `id` in this function; its arguments are: n (a destructured argument has no name: bind it to a name and destructure it in the body)"
+    );
+}
+
+#[test]
+fn escaped_or_raw_templates() {
+    // With escapes, value offsets do not match the source: the whole literal.
+    assert_eq!(
+        error(&on_valid_fn("key = \"a\\x3a{x}\"")).1,
+        "\"a\\x3a{x}\""
+    );
+    // Raw strings map exactly.
+    assert_eq!(error(&on_valid_fn("key = r#\"a:\"{x}\"#")).1, "{x}");
+}
+
+#[test]
+fn not_async() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{id}\")] pub fn f(id: u64) -> Result<(), E> { Ok(()) }"),
+        (
+            "`#[redis_lock]` can only be used on an `async fn`".to_owned(),
+            "fn".to_owned()
+        )
+    );
+}
+
+#[test]
+fn async_trait_output() {
+    let source = "#[redis_lock(key = \"a:{id}\")] fn f<'life0, 'async_trait>(&'life0 self, id: u64) -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<(), E>> + ::core::marker::Send + 'async_trait>> where 'life0: 'async_trait, Self: 'async_trait { Box::pin(async move { let __self = self; Ok(()) }) }";
+    assert_eq!(
+        error(source),
+        (
+            "`#[redis_lock]` sees the output of `#[async_trait]`, which expands first; use a native `async fn` in the trait (Rust 1.75+), or put `#[redis_lock]` on an inherent `async fn` that the trait method calls".to_owned(),
+            "fn".to_owned()
+        )
+    );
+}
+
+#[test]
+fn const_fn() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{id}\")] const fn f(id: u64) -> Result<(), E> { Ok(()) }"),
+        (
+            "`#[redis_lock]` cannot be used on a `const fn`; remove `const` and make the function `async`".to_owned(),
+            "const".to_owned()
+        )
+    );
+}
+
+#[test]
+fn extern_fn() {
+    assert_eq!(
+        error(
+            "#[redis_lock(key = \"a:{id}\")] async extern \"C\" fn f(id: u64) -> Result<(), E> { Ok(()) }"
+        ),
+        (
+            "`#[redis_lock]` cannot be used on an `extern` function; remove the `extern` ABI"
+                .to_owned(),
+            "extern \"C\"".to_owned()
+        )
+    );
+}
+
+#[test]
+fn variadic_fn() {
+    let errors = errors(
+        "#[redis_lock(key = \"a:{id}\")] async unsafe extern \"C\" fn f(id: u64, args: ...) -> Result<(), E> { Ok(()) }",
+    );
+    let reported: Vec<_> = errors
+        .iter()
+        .map(|error| (error.message.as_str(), error.at.as_str()))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            (
+                "`#[redis_lock]` cannot be used on an `extern` function; remove the `extern` ABI",
+                "extern \"C\""
+            ),
+            (
+                "`#[redis_lock]` cannot be used on a C-variadic function; remove the `...` argument",
+                "args: ..."
+            ),
+        ]
+    );
+}
+
+#[test]
+fn return_types_that_cannot_be_results() {
+    let message = "`#[redis_lock]` functions must return `Result<T, E>` with `E: From<fencelock::LockError>`: the lock can fail (not acquired, backend unreachable) and that failure is returned as `Err`";
+    for return_type in [
+        "()",
+        "(u32, E)",
+        "&'static str",
+        "impl Future<Output = Result<(), E>>",
+        "!",
+        "[u8; 4]",
+        "dyn Error",
+        "fn() -> u8",
+    ] {
+        assert_eq!(
+            error(&format!(
+                "#[redis_lock(key = \"a:{{id}}\")] async fn f(id: u64) -> {return_type} {{}}"
+            )),
+            (message.to_owned(), return_type.to_owned())
+        );
+    }
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{id}\")] async fn f(id: u64) {}"),
+        (message.to_owned(), "async fn f(id: u64)".to_owned())
+    );
+}
+
+/// Expands `source` and asserts that no error was reported.
+fn expands_cleanly(source: &str) -> String {
+    let (attr, item) = split_attribute(source);
+    let output = expand::redis_lock(attr, item).to_string();
+    assert!(!output.contains("compile_error"), "{source}: {output}");
+    output
+}
+
+#[test]
+fn return_type_paths_are_left_to_the_runtime() {
+    for return_type in [
+        "Result<u32, E>",
+        "AppResult<T>",
+        "anyhow::Result<()>",
+        "std::io::Result<Vec<u8>>",
+        "Option<u32>",
+        "(Result<u8, E>)",
+        "result!()",
+    ] {
+        expands_cleanly(&format!(
+            "#[redis_lock(key = \"a:{{id}}\")] async fn f(id: u64) -> {return_type} {{}}"
+        ));
+    }
+}
+
+#[test]
+fn accepted_arguments() {
+    for args in [
+        "key = \"a:{id}\",",
+        "key = \"a:{id}\", ttl_ms = 10_000u64, retry = 5u32, sleep_ms = 1",
+        "key = \"a:{id}\", ttl_ms = 86_400_000, sleep_ms = 86_400_000, retry = 0",
+        "key = \"a:{id}\", retry = 3, action = Continue",
+        "key = \"a:{id}\", action = GiveUp, ttl_ms = 1",
+        "key = \"a:{id}\", crate = ::fencelock, client = CLIENT.clone()",
+        "crate = \"::my::locks\", client = &state.locks, key = \"{{a}}:{id}\"",
+    ] {
+        expands_cleanly(&on_valid_fn(args));
+    }
+}
+
+#[test]
+fn raw_identifier_arguments() {
+    let output = expands_cleanly(
+        "#[redis_lock(key = \"kind:{type}\")] async fn f(r#type: &str) -> Result<(), E> {}",
+    );
+    assert!(output.contains("Value (& r#type)"), "{output}");
+}
+
+#[test]
+fn not_a_function() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a\")] pub struct Stock;"),
+        (
+            "`#[redis_lock]` can only be used on an `async fn`".to_owned(),
+            "struct".to_owned()
+        )
+    );
+}
+
+#[test]
+fn trait_declaration_without_body() {
+    assert_eq!(
+        error("#[redis_lock(key = \"a:{id}\")] async fn f(&self, id: u64) -> Result<(), E>;"),
+        (
+            "`#[redis_lock]` needs the function body; put it on the `async fn` in the `impl`, not on the trait's declaration".to_owned(),
+            ";".to_owned()
+        )
+    );
+}
+
+#[test]
+fn errors_of_every_stage_are_reported_together() {
+    let errors = errors(
+        "#[redis_lock(key = \"a:{nope}\", ttl = 1, ttl_ms = 0, action = GiveUp, retry = 2)] fn f(id: u64) -> Result<(), E> { Ok(()) }",
+    );
+    let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
+    assert_eq!(reported, ["ttl", "0", "fn", "{nope}", "retry"]);
+}
+
+#[test]
+fn body_syntax_is_left_to_rustc() {
+    let source = "#[redis_lock(key = \"a:{id}\")] async fn f(id: u64) -> Result<(), E> { let = ; }";
+    let (attr, item) = split_attribute(source);
+    let output = expand::redis_lock(attr, item).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+    assert!(output.contains("let = ;"), "{output}");
+}

@@ -1,0 +1,209 @@
+//! Code generation: the locked function, or the function as written followed
+//! by the errors.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{Expr, Index, LitStr, Path, Type, TypeInfer};
+
+use crate::args;
+use crate::errors::Errors;
+use crate::item::LockedFn;
+use crate::template::Field;
+use crate::validate::{self, Key, KeyPart, LockSpec, Options};
+
+/// Expands `#[redis_lock(attr)] item`.
+///
+/// On any error the function is emitted unchanged, followed by every error:
+/// IDEs keep working, and the user sees no second wave of errors caused by a
+/// half-generated function.
+pub(crate) fn redis_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = args::parse(attr, &mut errors);
+    let checked = errors
+        .collect(syn::parse2::<LockedFn>(item.clone()))
+        .and_then(|func| Some((validate::validate(args, &func, &mut errors)?, func)));
+    match errors.finish(checked) {
+        Ok((spec, func)) => locked_fn(&spec, func),
+        Err(error) => {
+            let mut tokens = item;
+            tokens.extend(error.into_compile_error());
+            tokens
+        }
+    }
+}
+
+/// The function with the same signature, whose body takes the lock and runs
+/// the original body inside it.
+fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
+    let LockedFn {
+        outer_attrs,
+        vis,
+        sig,
+        inner_attrs,
+        body,
+    } = func;
+    let krate = &spec.crate_path;
+    // Mixed-site names: the body cannot see these, nor clash with its own names.
+    let client_var = format_ident!("__fencelock_client", span = Span::mixed_site());
+    let key_var = format_ident!("__fencelock_key", span = Span::mixed_site());
+    let options_var = format_ident!("__fencelock_options", span = Span::mixed_site());
+    let client = match &spec.client {
+        Some(expr) => client_of(krate, expr),
+        None => quote!(#krate::__private::scoped_client()),
+    };
+    let key = render_key(krate, &spec.key);
+    let options = lock_options(krate, &spec.options);
+    let fake_return = fake_return(&spec.return_type);
+    let body = quote! {
+        async move {
+            #fake_return
+            { #body }
+        }
+    };
+    let run_locked = run_locked(
+        krate,
+        &spec.return_type,
+        quote!(#client_var, #key_var, #options_var, #body),
+    );
+    quote! {
+        #(#outer_attrs)*
+        #vis #sig {
+            #(#inner_attrs)*
+            let #client_var = #client;
+            let #key_var = #key;
+            let #options_var = #options;
+            #run_locked
+        }
+    }
+}
+
+/// `render_key(&[Text(..), Value(&arg), ..])`. The values are spanned at the
+/// template, so that "doesn't implement `Display`" points at it.
+fn render_key(krate: &Path, key: &Key) -> TokenStream {
+    let span = key.span;
+    let parts = key.parts.iter().map(|part| match part {
+        KeyPart::Text(text) => {
+            let text = LitStr::new(text, span);
+            quote!(#krate::__private::KeyPart::Text(#text))
+        }
+        KeyPart::Value { root, fields } => {
+            let fields = fields.iter().map(|field| match field {
+                Field::Named(name) => format_ident!("{}", name, span = span).into_token_stream(),
+                Field::Index(index) => Index {
+                    index: *index,
+                    span,
+                }
+                .into_token_stream(),
+            });
+            quote_spanned!(span=> #krate::__private::KeyPart::Value(&#root #(.#fields)*))
+        }
+    });
+    quote!(#krate::__private::render_key(&[#(#parts),*]))
+}
+
+/// `LockOptions::new()` plus one call per option the user wrote.
+fn lock_options(krate: &Path, options: &Options) -> TokenStream {
+    let Options {
+        ttl_ms,
+        retry,
+        sleep_ms,
+        give_up,
+    } = options;
+    let mut calls = TokenStream::new();
+    if let Some(ttl_ms) = ttl_ms {
+        let value = unsuffixed(ttl_ms.value, ttl_ms.span);
+        calls.extend(quote!(.ttl_ms(#value)));
+    }
+    if let Some(retry) = retry {
+        let value = unsuffixed(u64::from(retry.value), retry.span);
+        calls.extend(quote!(.retry(#value)));
+    }
+    if let Some(sleep_ms) = sleep_ms {
+        let value = unsuffixed(sleep_ms.value, sleep_ms.span);
+        calls.extend(quote!(.sleep_ms(#value)));
+    }
+    if *give_up {
+        calls.extend(quote!(.give_up()));
+    }
+    quote!(#krate::__private::LockOptions::new() #calls)
+}
+
+/// The literal as the user's value, without suffix, at the user's literal.
+fn unsuffixed(value: u64, span: Span) -> Literal {
+    let mut literal = Literal::u64_unsuffixed(value);
+    literal.set_span(span);
+    literal
+}
+
+/// `client_of(&(expr))`, located at the expression: a value that is no lock
+/// client is then reported there.
+fn client_of(krate: &Path, expr: &Expr) -> TokenStream {
+    let span = Span::call_site().located_at(expr.span());
+    let krate = located_at(krate, span);
+    quote_spanned!(span=> #krate::__private::client_of(&(#expr)))
+}
+
+/// `run_locked(args).await`, located at the return type: its `R: LockResult`
+/// bound then reports a return type that is not a suitable `Result` there,
+/// once, rather than at the attribute.
+fn run_locked(krate: &Path, return_type: &Type, args: TokenStream) -> TokenStream {
+    let span = Span::call_site().located_at(return_type.span());
+    let krate = located_at(krate, span);
+    quote_spanned!(span=> #krate::__private::run_locked(#args).await)
+}
+
+/// The crate path, shown at `span` but resolved as written, for diagnostics
+/// that rustc reports at the span of a whole call.
+fn located_at(krate: &Path, span: Span) -> TokenStream {
+    krate
+        .to_token_stream()
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(token.span().located_at(span));
+            token
+        })
+        .collect()
+}
+
+/// An unreachable `return` of the declared type, so that the async block (and
+/// the `?` and `return` in the body) are inferred as the function's return
+/// type, with type errors reported at the user's code. The same trick as
+/// `tracing::instrument`.
+fn fake_return(return_type: &Type) -> TokenStream {
+    let span = return_type.span();
+    let mut return_type = return_type.clone();
+    ImplTraitEraser.visit_type_mut(&mut return_type);
+    quote_spanned! {span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::unreachable,
+            clippy::needless_return
+        )]
+        if false {
+            let __fencelock_fake_return: #return_type = loop {};
+            return __fencelock_fake_return;
+        }
+    }
+}
+
+/// Replaces `impl Trait` with `_`: it is not allowed in a `let` type.
+struct ImplTraitEraser;
+
+impl VisitMut for ImplTraitEraser {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(TypeInfer {
+                attrs: Vec::new(),
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+        } else {
+            visit_mut::visit_type_mut(self, ty);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The `#[redis_lock]` attribute of [fencelock](https://docs.rs/fencelock).
+//!
+//! Use it through the `fencelock` crate, which re-exports it next to the
+//! runtime that the generated code calls.
+//!
+//! The crate reads the attribute in three stages, each in its own module:
+//! `args` reads the arguments one by one, `validate` checks them against the
+//! function and against each other, and `expand` generates the locked
+//! function. `template` parses the key template, `item` the function.
+
+mod args;
+mod errors;
+mod expand;
+mod item;
+mod template;
+mod validate;
+
+#[cfg(test)]
+mod error_tests;
+#[cfg(test)]
+mod snapshot_tests;
+
+use proc_macro::TokenStream;
+
+/// Runs an `async fn` while holding a distributed lock.
+///
+/// ```ignore
+/// use fencelock::{redis_lock, LockError};
+///
+/// #[redis_lock(key = "stock:{sku}", ttl_ms = 10_000, retry = 5, sleep_ms = 200, action = Continue)]
+/// async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
+///     // Runs only while this process holds the lock `stock:<sku>`.
+/// #   Ok(qty)
+/// }
+/// ```
+///
+/// The function keeps its signature. Its body runs only once the lock is
+/// acquired, and the lock is released when the body finishes: on success, on
+/// `Err`, on panic, and when the caller drops the future. When the lock
+/// cannot be acquired, the function returns `Err(LockError::NotAcquired { .. }.into())`
+/// without running the body.
+///
+/// # Requirements
+///
+/// - The function is an `async fn`: a free function, an inherent or
+///   trait-impl method, or a generic function.
+/// - It returns `Result<T, E>` with `E: From<fencelock::LockError>` (type
+///   aliases of `Result` work).
+///
+/// # Arguments
+///
+/// | argument | meaning | default |
+/// | --- | --- | --- |
+/// | `key = "..."` | required; the lock key template (below) | — |
+/// | `ttl_ms = N` | lease length in milliseconds, 1 to 86 400 000 (24 h) | 30 000 |
+/// | `retry = N` | attempts after the first failed one (only with `Continue`) | 5 |
+/// | `sleep_ms = N` | longest pause between attempts, 1 to 86 400 000 ms | 200 |
+/// | `action = GiveUp` or `Continue` | `GiveUp`: one attempt, then fail; `Continue`: keep trying as configured | `Continue` |
+/// | `client = EXPR` | the client to lock with, e.g. `self.locks`, evaluated inside the function before the body | the scoped client, else the global one |
+/// | `crate = "path"` or `crate = path` | where the `fencelock` crate is, if renamed | `::fencelock` |
+///
+/// # Key templates
+///
+/// Literal text is used as written. `{name}` is replaced by the argument
+/// `name`, `{name.field}` or `{name.0}` by a field of it, and `{self}` or
+/// `{self.field}` by the receiver or a field of it. Values are formatted with
+/// `Display` and then escaped (`\`, `:`, `{` and `}` get a backslash). `{{`
+/// and `}}` are literal braces.
+///
+/// Two placeholders must be separated by literal text containing `:`, as in
+/// `"order:{tenant}:{id}"`. Since `:` is escaped in values, distinct
+/// arguments then never form the same key.
+#[proc_macro_attribute]
+pub fn redis_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::redis_lock(attr.into(), item.into()).into()
+}

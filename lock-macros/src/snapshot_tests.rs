@@ -1,0 +1,143 @@
+//! Expansion snapshots: what users get, formatted, compared with the files in
+//! `tests/expand/`. Run with `FENCELOCK_BLESS=1` to rewrite those files after
+//! a deliberate change, then review the diff.
+
+use std::path::PathBuf;
+use std::{env, fs};
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::expand;
+
+/// Expands `#[redis_lock(attr)] item`, wraps it in `wrap` (e.g. an `impl`
+/// block for methods), and compares it with `tests/expand/<name>.expanded.rs`.
+fn assert_snapshot(
+    name: &str,
+    attr: TokenStream,
+    item: TokenStream,
+    wrap: impl FnOnce(TokenStream) -> TokenStream,
+) {
+    let expanded = wrap(expand::redis_lock(attr, item));
+    let file: syn::File = syn::parse2(expanded).expect("the expansion is valid Rust syntax");
+    let actual = prettyplease::unparse(&file);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/expand")
+        .join(format!("{name}.expanded.rs"));
+    if env::var_os("FENCELOCK_BLESS").is_some_and(|bless| bless == "1") {
+        fs::create_dir_all(path.parent().expect("a file in a directory"))
+            .expect("creating tests/expand");
+        fs::write(&path, &actual).expect("writing the snapshot");
+        return;
+    }
+    let expected = fs::read_to_string(&path).unwrap_or_else(|error| {
+        panic!(
+            "cannot read {}: {error}; run with FENCELOCK_BLESS=1 to create it",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "the expansion differs from {}; if the change is intended, run with FENCELOCK_BLESS=1 and review the diff\n\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+fn unwrapped(tokens: TokenStream) -> TokenStream {
+    tokens
+}
+
+#[test]
+fn free_fn_with_give_up() {
+    assert_snapshot(
+        "free_fn_give_up",
+        quote!(key = "stock:{sku}", ttl_ms = 10_000, action = GiveUp),
+        quote! {
+            /// Takes `qty` items of `sku` out of stock.
+            #[tracing::instrument(skip(qty))]
+            pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
+                let left = stock(sku).await? - qty;
+                Ok(left)
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
+fn method_with_self_field_and_client() {
+    assert_snapshot(
+        "method_self_client",
+        quote!(
+            key = "account:{self.id}:{currency}",
+            client = self.locks,
+            retry = 3,
+            sleep_ms = 50
+        ),
+        quote! {
+            pub(crate) async fn transfer(&self, currency: Currency, amount: u64) -> Result<(), BankError> {
+                #![allow(clippy::cast_possible_truncation)]
+                self.ledger.debit(amount).await?;
+                Ok(())
+            }
+        },
+        |method| quote!(impl Account { #method }),
+    );
+}
+
+#[test]
+fn generic_fn_with_crate_path() {
+    assert_snapshot(
+        "generic_crate_path",
+        quote!(
+            key = "job:{{{kind}}}:{id}",
+            crate = "my_locks",
+            ttl_ms = 86_400_000
+        ),
+        quote! {
+            async fn run_job<'a, K, I: Display>(kind: &'a K, id: I, payload: impl AsRef<[u8]>) -> anyhow::Result<Report<'a, K>>
+            where
+                K: Display + Sync,
+            {
+                execute(kind, payload.as_ref()).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
+fn field_path() {
+    assert_snapshot(
+        "field_path",
+        quote!(
+            key = "order:{order.id}:line:{order.lines.0}",
+            action = Continue
+        ),
+        quote! {
+            async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
+                tries += 1;
+                carrier::book(order, tries).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
+fn impl_trait_in_the_result_and_client_reference() {
+    assert_snapshot(
+        "impl_trait_result",
+        quote!(
+            key = "report:{self}",
+            client = &state.locks,
+            crate = my_locks::reexport
+        ),
+        quote! {
+            async fn render(self, state: &AppState) -> Result<impl Display + use<>, LockError> {
+                Ok(self.title)
+            }
+        },
+        |method| quote!(impl Report { #method }),
+    );
+}

@@ -1,0 +1,314 @@
+//! Checks that need the function or several arguments at once, and turns the
+//! arguments into the `LockSpec` that `expand.rs` generates code from.
+
+use std::ops::Range;
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::{
+    FnArg, GenericArgument, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Type,
+    TypeParamBound, parse_quote,
+};
+
+use crate::args::{Action, LockArgs, Number};
+use crate::errors::Errors;
+use crate::item::LockedFn;
+use crate::template::{self, Field, Segment};
+
+/// A `#[redis_lock]` use that passed every check.
+pub(crate) struct LockSpec {
+    /// Where the runtime is: `::fencelock` unless `crate = ...` says otherwise.
+    pub crate_path: Path,
+    /// `client = EXPR`, if given.
+    pub client: Option<syn::Expr>,
+    pub key: Key,
+    pub options: Options,
+    /// The declared return type, a `Result` as far as syntax can tell.
+    pub return_type: Type,
+}
+
+/// The lock key: the template resolved against the function's arguments.
+pub(crate) struct Key {
+    /// The span of the `key = "..."` literal.
+    pub span: Span,
+    pub parts: Vec<KeyPart>,
+}
+
+/// One piece of the lock key.
+pub(crate) enum KeyPart {
+    /// Literal text, used verbatim.
+    Text(String),
+    /// An argument, or a field of one, formatted with `Display` and escaped by the runtime.
+    Value {
+        /// The argument, with its own name resolution, located at the template.
+        root: Ident,
+        fields: Vec<Field>,
+    },
+}
+
+/// The lock options the user wrote; the runtime holds the defaults of the others.
+pub(crate) struct Options {
+    pub ttl_ms: Option<Number<u64>>,
+    pub retry: Option<Number<u32>>,
+    pub sleep_ms: Option<Number<u64>>,
+    pub give_up: bool,
+}
+
+const NOT_A_RESULT: &str = "`#[redis_lock]` functions must return `Result<T, E>` with `E: From<fencelock::LockError>`: the lock can fail (not acquired, backend unreachable) and that failure is returned as `Err`";
+
+/// Checks the arguments against the function. Returns `None` only when an
+/// error was recorded in `errors`, here or while reading the arguments.
+pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> Option<LockSpec> {
+    let return_type = check_signature(&func.sig, errors);
+    // Without a usable `key`, args.rs has already said why.
+    let key = args
+        .key
+        .as_ref()
+        .and_then(|key| check_key(&key.value, &func.sig, errors));
+    let give_up = args
+        .action
+        .as_ref()
+        .is_some_and(|action| action.value == Action::GiveUp);
+    if let (true, Some(retry)) = (give_up, &args.retry) {
+        errors.push(syn::Error::new(
+            retry.name.span(),
+            "`retry` has no effect with `action = GiveUp` (one attempt, then fail); remove `retry` or use `action = Continue`",
+        ));
+    }
+    Some(LockSpec {
+        crate_path: args
+            .crate_path
+            .map_or_else(|| parse_quote!(::fencelock), |path| path.value),
+        client: args.client.map(|client| client.value),
+        key: key?,
+        options: Options {
+            ttl_ms: args.ttl_ms.map(|ttl_ms| ttl_ms.value),
+            retry: args.retry.map(|retry| retry.value),
+            sleep_ms: args.sleep_ms.map(|sleep_ms| sleep_ms.value),
+            give_up,
+        },
+        return_type: return_type?,
+    })
+}
+
+/// Checks the function's qualifiers and return type; returns the return type.
+fn check_signature(sig: &Signature, errors: &mut Errors) -> Option<Type> {
+    if let Some(const_token) = sig.constness {
+        errors.push(syn::Error::new(
+            const_token.span,
+            "`#[redis_lock]` cannot be used on a `const fn`; remove `const` and make the function `async`",
+        ));
+    } else if sig.asyncness.is_none() {
+        let message = if returns_boxed_future(sig) {
+            "`#[redis_lock]` sees the output of `#[async_trait]`, which expands first; use a native `async fn` in the trait (Rust 1.75+), or put `#[redis_lock]` on an inherent `async fn` that the trait method calls"
+        } else {
+            "`#[redis_lock]` can only be used on an `async fn`"
+        };
+        errors.push(syn::Error::new(sig.fn_token.span, message));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(syn::Error::new_spanned(
+            abi,
+            "`#[redis_lock]` cannot be used on an `extern` function; remove the `extern` ABI",
+        ));
+    }
+    if let Some(variadic) = &sig.variadic {
+        errors.push(syn::Error::new_spanned(
+            variadic,
+            "`#[redis_lock]` cannot be used on a C-variadic function; remove the `...` argument",
+        ));
+    }
+    // The return type of a non-async fn means something else (it may well be
+    // `impl Future<Output = Result<..>>`), so it is judged only on an async fn.
+    if sig.asyncness.is_some() {
+        errors.collect(result_type(sig))
+    } else {
+        None
+    }
+}
+
+/// The declared return type, if it can be a `Result`. Paths of any name are
+/// accepted (`Result`, `AppResult<T>`, `anyhow::Result<T>`): the runtime's
+/// trait bound decides, with its own diagnostic.
+fn result_type(sig: &Signature) -> syn::Result<Type> {
+    match &sig.output {
+        ReturnType::Type(_, ty) if can_be_result(ty) => Ok((**ty).clone()),
+        ReturnType::Type(_, ty) => Err(syn::Error::new_spanned(ty, NOT_A_RESULT)),
+        ReturnType::Default => Err(syn::Error::new_spanned(sig, NOT_A_RESULT)),
+    }
+}
+
+fn can_be_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(_) | Type::Macro(_) | Type::Verbatim(_) => true,
+        Type::Group(group) => can_be_result(&group.elem),
+        Type::Paren(paren) => can_be_result(&paren.elem),
+        _ => false,
+    }
+}
+
+/// Whether the function returns `Pin<Box<dyn Future<..> ..>>`, as the
+/// methods rewritten by `#[async_trait]` do.
+fn returns_boxed_future(sig: &Signature) -> bool {
+    let ReturnType::Type(_, ty) = &sig.output else {
+        return false;
+    };
+    let boxed = type_argument(ty, "Pin").and_then(|pinned| type_argument(pinned, "Box"));
+    let Some(Type::TraitObject(object)) = boxed else {
+        return false;
+    };
+    object.bounds.iter().any(|bound| {
+        matches!(bound, TypeParamBound::Trait(bound)
+            if bound.path.segments.last().is_some_and(|segment| segment.ident == "Future"))
+    })
+}
+
+/// The first type argument of `ty` if `ty` is a path ending in `name<..>`.
+fn type_argument<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let segment = path
+        .path
+        .segments
+        .last()
+        .filter(|segment| segment.ident == name)?;
+    let PathArguments::AngleBracketed(arguments) = &segment.arguments else {
+        return None;
+    };
+    arguments.args.iter().find_map(|argument| match argument {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
+/// Parses the key template and resolves its placeholders against the
+/// function's arguments.
+fn check_key(template: &LitStr, sig: &Signature, errors: &mut Errors) -> Option<Key> {
+    let segments = match template::parse(&template.value()) {
+        Ok(segments) => segments,
+        Err(template_errors) => {
+            for error in template_errors {
+                errors.push(syn::Error::new(
+                    template_span(template, error.range),
+                    error.message,
+                ));
+            }
+            return None;
+        }
+    };
+    let arguments = NamedArguments::of(sig);
+    let mut parts = Vec::with_capacity(segments.len());
+    let mut valid = true;
+    for segment in segments {
+        match segment {
+            Segment::Text(text) => parts.push(KeyPart::Text(text)),
+            Segment::Placeholder(placeholder) => match arguments.find(&placeholder.root) {
+                Some(argument) => {
+                    let mut root = argument.clone();
+                    root.set_span(root.span().located_at(template.span()));
+                    parts.push(KeyPart::Value {
+                        root,
+                        fields: placeholder.fields,
+                    });
+                }
+                None => {
+                    valid = false;
+                    errors.push(syn::Error::new(
+                        template_span(template, placeholder.range),
+                        arguments.unknown(&placeholder.root),
+                    ));
+                }
+            },
+        }
+    }
+    valid.then(|| Key {
+        span: template.span(),
+        parts,
+    })
+}
+
+/// The arguments a placeholder can name.
+struct NamedArguments {
+    /// `self` for a receiver, then the arguments bound to a plain name.
+    names: Vec<Ident>,
+    /// Whether some argument is a pattern (`(a, b): (u32, u32)`), which has no name.
+    has_patterns: bool,
+}
+
+impl NamedArguments {
+    fn of(sig: &Signature) -> Self {
+        let mut names = Vec::new();
+        let mut has_patterns = false;
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(receiver) => {
+                    names.push(Ident::new("self", receiver.self_token.span));
+                }
+                FnArg::Typed(typed) => match &*typed.pat {
+                    Pat::Ident(pat) => names.push(pat.ident.clone()),
+                    Pat::Wild(_) => {}
+                    _ => has_patterns = true,
+                },
+            }
+        }
+        NamedArguments {
+            names,
+            has_patterns,
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<&Ident> {
+        self.names.iter().find(|ident| ident.unraw() == name)
+    }
+
+    /// The message for a placeholder naming no argument.
+    fn unknown(&self, name: &str) -> String {
+        let mut message = if self.names.is_empty() {
+            format!("no argument named `{name}` in this function; it has no named arguments")
+        } else {
+            let names: Vec<_> = self
+                .names
+                .iter()
+                .map(|ident| ident.unraw().to_string())
+                .collect();
+            format!(
+                "no argument named `{name}` in this function; its arguments are: {}",
+                names.join(", ")
+            )
+        };
+        if self.has_patterns {
+            message.push_str(
+                " (a destructured argument has no name: bind it to a name and destructure it in the body)",
+            );
+        }
+        message
+    }
+}
+
+/// The span of `range` (bytes of the template's value) inside the literal.
+///
+/// Sub-spans exist only on nightly compilers, and byte offsets in the value
+/// match the source only when nothing in it was escaped; otherwise, and for
+/// an empty range, the whole literal is used.
+fn template_span(template: &LitStr, range: Range<usize>) -> Span {
+    if range.is_empty() {
+        return template.span();
+    }
+    let token = template.token();
+    let source = token.to_string();
+    let value = template.value();
+    let Some(quote) = source.find('"') else {
+        return template.span();
+    };
+    // `"` or `r#"`: the closing delimiter mirrors the hashes of the opening one.
+    let hashes = source[..quote].trim_start_matches('r');
+    let opening = &source[..=quote];
+    if source != format!("{opening}{value}\"{hashes}") {
+        return template.span();
+    }
+    let start = opening.len();
+    token
+        .subspan(start + range.start..start + range.end)
+        .unwrap_or_else(|| template.span())
+}

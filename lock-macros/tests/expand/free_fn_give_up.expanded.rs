@@ -1,0 +1,39 @@
+/// Takes `qty` items of `sku` out of stock.
+#[tracing::instrument(skip(qty))]
+pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
+    let __fencelock_client = ::fencelock::__private::scoped_client();
+    let __fencelock_key = ::fencelock::__private::render_key(
+        &[
+            ::fencelock::__private::KeyPart::Text("stock:"),
+            ::fencelock::__private::KeyPart::Value(&sku),
+        ],
+    );
+    let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .ttl_ms(10000)
+        .give_up();
+    ::fencelock::__private::run_locked(
+            __fencelock_client,
+            __fencelock_key,
+            __fencelock_options,
+            async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::unreachable,
+                    clippy::needless_return
+                )]
+                if false {
+                    let __fencelock_fake_return: Result<u32, AppError> = loop {};
+                    return __fencelock_fake_return;
+                }
+                {
+                    let left = stock(sku).await? - qty;
+                    Ok(left)
+                }
+            },
+        )
+        .await
+}

@@ -1,0 +1,66 @@
+//! The backend trait: what a store must do for the client to build locks on it.
+//!
+//! Every backend gives the same semantics, checked by one conformance suite
+//! (`testing::conformance`): a grant is exclusive until its lease ends or its owner releases
+//! it; an acquire by the current owner is recognised (so a retry after a lost reply does not
+//! leave an orphan); release only ever deletes the caller's own grant; each grant carries a
+//! fencing token strictly greater than every token granted before for that key.
+
+pub mod memory;
+pub mod redis;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::LockError;
+
+/// A boxed future, as backend methods return them (the client holds backends as trait
+/// objects).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One acquisition's identity: which key, which owner, how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lock key as the caller wrote it (backends add their own prefix or layout).
+    pub key: String,
+    /// The owner token: random, fresh for every acquisition, never shared.
+    pub owner: String,
+    /// The lease length.
+    pub ttl: Duration,
+}
+
+/// The answer to one acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lease is ours (newly, or again for the same owner), with this fencing token.
+    Granted {
+        /// The fencing token of this grant.
+        token: u64,
+    },
+    /// Another owner holds the key.
+    Held {
+        /// How long its lease still runs, when the backend knows.
+        remaining: Option<Duration>,
+    },
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Our grant was deleted.
+    Released,
+    /// The key was not ours any more (expired, or taken by someone else); nothing changed.
+    NotOwner,
+}
+
+/// A store that locks can be built on. Implementations must be cheap to share: the client
+/// holds one behind an `Arc` and calls it from any task and any runtime.
+pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
+    /// One acquire attempt: grant the key to `lease.owner` if it is free or already theirs
+    /// (refreshing the lease), and return the grant's fencing token.
+    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>>;
+
+    /// Delete the key if, and only if, `lease.owner` holds it. Safe to retry.
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Release, LockError>>;
+}

@@ -1,0 +1,205 @@
+//! The Redis backend: one key per lock, Lua scripts for every step.
+//!
+//! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
+//! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, with no TTL
+//! (it must outlive the lock). The braces put both in one Redis Cluster hash slot whatever
+//! `K` contains, and `K` stays readable inside the key for operators.
+
+mod connection;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
+
+use self::connection::Connection;
+use super::{Acquire, BoxFuture, Lease, LockBackend, Release};
+use crate::LockError;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+
+/// Default key prefix of a Redis client.
+pub const DEFAULT_PREFIX: &str = "lock:";
+/// Default time to open a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time to wait for a reply (redis-rs's own default of 500 ms is short for a loaded
+/// machine; a lease is usually tens of seconds).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Locks in one Redis server (standalone or a primary).
+pub struct RedisBackend {
+    connection: Connection,
+    prefix: String,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: show only where the server is.
+        f.debug_struct("RedisBackend")
+            .field("addr", &self.connection_addr())
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl RedisBackend {
+    /// Opens a connection to `url` (`redis://` or `rediss://`) and checks it with `PING`.
+    pub async fn connect(
+        url: &str,
+        prefix: String,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let client = Client::open(url).map_err(|e| {
+            LockError::config(format!(
+                "cannot use Redis URL: {e}; expected redis://[user:password@]host[:port][/db] \
+                 or rediss://..."
+            ))
+        })?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(response_timeout));
+        let backend = RedisBackend {
+            connection: Connection::new(client, config),
+            prefix,
+        };
+        backend
+            .ping()
+            .await
+            .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
+        Ok(backend)
+    }
+
+    fn connection_addr(&self) -> String {
+        self.connection.addr()
+    }
+
+    async fn ping(&self) -> Result<(), RedisError> {
+        let mut connection = self.connection.get().await?;
+        let result = redis::cmd("PING").query_async::<()>(&mut connection).await;
+        if let Err(e) = &result {
+            self.connection.note_error(e);
+        }
+        result
+    }
+
+    fn lock_key(&self, key: &str) -> String {
+        format!("{}{{{key}}}", self.prefix)
+    }
+
+    async fn run(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        key: &str,
+    ) -> Result<Value, LockError> {
+        let mut invocation = script.prepare_invoke();
+        for k in keys {
+            invocation.key(k);
+        }
+        for a in args {
+            invocation.arg(*a);
+        }
+        // Every script is safe to run twice for the same owner (acquire recognises its own
+        // grant, release compares before deleting), so a command that met a connection
+        // broken since its last use is resent once on a fresh one.
+        let mut resent = false;
+        loop {
+            let result = async {
+                let mut connection = self.connection.get().await?;
+                // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
+                invocation.invoke_async::<Value>(&mut connection).await
+            }
+            .await;
+            match result {
+                Ok(value) => return Ok(value),
+                Err(error) => {
+                    let broken = self.connection.note_error(&error);
+                    if !broken || resent {
+                        return Err(backend_error(Some(key), "Redis command failed", error));
+                    }
+                    resent = true;
+                }
+            }
+        }
+    }
+}
+
+fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
+    LockError::backend(key, format!("{context}: {error}"), Some(Arc::new(error)))
+}
+
+fn unexpected(key: &str, what: &str, reply: &Value) -> LockError {
+    LockError::backend(
+        Some(key),
+        format!("unexpected reply from the {what} script: {reply:?}"),
+        None,
+    )
+}
+
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(key, "acquire", reply));
+    };
+    let parsed = match items.as_slice() {
+        [status, value] => integer(status).zip(integer(value)),
+        _ => None,
+    };
+    match parsed {
+        Some((1, token)) if token > 0 => Ok(Acquire::Granted {
+            token: token as u64,
+        }),
+        Some((0, remaining_ms)) => Ok(Acquire::Held {
+            // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished.
+            remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
+        }),
+        _ => Err(unexpected(key, "acquire", reply)),
+    }
+}
+
+impl LockBackend for RedisBackend {
+    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        Box::pin(async move {
+            let lock_key = self.lock_key(&lease.key);
+            let fence_key = format!("{lock_key}:fence");
+            let ttl_ms = lease.ttl.as_millis().to_string();
+            let reply = self
+                .run(
+                    &ACQUIRE,
+                    &[lock_key, fence_key],
+                    &[&lease.owner, &ttl_ms],
+                    &lease.key,
+                )
+                .await?;
+            parse_acquire(&lease.key, &reply)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(async move {
+            let reply = self
+                .run(
+                    &RELEASE,
+                    &[self.lock_key(&lease.key)],
+                    &[&lease.owner],
+                    &lease.key,
+                )
+                .await?;
+            match integer(&reply) {
+                Some(1) => Ok(Release::Released),
+                Some(0) => Ok(Release::NotOwner),
+                _ => Err(unexpected(&lease.key, "release", &reply)),
+            }
+        })
+    }
+}

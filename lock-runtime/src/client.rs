@@ -1,0 +1,137 @@
+//! `LockClient`: the handle applications keep, and the scopes that choose one.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::backend::LockBackend;
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisBackend,
+};
+use crate::{LockError, LockRequest};
+
+/// A connection to a lock backend. Cheap to clone: clones share the backend and its
+/// connection.
+#[derive(Clone, Debug)]
+pub struct LockClient {
+    backend: Arc<dyn LockBackend>,
+}
+
+static GLOBAL: OnceLock<LockClient> = OnceLock::new();
+
+tokio::task_local! {
+    static SCOPED: LockClient;
+}
+
+impl LockClient {
+    /// Connects to Redis at `url` (`redis://` or `rediss://`) with the default settings of
+    /// [`LockClientBuilder`].
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        LockClient::builder(url).connect().await
+    }
+
+    /// A builder for a Redis client with a key prefix and timeouts.
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.to_owned(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// A client whose locks live in this process's memory: the same semantics as Redis
+    /// (leases, owner-checked release, fencing tokens), for tests and single-process use.
+    /// Each call creates a separate lock space; clone the client to share it.
+    pub fn memory() -> LockClient {
+        LockClient::from_backend(MemoryBackend::new())
+    }
+
+    /// A client over any [`LockBackend`].
+    pub fn from_backend(backend: impl LockBackend) -> LockClient {
+        LockClient {
+            backend: Arc::new(backend),
+        }
+    }
+
+    /// Makes this the client of every `#[redis_lock]` without `client = ...` that runs
+    /// outside a [`with_client`] scope. Fails if a global client is installed already.
+    pub fn install_global(self) -> Result<(), LockError> {
+        GLOBAL.set(self).map_err(|_| {
+            LockError::config(
+                "a global lock client is installed already; install it once at start-up, or \
+                 use `fencelock::with_client` to scope a client",
+            )
+        })
+    }
+
+    /// A request for the lock `key` with default options; finish it with `.acquire()`.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), key.into())
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
+    /// The client of the innermost [`with_client`] scope, else the global one.
+    pub(crate) fn in_scope() -> Result<LockClient, LockError> {
+        SCOPED
+            .try_with(LockClient::clone)
+            .ok()
+            .or_else(|| GLOBAL.get().cloned())
+            .ok_or(LockError::NoClient)
+    }
+}
+
+/// Runs `future` with `client` as the client of every `#[redis_lock]` function without
+/// `client = ...` that it calls (checked before the global client). The scope does not
+/// follow work into tasks spawned from `future`.
+pub async fn with_client<F: Future>(client: LockClient, future: F) -> F::Output {
+    SCOPED.scope(client, future).await
+}
+
+/// Settings of a Redis [`LockClient`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `.connect().await`"]
+pub struct LockClientBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl LockClientBuilder {
+    /// Text put before every lock key in Redis (default `"lock:"`); the key itself follows
+    /// in braces, e.g. `lock:{stock:42}`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long opening a connection may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a reply may take before the command counts as failed (default 2 s). A
+    /// timed-out acquire may still have been applied; the client then deletes it again.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects and checks the server with `PING`.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let backend = RedisBackend::connect(
+            &self.url,
+            self.prefix,
+            self.connect_timeout,
+            self.response_timeout,
+        )
+        .await?;
+        Ok(LockClient::from_backend(backend))
+    }
+}

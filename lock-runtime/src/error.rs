@@ -1,0 +1,99 @@
+//! The one error type of the runtime.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+
+/// Why a lock operation failed.
+///
+/// Match on variants with `{ .. }`: the enum and its variants may gain fields and variants.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Someone else holds the lock, and the request's attempts are used up.
+    #[error("lock `{key}` is held by another owner (gave up after {attempts} attempt(s))")]
+    #[non_exhaustive]
+    NotAcquired {
+        /// The lock key, as the caller wrote it.
+        key: String,
+        /// How many times the backend was asked.
+        attempts: u32,
+    },
+    /// The lease ended while the holder still held the guard: it expired, or another owner
+    /// holds the key now. Whatever ran since may have overlapped with another holder.
+    #[error("lock `{key}` was lost before it was released (the lease expired or the key was taken)")]
+    #[non_exhaustive]
+    Lost {
+        /// The lock key, as the caller wrote it.
+        key: String,
+    },
+    /// The backend could not be reached, timed out, or answered something unexpected.
+    /// Says nothing about who holds the lock.
+    #[error("lock backend failed{}: {message}", key.as_deref().map(|k| format!(" for lock `{k}`")).unwrap_or_default())]
+    #[non_exhaustive]
+    Backend {
+        /// The lock key, when the failure happened on behalf of one.
+        key: Option<String>,
+        /// What went wrong.
+        message: String,
+        /// The underlying error (for Redis, a `redis::RedisError`).
+        #[source]
+        source: Option<Arc<dyn StdError + Send + Sync>>,
+    },
+    /// A `#[redis_lock]` function without `client = ...` ran with no client in scope.
+    #[error(
+        "no lock client: install one with `LockClient::install_global`, run the call inside \
+         `fencelock::with_client`, or pass `client = ...` to `#[redis_lock]`"
+    )]
+    NoClient,
+    /// The key cannot be used as a lock key.
+    #[error("invalid lock key {key:?}: {reason}")]
+    #[non_exhaustive]
+    InvalidKey {
+        /// The rejected key.
+        key: String,
+        /// What is wrong with it and how to fix it.
+        reason: String,
+    },
+    /// A request or client was configured with values the runtime refuses.
+    #[error("invalid lock configuration: {reason}")]
+    #[non_exhaustive]
+    InvalidConfig {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+}
+
+impl LockError {
+    /// `true` for [`LockError::NotAcquired`]: someone else held the lock.
+    pub fn is_not_acquired(&self) -> bool {
+        matches!(self, LockError::NotAcquired { .. })
+    }
+
+    /// `true` for [`LockError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    /// `true` for [`LockError::Backend`]: the store failed, not the lock.
+    pub fn is_backend(&self) -> bool {
+        matches!(self, LockError::Backend { .. })
+    }
+
+    pub(crate) fn backend(
+        key: Option<&str>,
+        message: impl Into<String>,
+        source: Option<Arc<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        LockError::Backend {
+            key: key.map(str::to_owned),
+            message: message.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn config(reason: impl Into<String>) -> Self {
+        LockError::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Lock keys: escaping of argument values, and the limits every key must meet.
+
+use std::fmt::{self, Display, Write};
+
+use crate::LockError;
+
+/// The longest lock key accepted, in bytes (before any client prefix).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// One piece of a key template, as the `#[redis_lock]` expansion hands it over.
+#[derive(Clone, Copy)]
+pub enum KeyPart<'a> {
+    /// Literal template text, used as written.
+    Text(&'a str),
+    /// An argument value, formatted with `Display` and then escaped.
+    Value(&'a dyn Display),
+}
+
+/// Renders a key template: literal text as written, values escaped with [`escape_into`].
+pub fn render_key(parts: &[KeyPart<'_>]) -> String {
+    let mut key = String::new();
+    for part in parts {
+        match part {
+            KeyPart::Text(text) => key.push_str(text),
+            KeyPart::Value(value) => {
+                // Writing into a String only fails if the value's Display impl does; the
+                // key then ends where the value stopped, which `validate` still checks.
+                let _ = write!(EscapingWriter(&mut key), "{value}");
+            }
+        }
+    }
+    key
+}
+
+/// Appends `value` to `key` with `\`, `:`, `{` and `}` preceded by a backslash, so that a
+/// value can never forge the separators of the template around it.
+pub fn escape_into(key: &mut String, value: &str) {
+    for c in value.chars() {
+        if matches!(c, '\\' | ':' | '{' | '}') {
+            key.push('\\');
+        }
+        key.push(c);
+    }
+}
+
+struct EscapingWriter<'a>(&'a mut String);
+
+impl fmt::Write for EscapingWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        escape_into(self.0, s);
+        Ok(())
+    }
+}
+
+/// Checks the limits of a lock key: not empty, at most [`MAX_KEY_LEN`] bytes, no control
+/// characters (NUL, newlines) that would make it unreadable in logs and operator tools.
+pub(crate) fn validate(key: &str) -> Result<(), LockError> {
+    let reason = if key.is_empty() {
+        "a lock key must not be empty; check the template and the argument values that fill it"
+            .to_owned()
+    } else if key.len() > MAX_KEY_LEN {
+        format!(
+            "a lock key is at most {MAX_KEY_LEN} bytes and this one has {}; lock on a shorter \
+             identifier (an id or a hash of the value)",
+            key.len()
+        )
+    } else if let Some(c) = key.chars().find(|c| c.is_control()) {
+        format!(
+            "lock keys must not contain control characters, found {c:?}; lock on an id or a \
+             hash of the value instead"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidKey {
+        key: key.chars().take(80).collect(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_escaped_and_text_is_kept() {
+        let sku = "a:b{c}\\d";
+        let key = render_key(&[KeyPart::Text("stock:"), KeyPart::Value(&sku)]);
+        assert_eq!(key, r"stock:a\:b\{c\}\\d");
+    }
+
+    #[test]
+    fn a_value_cannot_forge_a_separator() {
+        let render = |a: &str, b: &str| {
+            render_key(&[KeyPart::Value(&a), KeyPart::Text(":"), KeyPart::Value(&b)])
+        };
+        assert_ne!(render("1:2", "3"), render("1", "2:3"));
+        assert_ne!(render("1\\", ":3"), render("1\\:", "3"));
+    }
+
+    #[test]
+    fn numbers_render_like_literal_keys() {
+        let sku = 42;
+        assert_eq!(
+            render_key(&[KeyPart::Text("stock:"), KeyPart::Value(&sku)]),
+            "stock:42"
+        );
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        assert!(validate("").is_err());
+        assert!(validate(&"k".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(validate(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(validate("a\0b").is_err());
+        assert!(validate("a\nb").is_err());
+        assert!(validate("stock:42 ü").is_ok());
+    }
+}

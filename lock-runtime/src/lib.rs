@@ -1,0 +1,31 @@
+//! The runtime of fencelock: lock client, request builder, guard, backends.
+//!
+//! Applications use it through the `fencelock` crate, which re-exports everything here
+//! together with the `#[redis_lock]` attribute.
+
+#![warn(missing_docs)]
+
+pub mod backend;
+mod client;
+mod driver;
+mod error;
+mod guard;
+mod key;
+mod options;
+mod random;
+mod request;
+mod scope;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use client::{LockClient, LockClientBuilder, with_client};
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use key::{MAX_KEY_LEN, escape_into};
+pub use options::{DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS};
+pub use request::LockRequest;
+pub use scope::current_token;

@@ -1,0 +1,24 @@
+//! Randomness: owner tokens from the OS source, cheap jitter from a seeded generator.
+
+use std::cell::Cell;
+
+/// A fresh owner token: a random UUID v4 (OS random source), 32 hex digits.
+pub(crate) fn owner_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+thread_local! {
+    static JITTER_STATE: Cell<u64> = Cell::new(uuid::Uuid::new_v4().as_u64_pair().0 | 1);
+}
+
+/// A uniform number in `[0, 1)` for jitter (xorshift64*; not for secrets).
+pub(crate) fn unit() -> f64 {
+    JITTER_STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}

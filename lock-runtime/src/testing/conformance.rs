@@ -1,0 +1,155 @@
+//! The behaviour every backend must show, as one suite: run [`run`] against a client of the
+//! backend under test. Each check uses keys of its own under `namespace`, and panics with a
+//! message naming the broken rule.
+
+use std::time::Duration;
+
+use crate::{LockClient, LockError};
+
+/// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
+/// enough that a loaded machine does not expire a lease between two steps that need it.
+const SHORT_TTL_MS: u64 = 300;
+const LONG_TTL_MS: u64 = 60_000;
+
+/// Runs every check. `namespace` keeps keys apart from other runs on the same backend.
+pub async fn run(client: &LockClient, namespace: &str) {
+    grant_is_exclusive(client, &format!("{namespace}:exclusive")).await;
+    tokens_strictly_increase(client, &format!("{namespace}:tokens")).await;
+    expired_holder_cannot_release_successor(client, &format!("{namespace}:lease")).await;
+    dropped_guard_releases(client, &format!("{namespace}:drop")).await;
+    give_up_makes_one_attempt(client, &format!("{namespace}:give-up")).await;
+    continue_stops_after_its_retries(client, &format!("{namespace}:continue")).await;
+    bad_input_is_refused(client, &format!("{namespace}:input")).await;
+}
+
+fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
+    match result {
+        Err(LockError::NotAcquired { attempts: a, .. }) if a == attempts => {}
+        other => panic!("{rule}: expected NotAcquired after {attempts} attempt(s), got {other:?}"),
+    }
+}
+
+/// A held key refuses other owners until its holder releases it.
+pub async fn grant_is_exclusive(client: &LockClient, key: &str) {
+    let first = client.lock(key).ttl_ms(LONG_TTL_MS).give_up().acquire().await;
+    let first = first.expect("a free key is granted");
+    let second = client.lock(key).ttl_ms(LONG_TTL_MS).give_up().acquire().await;
+    expect_not_acquired(second, 1, "a held key must refuse another owner");
+    first.release().await.expect("the holder releases its own lock");
+    let third = client.lock(key).give_up().acquire().await;
+    third
+        .expect("a released key is free again")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// Each grant's fencing token exceeds every earlier one for the key.
+pub async fn tokens_strictly_increase(client: &LockClient, key: &str) {
+    let mut last = 0;
+    for _ in 0..20 {
+        let guard = client.lock(key).give_up().acquire().await.expect("free key");
+        assert!(
+            guard.token() > last,
+            "fencing tokens must strictly increase: {} after {last}",
+            guard.token()
+        );
+        last = guard.token();
+        guard.release().await.expect("release");
+    }
+}
+
+/// The seed's T1/T2 case: a holder whose lease expired, and whose key another owner took,
+/// gets `Lost` from its release and leaves the new owner's lock in place.
+pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &str) {
+    let stale = client.lock(key).ttl_ms(SHORT_TTL_MS).give_up().acquire().await;
+    let stale = stale.expect("free key");
+    // The successor polls until the stale lease ends: the expiry is the event awaited.
+    let successor = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .retry(500)
+        .sleep_ms(10)
+        .acquire()
+        .await
+        .expect("the key is granted once the first lease expires");
+    assert!(successor.token() > stale.token(), "the successor's token is newer");
+    match stale.release().await {
+        Err(LockError::Lost { .. }) => {}
+        other => panic!("releasing an expired lease must report Lost, got {other:?}"),
+    }
+    let intruder = client.lock(key).give_up().acquire().await;
+    expect_not_acquired(intruder, 1, "the stale release must not delete the successor's lock");
+    successor.release().await.expect("the successor still owns its lock");
+}
+
+/// Dropping a guard releases the lock long before its lease would end.
+pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
+    let guard = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await;
+    drop(guard.expect("free key"));
+    let started = std::time::Instant::now();
+    let next = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .retry(1000)
+        .sleep_ms(10)
+        .acquire()
+        .await
+        .expect("a dropped guard's lock is released in the background");
+    assert!(
+        started.elapsed() < Duration::from_millis(LONG_TTL_MS / 4),
+        "the drop released the lock, not the lease's expiry"
+    );
+    next.release().await.expect("release");
+}
+
+/// `GiveUp` asks once and reports contention as `NotAcquired`.
+pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
+    let holder = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await.expect("free key");
+    let started = std::time::Instant::now();
+    let refused = client.lock(key).sleep_ms(5_000).give_up().acquire().await;
+    expect_not_acquired(refused, 1, "GiveUp makes exactly one attempt");
+    assert!(
+        started.elapsed() < Duration::from_millis(2_500),
+        "GiveUp must not sleep"
+    );
+    holder.release().await.expect("release");
+}
+
+/// `Continue` makes `1 + retry` attempts, then reports `NotAcquired`.
+pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
+    let holder = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await.expect("free key");
+    let refused = client.lock(key).retry(3).sleep_ms(10).acquire().await;
+    expect_not_acquired(refused, 4, "Continue with retry = 3 makes four attempts");
+    holder.release().await.expect("release");
+}
+
+/// Bad keys and options are refused before anything reaches the backend.
+pub async fn bad_input_is_refused(client: &LockClient, key: &str) {
+    let cases = [
+        (client.lock(""), "an empty key"),
+        (client.lock(format!("{key}\n")), "a key with a newline"),
+        (client.lock("x".repeat(crate::MAX_KEY_LEN + 1)), "a key over the limit"),
+    ];
+    for (request, what) in cases {
+        match request.acquire().await {
+            Err(LockError::InvalidKey { .. }) => {}
+            other => panic!("{what} must be refused with InvalidKey, got {other:?}"),
+        }
+    }
+    for request in [
+        client.lock(key).ttl_ms(0),
+        client.lock(key).ttl_ms(crate::MAX_TTL_MS + 1),
+        client.lock(key).sleep_ms(0),
+    ] {
+        match request.acquire().await {
+            Err(LockError::InvalidConfig { .. }) => {}
+            other => panic!("out-of-range options must be refused, got {other:?}"),
+        }
+    }
+    let free = client.lock(key).give_up().acquire().await;
+    free.expect("refused requests leave nothing behind")
+        .release()
+        .await
+        .expect("release");
+}

@@ -1,0 +1,46 @@
+//! Distributed locks for async Rust, put on a function with one attribute.
+//!
+//! ```no_run
+//! use fencelock::{LockClient, LockError, redis_lock};
+//!
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Lock(LockError),
+//! }
+//!
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self {
+//!         AppError::Lock(e)
+//!     }
+//! }
+//!
+//! #[redis_lock(key = "stock:{sku}", ttl_ms = 10_000, retry = 5, action = Continue)]
+//! async fn deduct_stock(sku: &str) -> Result<u32, AppError> {
+//!     // Runs on one server at a time for a given `sku`.
+//!     Ok(41)
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! LockClient::connect("redis://127.0.0.1:6379/").await?.install_global()?;
+//! deduct_stock("42").await.map_err(|e| format!("{e:?}"))?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See the README for the attribute's arguments, the guarantees, and their limits.
+
+pub use lock_macros::redis_lock;
+pub use lock_runtime::{
+    DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockClient, LockClientBuilder, LockError,
+    LockGuard, LockOptions, LockRequest, MAX_KEY_LEN, MAX_TTL_MS, backend, current_token,
+    escape_into, with_client,
+};
+
+/// Test support: private `redis-server` processes and the backend conformance suite.
+#[cfg(feature = "testing")]
+pub use lock_runtime::testing;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use lock_runtime::__private::*;
+}

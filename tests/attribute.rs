@@ -1,0 +1,287 @@
+//! `#[redis_lock]` functions, run: the seed's counter, failure paths, and every function
+//! shape the attribute accepts.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
+use redis::AsyncCommands;
+use support::{client, redis_server};
+
+#[derive(Debug)]
+#[allow(dead_code, reason = "the fields are read through Debug in failure messages")]
+enum AppError {
+    Lock(LockError),
+    Redis(redis::RedisError),
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for AppError {
+    fn from(e: redis::RedisError) -> Self {
+        AppError::Redis(e)
+    }
+}
+
+/// The seed's critical section: GET, pause, SET+1. Without the lock, increments are lost.
+#[redis_lock(key = "counter:{name}", ttl_ms = 10_000, retry = 10_000, sleep_ms = 20)]
+async fn increment(redis: redis::aio::MultiplexedConnection, name: &str) -> Result<(), AppError> {
+    let mut redis = redis;
+    let value: i64 = redis.get(name).await.unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let _: () = redis.set(name, value + 1).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_tasks_increment_the_counter_exactly_two_hundred_times() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let redis = support::inspector(&server).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(with_client(locks.clone(), increment(redis.clone(), "seed"))))
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let value: i64 = redis.clone().get("seed").await.unwrap();
+    assert_eq!(value, 200);
+}
+
+#[redis_lock(key = "job:{id}", action = GiveUp)]
+async fn give_up_job(id: u32, ran: &AtomicBool) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[redis_lock(key = "job:{id}", retry = 3, sleep_ms = 10)]
+async fn patient_job(id: u32, ran: &AtomicBool) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn give_up_and_continue_report_not_acquired_without_running_the_body() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let holder = locks.lock("job:7").acquire().await.unwrap();
+    let ran = AtomicBool::new(false);
+
+    let started = Instant::now();
+    match with_client(locks.clone(), give_up_job(7, &ran)).await {
+        Err(LockError::NotAcquired { attempts: 1, .. }) => {}
+        other => panic!("GiveUp: expected NotAcquired after one attempt, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "GiveUp does not wait");
+    match with_client(locks.clone(), patient_job(7, &ran)).await {
+        Err(LockError::NotAcquired { attempts: 4, .. }) => {}
+        other => panic!("retry = 3: expected NotAcquired after four attempts, got {other:?}"),
+    }
+    assert!(!ran.load(Ordering::SeqCst), "the body must not run without the lock");
+
+    holder.release().await.unwrap();
+    with_client(locks.clone(), give_up_job(7, &ran)).await.unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn an_outage_is_a_backend_error_not_contention() {
+    let mut server = redis_server();
+    let locks = client(&server).await;
+    server.kill().unwrap();
+    let ran = AtomicBool::new(false);
+    match with_client(locks, give_up_job(1, &ran)).await {
+        Err(LockError::Backend { .. }) => {}
+        other => panic!("expected Backend, got {other:?}"),
+    }
+}
+
+#[redis_lock(key = "panics", ttl_ms = 60_000)]
+async fn panicking_body() -> Result<(), LockError> {
+    panic!("the body fails");
+}
+
+#[redis_lock(key = "hangs", ttl_ms = 60_000)]
+async fn hanging_body(entered: Arc<tokio::sync::Notify>) -> Result<(), LockError> {
+    entered.notify_one();
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// The lock is free again long before its 60 s lease: something released it.
+async fn assert_released_early(locks: &LockClient, key: &str, what: &str) {
+    let started = Instant::now();
+    let guard = locks.lock(key).retry(1_000).sleep_ms(10).acquire().await;
+    assert!(guard.is_ok(), "{what}: the lock was not released: {guard:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{what}: released only by expiry");
+}
+
+#[tokio::test]
+async fn a_panic_in_the_body_releases_the_lock() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let task = tokio::spawn(with_client(locks.clone(), panicking_body()));
+    assert!(task.await.unwrap_err().is_panic());
+    assert_released_early(&locks, "panics", "panic").await;
+}
+
+#[tokio::test]
+async fn dropping_the_future_mid_body_releases_the_lock() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let task = tokio::spawn(with_client(locks.clone(), hanging_body(entered.clone())));
+    entered.notified().await;
+    assert!(locks.lock("hangs").give_up().acquire().await.is_err(), "held while the body runs");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    assert_released_early(&locks, "hangs", "cancellation").await;
+}
+
+#[redis_lock(key = "fenced:{id}")]
+async fn observe_token(id: u64) -> Result<Option<u64>, LockError> {
+    Ok(current_token())
+}
+
+#[redis_lock(key = "outer")]
+async fn nested_tokens(locks: &LockClient) -> Result<(u64, u64, u64), LockError> {
+    let outer = current_token().unwrap_or(0);
+    let inner = with_client(locks.clone(), observe_token(1)).await?.unwrap_or(0);
+    Ok((outer, inner, current_token().unwrap_or(0)))
+}
+
+#[tokio::test]
+async fn the_body_sees_the_fencing_token_of_the_innermost_lock() {
+    let locks = LockClient::memory();
+    assert_eq!(current_token(), None);
+    let first = with_client(locks.clone(), observe_token(1)).await.unwrap().unwrap();
+    let second = with_client(locks.clone(), observe_token(1)).await.unwrap().unwrap();
+    assert!(second > first, "each entry gets a newer token");
+    let (outer, inner, after) = with_client(locks.clone(), nested_tokens(&locks)).await.unwrap();
+    assert!(inner > outer && after == outer, "{outer} {inner} {after}");
+}
+
+#[redis_lock(key = "anywhere")]
+async fn needs_a_client() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_client_in_scope_the_call_fails_with_no_client() {
+    match needs_a_client().await {
+        Err(LockError::NoClient) => {}
+        other => panic!("expected NoClient, got {other:?}"),
+    }
+}
+
+// Function shapes.
+
+struct Inventory {
+    locks: LockClient,
+    id: u32,
+    calls: u32,
+}
+
+impl Inventory {
+    #[redis_lock(key = "inventory:{self.id}:{sku}", client = self.locks)]
+    async fn reserve(&self, sku: &str) -> Result<u64, LockError> {
+        Ok(current_token().unwrap_or(0))
+    }
+
+    #[redis_lock(key = "inventory:{self.id}", client = &self.locks)]
+    async fn count(&mut self) -> Result<u32, LockError> {
+        self.calls += 1;
+        Ok(self.calls)
+    }
+}
+
+trait Warehouse {
+    async fn ship(&self, order: Order) -> Result<String, LockError>;
+}
+
+struct Order {
+    id: u64,
+    lines: Vec<u32>,
+}
+
+impl Warehouse for Inventory {
+    /// Doc comments and attributes stay on the function.
+    #[redis_lock(key = "order:{order.id}", client = self.locks, action = GiveUp)]
+    #[allow(clippy::unused_async)]
+    async fn ship(&self, order: Order) -> Result<String, LockError> {
+        Ok(format!("{} lines", order.lines.len()))
+    }
+}
+
+#[redis_lock(key = "generic:{item}", client = locks)]
+async fn generic<T: std::fmt::Display + Send + Sync>(
+    locks: Arc<LockClient>,
+    item: T,
+    extra: impl Into<String>,
+) -> Result<String, LockError> {
+    Ok(format!("{item} {}", extra.into()))
+}
+
+type AppResult<T> = Result<T, AppError>;
+
+#[redis_lock(key = "alias:{n}")]
+async fn aliased(n: u8) -> AppResult<u8> {
+    Ok(n)
+}
+
+#[redis_lock(key = "early:{n}", client = LockClient::memory())]
+async fn early_return(n: u8) -> Result<u8, LockError> {
+    if n > 1 {
+        return Ok(n * 2);
+    }
+    let value: u8 = "7".parse().map_err(|_| LockError::NoClient)?;
+    Ok(value)
+}
+
+#[tokio::test]
+async fn every_function_shape_locks_and_returns_its_value() {
+    let locks = LockClient::memory();
+    let mut inventory = Inventory { locks: locks.clone(), id: 3, calls: 0 };
+    assert!(inventory.reserve("a:b").await.unwrap() > 0);
+    assert_eq!(inventory.count().await.unwrap(), 1);
+    let order = Order { id: 9, lines: vec![1, 2] };
+    assert_eq!(inventory.ship(order).await.unwrap(), "2 lines");
+    let shared = Arc::new(locks.clone());
+    assert_eq!(generic(shared, 5, "x").await.unwrap(), "5 x");
+    assert_eq!(with_client(locks.clone(), aliased(4)).await.unwrap(), 4);
+    assert_eq!(early_return(3).await.unwrap(), 6);
+    assert_eq!(early_return(1).await.unwrap(), 7);
+}
+
+#[tokio::test]
+async fn the_key_is_the_template_with_escaped_values() {
+    let locks = LockClient::memory();
+    let inventory = Inventory { locks: locks.clone(), id: 3, calls: 0 };
+    let held = locks.lock(r"inventory:3:a\:b").acquire().await.unwrap();
+    let blocked = tokio::time::timeout(Duration::from_millis(300), inventory.reserve("a:b")).await;
+    assert!(
+        blocked.is_err(),
+        "`inventory:{{self.id}}:{{sku}}` with sku = \"a:b\" must be the lock `inventory:3:a\\:b`"
+    );
+    held.release().await.unwrap();
+    assert!(inventory.reserve("a:b").await.is_ok());
+}
+
+fn assert_send<T: Send>(_: &T) {}
+
+/// Compiles only if the annotated futures are `Send` (a static assertion, never called).
+#[allow(dead_code)]
+fn annotated_futures_are_send(inventory: &Inventory, redis: redis::aio::MultiplexedConnection) {
+    assert_send(&inventory.reserve("x"));
+    assert_send(&give_up_job(1, &AtomicBool::new(false)));
+    assert_send(&generic(Arc::new(LockClient::memory()), 1, "x"));
+    assert_send(&increment(redis, "x"));
+    assert_send(&panicking_body());
+}

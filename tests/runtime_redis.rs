@@ -1,0 +1,196 @@
+//! The runtime against a real, private `redis-server`.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fencelock::{LockClient, LockError, testing::conformance};
+use redis::AsyncCommands;
+use support::{client, eventually, inspector, redis_server, signal};
+
+#[tokio::test]
+async fn redis_backend_passes_the_conformance_suite() {
+    let server = redis_server();
+    conformance::run(&client(&server).await, "conformance").await;
+}
+
+#[tokio::test]
+async fn memory_backend_passes_the_conformance_suite() {
+    conformance::run(&LockClient::memory(), "conformance").await;
+}
+
+#[tokio::test]
+async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_release() {
+    let server = redis_server();
+    let client = LockClient::builder(&server.url())
+        .key_prefix("app:")
+        .connect()
+        .await
+        .unwrap();
+    let mut redis = inspector(&server).await;
+    let guard = client.lock("stock:42").acquire().await.unwrap();
+    let owner: Option<String> = redis.get("app:{stock:42}").await.unwrap();
+    assert_eq!(owner.map(|o| o.len()), Some(32), "the owner is a 32-digit UUID");
+    let ttl: i64 = redis.pttl("app:{stock:42}").await.unwrap();
+    assert!(ttl > 0 && ttl <= 30_000, "the lease is the key's TTL, got {ttl}");
+    guard.release().await.unwrap();
+    let keys: Vec<String> = redis.keys("*").await.unwrap();
+    assert_eq!(keys, vec!["app:{stock:42}:fence".to_string()], "only the fencing counter stays");
+}
+
+#[tokio::test]
+async fn fencing_tokens_keep_increasing_across_a_restart_that_lost_the_data() {
+    let mut server = redis_server();
+    let client = client(&server).await;
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = client.lock("fenced").give_up().acquire().await.unwrap();
+        tokens.push(guard.token());
+        guard.release().await.unwrap();
+        server.restart().unwrap();
+        let keys: Vec<String> = inspector(&server).await.keys("*").await.unwrap();
+        assert!(keys.is_empty(), "the restart lost the counter");
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must increase across restarts: {tokens:?}"
+    );
+    assert!(tokens[0] > 1_000_000_000_000_000, "tokens are at least the server time in µs");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_backend_error_and_the_client_recovers() {
+    let mut server = redis_server();
+    let client = client(&server).await;
+    server.kill().unwrap();
+    for request in [client.lock("k").give_up(), client.lock("k").retry(2).sleep_ms(10)] {
+        match request.acquire().await {
+            Err(LockError::Backend { .. }) => {}
+            other => panic!("an outage must be Backend, never NotAcquired: {other:?}"),
+        }
+    }
+    server.restart().unwrap();
+    let recovered = eventually(Duration::from_secs(10), || async {
+        client.lock("k").give_up().acquire().await.is_ok()
+    })
+    .await;
+    assert!(recovered, "the same client works again once Redis is back");
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_is_a_backend_error() {
+    let server = redis_server();
+    let url = server.url();
+    drop(server);
+    match LockClient::connect(&url).await {
+        Err(LockError::Backend { .. }) => {}
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    match LockClient::connect("http://127.0.0.1:1/").await {
+        Err(LockError::InvalidConfig { .. }) => {}
+        other => panic!("expected InvalidConfig for a non-Redis URL, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let server = redis_server();
+    let client = client(&server).await;
+    client.lock("k").acquire().await.unwrap().release().await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut inspector(&server).await)
+        .await
+        .unwrap();
+    let guard = client.lock("k").acquire().await.expect("acquire after SCRIPT FLUSH");
+    guard.release().await.expect("release after SCRIPT FLUSH");
+}
+
+#[tokio::test]
+async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
+    let server = redis_server();
+    let client = client(&server).await;
+    let redis = inspector(&server).await;
+    // Load the scripts first: a first EVALSHA answers NOSCRIPT, and a cancelled caller never
+    // sends the EVALSHA that follows the load.
+    client.lock("warm-up").acquire().await.unwrap().release().await.unwrap();
+    signal(&server, "STOP");
+    // The request is on the wire when the caller gives up; Redis runs it once resumed.
+    let attempt = client.lock("orphan").ttl_ms(60_000).give_up().acquire();
+    let timed_out = tokio::time::timeout(Duration::from_millis(300), attempt).await;
+    assert!(timed_out.is_err(), "the stopped server cannot answer");
+    signal(&server, "CONT");
+    let cleaned = eventually(Duration::from_secs(10), || async {
+        let mut redis = redis.clone();
+        let exists: bool = redis.exists("lock:{orphan}").await.unwrap();
+        let fenced: bool = redis.exists("lock:{orphan}:fence").await.unwrap();
+        fenced && !exists
+    })
+    .await;
+    assert!(cleaned, "the acquire ran (the fence exists) and its grant was deleted again");
+}
+
+#[tokio::test]
+async fn a_cancelled_release_still_releases() {
+    let server = redis_server();
+    let client = client(&server).await;
+    let guard = client.lock("k").ttl_ms(60_000).acquire().await.unwrap();
+    signal(&server, "STOP");
+    let release = guard.release();
+    assert!(tokio::time::timeout(Duration::from_millis(200), release).await.is_err());
+    signal(&server, "CONT");
+    let free = eventually(Duration::from_secs(10), || async {
+        client.lock("k").give_up().acquire().await.is_ok()
+    })
+    .await;
+    assert!(free, "the dropped release future handed the release to the background");
+}
+
+static SHARED: OnceLock<(fencelock::testing::RedisServer, LockClient)> = OnceLock::new();
+
+/// A client created in one test's runtime, used by the other after that runtime may have
+/// ended: its connection lives on the library's own driver thread.
+fn shared() -> &'static LockClient {
+    &SHARED
+        .get_or_init(|| {
+            // A runtime of its own, on a thread of its own (this is called inside a test's
+            // runtime), gone before the tests use the client.
+            std::thread::spawn(|| {
+                let server = redis_server();
+                let runtime = tokio::runtime::Runtime::new().unwrap();
+                let client = runtime.block_on(client(&server));
+                (server, client)
+            })
+            .join()
+            .unwrap()
+        })
+        .1
+}
+
+#[tokio::test]
+async fn a_client_outlives_the_runtime_that_created_it_first() {
+    let guard = shared().lock("shared-a").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_outlives_the_runtime_that_created_it_second() {
+    let guard = shared().lock("shared-b").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[test]
+fn a_guard_dropped_outside_any_runtime_is_released() {
+    let server = redis_server();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = runtime.block_on(client(&server));
+    let guard = runtime.block_on(client.lock("k").ttl_ms(60_000).acquire()).unwrap();
+    drop(runtime);
+    drop(guard);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let free = runtime.block_on(async {
+        client.lock("k").retry(1000).sleep_ms(10).acquire().await
+    });
+    assert!(free.is_ok(), "the drop outside a runtime released the lock: {free:?}");
+}

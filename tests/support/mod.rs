@@ -1,0 +1,52 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use fencelock::LockClient;
+use fencelock::testing::RedisServer;
+
+pub fn redis_server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start a private redis-server: {e}"))
+}
+
+pub async fn client(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url())
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+}
+
+/// A plain redis-rs connection to inspect what the lock left in Redis.
+pub async fn inspector(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Sends a signal to the server process (`STOP`, `CONT`).
+pub fn signal(server: &RedisServer, signal: &str) {
+    let pid = server.pid().expect("server runs").to_string();
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// Polls `check` every 10 ms until it returns true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
