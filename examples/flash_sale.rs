@@ -23,7 +23,10 @@ const BUYERS_PER_WORKER: usize = 25;
 const SKU: &str = "sku-1";
 
 #[derive(Debug)]
-#[allow(dead_code, reason = "the fields are read through Debug in failure messages")]
+#[allow(
+    dead_code,
+    reason = "the fields are read through Debug in failure messages"
+)]
 enum SaleError {
     Lock(LockError),
     Store(String),

@@ -75,7 +75,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await;
 
-    println!("{iterations} sequential operations per row, one client, private redis-server on loopback");
+    println!(
+        "{iterations} sequential operations per row, one client, private redis-server on loopback"
+    );
     println!(
         "{:<34} {:>10} {:>10} {:>10} {:>12}",
         "operation", "mean µs", "p50 µs", "p99 µs", "mean / PING"

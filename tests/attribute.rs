@@ -12,7 +12,10 @@ use redis::AsyncCommands;
 use support::{client, redis_server};
 
 #[derive(Debug)]
-#[allow(dead_code, reason = "the fields are read through Debug in failure messages")]
+#[allow(
+    dead_code,
+    reason = "the fields are read through Debug in failure messages"
+)]
 enum AppError {
     Lock(LockError),
     Redis(redis::RedisError),
@@ -79,15 +82,23 @@ async fn give_up_and_continue_report_not_acquired_without_running_the_body() {
         Err(LockError::NotAcquired { attempts: 1, .. }) => {}
         other => panic!("GiveUp: expected NotAcquired after one attempt, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(1), "GiveUp does not wait");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "GiveUp does not wait"
+    );
     match with_client(locks.clone(), patient_job(7, &ran)).await {
         Err(LockError::NotAcquired { attempts: 4, .. }) => {}
         other => panic!("retry = 3: expected NotAcquired after four attempts, got {other:?}"),
     }
-    assert!(!ran.load(Ordering::SeqCst), "the body must not run without the lock");
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the body must not run without the lock"
+    );
 
     holder.release().await.unwrap();
-    with_client(locks.clone(), give_up_job(7, &ran)).await.unwrap();
+    with_client(locks.clone(), give_up_job(7, &ran))
+        .await
+        .unwrap();
     assert!(ran.load(Ordering::SeqCst));
 }
 
@@ -119,8 +130,14 @@ async fn hanging_body(entered: Arc<tokio::sync::Notify>) -> Result<(), LockError
 async fn assert_released_early(locks: &LockClient, key: &str, what: &str) {
     let started = Instant::now();
     let guard = locks.lock(key).retry(1_000).sleep_ms(10).acquire().await;
-    assert!(guard.is_ok(), "{what}: the lock was not released: {guard:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "{what}: released only by expiry");
+    assert!(
+        guard.is_ok(),
+        "{what}: the lock was not released: {guard:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{what}: released only by expiry"
+    );
 }
 
 #[tokio::test]
@@ -139,7 +156,10 @@ async fn dropping_the_future_mid_body_releases_the_lock() {
     let entered = Arc::new(tokio::sync::Notify::new());
     let task = tokio::spawn(with_client(locks.clone(), hanging_body(entered.clone())));
     entered.notified().await;
-    assert!(locks.lock("hangs").give_up().acquire().await.is_err(), "held while the body runs");
+    assert!(
+        locks.lock("hangs").give_up().acquire().await.is_err(),
+        "held while the body runs"
+    );
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     assert_released_early(&locks, "hangs", "cancellation").await;
@@ -153,7 +173,9 @@ async fn observe_token(id: u64) -> Result<Option<u64>, LockError> {
 #[redis_lock(key = "outer")]
 async fn nested_tokens(locks: &LockClient) -> Result<(u64, u64, u64), LockError> {
     let outer = current_token().unwrap_or(0);
-    let inner = with_client(locks.clone(), observe_token(1)).await?.unwrap_or(0);
+    let inner = with_client(locks.clone(), observe_token(1))
+        .await?
+        .unwrap_or(0);
     Ok((outer, inner, current_token().unwrap_or(0)))
 }
 
@@ -161,10 +183,18 @@ async fn nested_tokens(locks: &LockClient) -> Result<(u64, u64, u64), LockError>
 async fn the_body_sees_the_fencing_token_of_the_innermost_lock() {
     let locks = LockClient::memory();
     assert_eq!(current_token(), None);
-    let first = with_client(locks.clone(), observe_token(1)).await.unwrap().unwrap();
-    let second = with_client(locks.clone(), observe_token(1)).await.unwrap().unwrap();
+    let first = with_client(locks.clone(), observe_token(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let second = with_client(locks.clone(), observe_token(1))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(second > first, "each entry gets a newer token");
-    let (outer, inner, after) = with_client(locks.clone(), nested_tokens(&locks)).await.unwrap();
+    let (outer, inner, after) = with_client(locks.clone(), nested_tokens(&locks))
+        .await
+        .unwrap();
     assert!(inner > outer && after == outer, "{outer} {inner} {after}");
 }
 
@@ -248,10 +278,17 @@ async fn early_return(n: u8) -> Result<u8, LockError> {
 #[tokio::test]
 async fn every_function_shape_locks_and_returns_its_value() {
     let locks = LockClient::memory();
-    let mut inventory = Inventory { locks: locks.clone(), id: 3, calls: 0 };
+    let mut inventory = Inventory {
+        locks: locks.clone(),
+        id: 3,
+        calls: 0,
+    };
     assert!(inventory.reserve("a:b").await.unwrap() > 0);
     assert_eq!(inventory.count().await.unwrap(), 1);
-    let order = Order { id: 9, lines: vec![1, 2] };
+    let order = Order {
+        id: 9,
+        lines: vec![1, 2],
+    };
     assert_eq!(inventory.ship(order).await.unwrap(), "2 lines");
     let shared = Arc::new(locks.clone());
     assert_eq!(generic(shared, 5, "x").await.unwrap(), "5 x");
@@ -263,7 +300,11 @@ async fn every_function_shape_locks_and_returns_its_value() {
 #[tokio::test]
 async fn the_key_is_the_template_with_escaped_values() {
     let locks = LockClient::memory();
-    let inventory = Inventory { locks: locks.clone(), id: 3, calls: 0 };
+    let inventory = Inventory {
+        locks: locks.clone(),
+        id: 3,
+        calls: 0,
+    };
     let held = locks.lock(r"inventory:3:a\:b").acquire().await.unwrap();
     let blocked = tokio::time::timeout(Duration::from_millis(300), inventory.reserve("a:b")).await;
     assert!(

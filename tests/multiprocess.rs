@@ -14,7 +14,10 @@ const TASKS_PER_PROCESS: usize = 50;
 const WORKER_URL: &str = "FENCELOCK_WORKER_URL";
 
 #[derive(Debug)]
-#[allow(dead_code, reason = "the fields are read through Debug in failure messages")]
+#[allow(
+    dead_code,
+    reason = "the fields are read through Debug in failure messages"
+)]
 enum WorkerError {
     Lock(LockError),
     Redis(redis::RedisError),
@@ -56,7 +59,12 @@ async fn counter_worker() {
         .await
         .unwrap();
     let tasks: Vec<_> = (0..TASKS_PER_PROCESS)
-        .map(|_| tokio::spawn(with_client(locks.clone(), increment(redis.clone(), "shared"))))
+        .map(|_| {
+            tokio::spawn(with_client(
+                locks.clone(),
+                increment(redis.clone(), "shared"),
+            ))
+        })
         .collect();
     for task in tasks {
         task.await.unwrap().unwrap();

@@ -31,12 +31,23 @@ async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_
     let mut redis = inspector(&server).await;
     let guard = client.lock("stock:42").acquire().await.unwrap();
     let owner: Option<String> = redis.get("app:{stock:42}").await.unwrap();
-    assert_eq!(owner.map(|o| o.len()), Some(32), "the owner is a 32-digit UUID");
+    assert_eq!(
+        owner.map(|o| o.len()),
+        Some(32),
+        "the owner is a 32-digit UUID"
+    );
     let ttl: i64 = redis.pttl("app:{stock:42}").await.unwrap();
-    assert!(ttl > 0 && ttl <= 30_000, "the lease is the key's TTL, got {ttl}");
+    assert!(
+        ttl > 0 && ttl <= 30_000,
+        "the lease is the key's TTL, got {ttl}"
+    );
     guard.release().await.unwrap();
     let keys: Vec<String> = redis.keys("*").await.unwrap();
-    assert_eq!(keys, vec!["app:{stock:42}:fence".to_string()], "only the fencing counter stays");
+    assert_eq!(
+        keys,
+        vec!["app:{stock:42}:fence".to_string()],
+        "only the fencing counter stays"
+    );
 }
 
 #[tokio::test]
@@ -56,7 +67,10 @@ async fn fencing_tokens_keep_increasing_across_a_restart_that_lost_the_data() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens must increase across restarts: {tokens:?}"
     );
-    assert!(tokens[0] > 1_000_000_000_000_000, "tokens are at least the server time in µs");
+    assert!(
+        tokens[0] > 1_000_000_000_000_000,
+        "tokens are at least the server time in µs"
+    );
 }
 
 #[tokio::test]
@@ -64,7 +78,10 @@ async fn an_unreachable_server_is_a_backend_error_and_the_client_recovers() {
     let mut server = redis_server();
     let client = client(&server).await;
     server.kill().unwrap();
-    for request in [client.lock("k").give_up(), client.lock("k").retry(2).sleep_ms(10)] {
+    for request in [
+        client.lock("k").give_up(),
+        client.lock("k").retry(2).sleep_ms(10),
+    ] {
         match request.acquire().await {
             Err(LockError::Backend { .. }) => {}
             other => panic!("an outage must be Backend, never NotAcquired: {other:?}"),
@@ -97,13 +114,24 @@ async fn connecting_to_nothing_is_a_backend_error() {
 async fn scripts_are_reloaded_after_script_flush() {
     let server = redis_server();
     let client = client(&server).await;
-    client.lock("k").acquire().await.unwrap().release().await.unwrap();
+    client
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut inspector(&server).await)
         .await
         .unwrap();
-    let guard = client.lock("k").acquire().await.expect("acquire after SCRIPT FLUSH");
+    let guard = client
+        .lock("k")
+        .acquire()
+        .await
+        .expect("acquire after SCRIPT FLUSH");
     guard.release().await.expect("release after SCRIPT FLUSH");
 }
 
@@ -114,7 +142,14 @@ async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
     let redis = inspector(&server).await;
     // Load the scripts first: a first EVALSHA answers NOSCRIPT, and a cancelled caller never
     // sends the EVALSHA that follows the load.
-    client.lock("warm-up").acquire().await.unwrap().release().await.unwrap();
+    client
+        .lock("warm-up")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     signal(&server, "STOP");
     // The request is on the wire when the caller gives up; Redis runs it once resumed.
     let attempt = client.lock("orphan").ttl_ms(60_000).give_up().acquire();
@@ -128,7 +163,10 @@ async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
         fenced && !exists
     })
     .await;
-    assert!(cleaned, "the acquire ran (the fence exists) and its grant was deleted again");
+    assert!(
+        cleaned,
+        "the acquire ran (the fence exists) and its grant was deleted again"
+    );
 }
 
 #[tokio::test]
@@ -138,13 +176,20 @@ async fn a_cancelled_release_still_releases() {
     let guard = client.lock("k").ttl_ms(60_000).acquire().await.unwrap();
     signal(&server, "STOP");
     let release = guard.release();
-    assert!(tokio::time::timeout(Duration::from_millis(200), release).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), release)
+            .await
+            .is_err()
+    );
     signal(&server, "CONT");
     let free = eventually(Duration::from_secs(10), || async {
         client.lock("k").give_up().acquire().await.is_ok()
     })
     .await;
-    assert!(free, "the dropped release future handed the release to the background");
+    assert!(
+        free,
+        "the dropped release future handed the release to the background"
+    );
 }
 
 static SHARED: OnceLock<(fencelock::testing::RedisServer, LockClient)> = OnceLock::new();
@@ -185,12 +230,16 @@ fn a_guard_dropped_outside_any_runtime_is_released() {
     let server = redis_server();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = runtime.block_on(client(&server));
-    let guard = runtime.block_on(client.lock("k").ttl_ms(60_000).acquire()).unwrap();
+    let guard = runtime
+        .block_on(client.lock("k").ttl_ms(60_000).acquire())
+        .unwrap();
     drop(runtime);
     drop(guard);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let free = runtime.block_on(async {
-        client.lock("k").retry(1000).sleep_ms(10).acquire().await
-    });
-    assert!(free.is_ok(), "the drop outside a runtime released the lock: {free:?}");
+    let free =
+        runtime.block_on(async { client.lock("k").retry(1000).sleep_ms(10).acquire().await });
+    assert!(
+        free.is_ok(),
+        "the drop outside a runtime released the lock: {free:?}"
+    );
 }

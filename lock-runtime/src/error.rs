@@ -20,7 +20,9 @@ pub enum LockError {
     },
     /// The lease ended while the holder still held the guard: it expired, or another owner
     /// holds the key now. Whatever ran since may have overlapped with another holder.
-    #[error("lock `{key}` was lost before it was released (the lease expired or the key was taken)")]
+    #[error(
+        "lock `{key}` was lost before it was released (the lease expired or the key was taken)"
+    )]
     #[non_exhaustive]
     Lost {
         /// The lock key, as the caller wrote it.

@@ -141,7 +141,12 @@ mod tests {
     #[test]
     fn out_of_range_values_are_rejected() {
         assert!(LockOptions::new().ttl_ms(0).validate().is_err());
-        assert!(LockOptions::new().ttl_ms(MAX_TTL_MS + 1).validate().is_err());
+        assert!(
+            LockOptions::new()
+                .ttl_ms(MAX_TTL_MS + 1)
+                .validate()
+                .is_err()
+        );
         assert!(LockOptions::new().sleep_ms(0).validate().is_err());
         assert!(LockOptions::new().ttl_ms(MAX_TTL_MS).validate().is_ok());
     }

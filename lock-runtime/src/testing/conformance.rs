@@ -31,11 +31,24 @@ fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u3
 
 /// A held key refuses other owners until its holder releases it.
 pub async fn grant_is_exclusive(client: &LockClient, key: &str) {
-    let first = client.lock(key).ttl_ms(LONG_TTL_MS).give_up().acquire().await;
+    let first = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .give_up()
+        .acquire()
+        .await;
     let first = first.expect("a free key is granted");
-    let second = client.lock(key).ttl_ms(LONG_TTL_MS).give_up().acquire().await;
+    let second = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .give_up()
+        .acquire()
+        .await;
     expect_not_acquired(second, 1, "a held key must refuse another owner");
-    first.release().await.expect("the holder releases its own lock");
+    first
+        .release()
+        .await
+        .expect("the holder releases its own lock");
     let third = client.lock(key).give_up().acquire().await;
     third
         .expect("a released key is free again")
@@ -48,7 +61,12 @@ pub async fn grant_is_exclusive(client: &LockClient, key: &str) {
 pub async fn tokens_strictly_increase(client: &LockClient, key: &str) {
     let mut last = 0;
     for _ in 0..20 {
-        let guard = client.lock(key).give_up().acquire().await.expect("free key");
+        let guard = client
+            .lock(key)
+            .give_up()
+            .acquire()
+            .await
+            .expect("free key");
         assert!(
             guard.token() > last,
             "fencing tokens must strictly increase: {} after {last}",
@@ -62,7 +80,12 @@ pub async fn tokens_strictly_increase(client: &LockClient, key: &str) {
 /// The seed's T1/T2 case: a holder whose lease expired, and whose key another owner took,
 /// gets `Lost` from its release and leaves the new owner's lock in place.
 pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &str) {
-    let stale = client.lock(key).ttl_ms(SHORT_TTL_MS).give_up().acquire().await;
+    let stale = client
+        .lock(key)
+        .ttl_ms(SHORT_TTL_MS)
+        .give_up()
+        .acquire()
+        .await;
     let stale = stale.expect("free key");
     // The successor polls until the stale lease ends: the expiry is the event awaited.
     let successor = client
@@ -73,14 +96,24 @@ pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &
         .acquire()
         .await
         .expect("the key is granted once the first lease expires");
-    assert!(successor.token() > stale.token(), "the successor's token is newer");
+    assert!(
+        successor.token() > stale.token(),
+        "the successor's token is newer"
+    );
     match stale.release().await {
         Err(LockError::Lost { .. }) => {}
         other => panic!("releasing an expired lease must report Lost, got {other:?}"),
     }
     let intruder = client.lock(key).give_up().acquire().await;
-    expect_not_acquired(intruder, 1, "the stale release must not delete the successor's lock");
-    successor.release().await.expect("the successor still owns its lock");
+    expect_not_acquired(
+        intruder,
+        1,
+        "the stale release must not delete the successor's lock",
+    );
+    successor
+        .release()
+        .await
+        .expect("the successor still owns its lock");
 }
 
 /// Dropping a guard releases the lock long before its lease would end.
@@ -105,7 +138,12 @@ pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
 
 /// `GiveUp` asks once and reports contention as `NotAcquired`.
 pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
-    let holder = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await.expect("free key");
+    let holder = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .acquire()
+        .await
+        .expect("free key");
     let started = std::time::Instant::now();
     let refused = client.lock(key).sleep_ms(5_000).give_up().acquire().await;
     expect_not_acquired(refused, 1, "GiveUp makes exactly one attempt");
@@ -118,7 +156,12 @@ pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
 
 /// `Continue` makes `1 + retry` attempts, then reports `NotAcquired`.
 pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
-    let holder = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await.expect("free key");
+    let holder = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .acquire()
+        .await
+        .expect("free key");
     let refused = client.lock(key).retry(3).sleep_ms(10).acquire().await;
     expect_not_acquired(refused, 4, "Continue with retry = 3 makes four attempts");
     holder.release().await.expect("release");
@@ -129,7 +172,10 @@ pub async fn bad_input_is_refused(client: &LockClient, key: &str) {
     let cases = [
         (client.lock(""), "an empty key"),
         (client.lock(format!("{key}\n")), "a key with a newline"),
-        (client.lock("x".repeat(crate::MAX_KEY_LEN + 1)), "a key over the limit"),
+        (
+            client.lock("x".repeat(crate::MAX_KEY_LEN + 1)),
+            "a key over the limit",
+        ),
     ];
     for (request, what) in cases {
         match request.acquire().await {
