@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fencelock::{LockClient, LockError, testing::conformance};
 use redis::AsyncCommands;
-use support::{client, eventually, inspector, redis_server, signal};
+use support::{client, eventually, inspector, redis_server};
 
 #[tokio::test]
 async fn redis_backend_passes_the_conformance_suite() {
@@ -111,6 +111,22 @@ async fn connecting_to_nothing_is_a_backend_error() {
 }
 
 #[tokio::test]
+async fn rediss_urls_need_the_tls_feature() {
+    let result = LockClient::connect("rediss://127.0.0.1:1/").await;
+    if cfg!(feature = "tls-rustls") {
+        assert!(
+            matches!(result, Err(LockError::Backend { .. })),
+            "with TLS built in, a rediss:// URL is accepted and the connection fails: {result:?}"
+        );
+    } else {
+        assert!(
+            matches!(&result, Err(LockError::InvalidConfig { reason, .. }) if reason.contains("tls-rustls")),
+            "without TLS, the error names the feature: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn scripts_are_reloaded_after_script_flush() {
     let server = redis_server();
     let client = client(&server).await;
@@ -150,12 +166,12 @@ async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
         .release()
         .await
         .unwrap();
-    signal(&server, "STOP");
+    server.pause().unwrap();
     // The request is on the wire when the caller gives up; Redis runs it once resumed.
     let attempt = client.lock("orphan").ttl_ms(60_000).give_up().acquire();
     let timed_out = tokio::time::timeout(Duration::from_millis(300), attempt).await;
     assert!(timed_out.is_err(), "the stopped server cannot answer");
-    signal(&server, "CONT");
+    server.resume().unwrap();
     let cleaned = eventually(Duration::from_secs(10), || async {
         let mut redis = redis.clone();
         let exists: bool = redis.exists("lock:{orphan}").await.unwrap();
@@ -174,14 +190,14 @@ async fn a_cancelled_release_still_releases() {
     let server = redis_server();
     let client = client(&server).await;
     let guard = client.lock("k").ttl_ms(60_000).acquire().await.unwrap();
-    signal(&server, "STOP");
+    server.pause().unwrap();
     let release = guard.release();
     assert!(
         tokio::time::timeout(Duration::from_millis(200), release)
             .await
             .is_err()
     );
-    signal(&server, "CONT");
+    server.resume().unwrap();
     let free = eventually(Duration::from_secs(10), || async {
         client.lock("k").give_up().acquire().await.is_ok()
     })

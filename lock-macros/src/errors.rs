@@ -24,11 +24,15 @@ impl Errors {
     /// Returns `value` if no error was recorded, else all recorded errors.
     ///
     /// Stages return `None` only after recording why, so a `None` without an
-    /// error is a bug in this crate.
+    /// error is a bug in this crate, reported as such rather than as a panic.
     pub(crate) fn finish<T>(self, value: Option<T>) -> syn::Result<T> {
-        match self.combined {
-            Some(error) => Err(error),
-            None => Ok(value.expect("a #[redis_lock] check failed without reporting an error")),
+        match (self.combined, value) {
+            (Some(error), _) => Err(error),
+            (None, Some(value)) => Ok(value),
+            (None, None) => Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "internal error in `#[redis_lock]`: a check failed without saying why; please report it",
+            )),
         }
     }
 }

@@ -25,16 +25,6 @@ pub async fn inspector(server: &RedisServer) -> redis::aio::MultiplexedConnectio
         .unwrap()
 }
 
-/// Sends a signal to the server process (`STOP`, `CONT`).
-pub fn signal(server: &RedisServer, signal: &str) {
-    let pid = server.pid().expect("server runs").to_string();
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid} failed");
-}
-
 /// Polls `check` every 10 ms until it returns true or `limit` passes.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where

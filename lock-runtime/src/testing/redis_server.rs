@@ -17,6 +17,7 @@ const START_TRIES: u32 = 5;
 /// `127.0.0.1` and a free port, with persistence off. Stopped when dropped.
 #[derive(Debug)]
 pub struct RedisServer {
+    binary: String,
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
@@ -32,6 +33,11 @@ impl RedisServer {
     /// Starts a server with extra command-line arguments (e.g. `["--maxmemory-policy",
     /// "volatile-lru"]`).
     pub fn start_with(extra_args: &[&str]) -> io::Result<RedisServer> {
+        let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
+        RedisServer::start_binary(binary, extra_args)
+    }
+
+    fn start_binary(binary: String, extra_args: &[&str]) -> io::Result<RedisServer> {
         static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "fencelock-redis-{}-{}",
@@ -40,6 +46,7 @@ impl RedisServer {
         ));
         std::fs::create_dir_all(&dir)?;
         let mut server = RedisServer {
+            binary,
             child: None,
             port: 0,
             dir,
@@ -88,10 +95,33 @@ impl RedisServer {
         self.spawn()
     }
 
+    /// Freezes the server with `SIGSTOP`: it keeps its connections but answers nothing.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] (`SIGCONT`).
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| io::Error::other("the server is not running"))?;
+        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: kill(2) has no memory effects; `pid` is our own child, not yet reaped.
+        if unsafe { libc::kill(pid, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     fn spawn(&mut self) -> io::Result<()> {
-        let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
+        let binary = &self.binary;
         let log = self.dir.join("redis.log");
-        let child = Command::new(&binary)
+        let child = Command::new(binary)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
@@ -176,5 +206,22 @@ fn ping(port: u16) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::other("unexpected reply to PING"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_named_in_the_error() {
+        let error = RedisServer::start_binary("/nonexistent/redis-server".into(), &[])
+            .expect_err("there is no such binary");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+        let message = error.to_string();
+        assert!(
+            message.contains("/nonexistent/redis-server") && message.contains(REDIS_SERVER_ENV),
+            "the error names the binary and how to point at another: {message}"
+        );
     }
 }

@@ -51,6 +51,11 @@ impl RedisBackend {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
+        if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
+            return Err(LockError::config(
+                "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
+            ));
+        }
         let client = Client::open(url).map_err(|e| {
             LockError::config(format!(
                 "cannot use Redis URL: {e}; expected redis://[user:password@]host[:port][/db] \
