@@ -29,15 +29,20 @@ fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u3
     }
 }
 
-/// A held key refuses other owners until its holder releases it.
-pub async fn grant_is_exclusive(client: &LockClient, key: &str) {
-    let first = client
+/// Takes `key`, free at this point of a check, with a lease that outlasts the check.
+async fn hold(client: &LockClient, key: &str) -> crate::LockGuard {
+    let guard = client
         .lock(key)
         .ttl_ms(LONG_TTL_MS)
         .give_up()
         .acquire()
         .await;
-    let first = first.expect("a free key is granted");
+    guard.unwrap_or_else(|e| panic!("the free key {key} must be granted: {e}"))
+}
+
+/// A held key refuses other owners until its holder releases it.
+pub async fn grant_is_exclusive(client: &LockClient, key: &str) {
+    let first = hold(client, key).await;
     let second = client
         .lock(key)
         .ttl_ms(LONG_TTL_MS)
@@ -118,8 +123,7 @@ pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &
 
 /// Dropping a guard releases the lock long before its lease would end.
 pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
-    let guard = client.lock(key).ttl_ms(LONG_TTL_MS).acquire().await;
-    drop(guard.expect("free key"));
+    drop(hold(client, key).await);
     let started = std::time::Instant::now();
     let next = client
         .lock(key)
@@ -138,12 +142,7 @@ pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
 
 /// `GiveUp` asks once and reports contention as `NotAcquired`.
 pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
-    let holder = client
-        .lock(key)
-        .ttl_ms(LONG_TTL_MS)
-        .acquire()
-        .await
-        .expect("free key");
+    let holder = hold(client, key).await;
     let started = std::time::Instant::now();
     let refused = client.lock(key).sleep_ms(5_000).give_up().acquire().await;
     expect_not_acquired(refused, 1, "GiveUp makes exactly one attempt");
@@ -156,12 +155,7 @@ pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
 
 /// `Continue` makes `1 + retry` attempts, then reports `NotAcquired`.
 pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
-    let holder = client
-        .lock(key)
-        .ttl_ms(LONG_TTL_MS)
-        .acquire()
-        .await
-        .expect("free key");
+    let holder = hold(client, key).await;
     let refused = client.lock(key).retry(3).sleep_ms(10).acquire().await;
     expect_not_acquired(refused, 4, "Continue with retry = 3 makes four attempts");
     holder.release().await.expect("release");
