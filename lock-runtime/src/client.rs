@@ -1,6 +1,7 @@
 //! `LockClient`: the handle applications keep, and the scopes that choose one.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -9,13 +10,25 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisBackend,
 };
+use crate::driver::Background;
+use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockRequest};
 
-/// A connection to a lock backend. Cheap to clone: clones share the backend and its
-/// connection.
+/// A connection to a lock backend. Cheap to clone: clones share the backend, its connection
+/// and one renewal loop.
 #[derive(Clone, Debug)]
 pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+#[derive(Debug)]
+struct ClientInner {
+    /// Tells clients apart for reentrancy: a lock is re-entered only through the client
+    /// (and so the backend) that holds it.
+    id: u64,
     backend: Arc<dyn LockBackend>,
+    background: Background,
+    renewer: Renewer,
 }
 
 static GLOBAL: OnceLock<LockClient> = OnceLock::new();
@@ -42,16 +55,35 @@ impl LockClient {
     }
 
     /// A client whose locks live in this process's memory: the same semantics as Redis
-    /// (leases, owner-checked release, fencing tokens), for tests and single-process use.
-    /// Each call creates a separate lock space; clone the client to share it.
+    /// (leases, renewal, owner-checked release, fencing tokens), for tests and single-process
+    /// use. Each call creates a separate lock space; clone the client to share it.
     pub fn memory() -> LockClient {
-        LockClient::from_backend(MemoryBackend::new())
+        LockClient::with_background(Arc::new(MemoryBackend::new()), Background::Driver)
+    }
+
+    /// A memory client whose background work (renewal, loss detection, background releases)
+    /// runs on `runtime` instead of the library's driver thread, so that tests can drive
+    /// leases with tokio's paused clock (`#[tokio::test(start_paused = true)]`, then
+    /// `LockClient::memory_on(Handle::current())`). The client stops working when that
+    /// runtime ends.
+    pub fn memory_on(runtime: tokio::runtime::Handle) -> LockClient {
+        LockClient::with_background(Arc::new(MemoryBackend::new()), Background::Runtime(runtime))
     }
 
     /// A client over any [`LockBackend`].
     pub fn from_backend(backend: impl LockBackend) -> LockClient {
+        LockClient::with_background(Arc::new(backend), Background::Driver)
+    }
+
+    fn with_background(backend: Arc<dyn LockBackend>, background: Background) -> LockClient {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         LockClient {
-            backend: Arc::new(backend),
+            inner: Arc::new(ClientInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                renewer: Renewer::new(backend.clone(), background.clone()),
+                backend,
+                background,
+            }),
         }
     }
 
@@ -71,8 +103,25 @@ impl LockClient {
         LockRequest::new(self.clone(), key.into())
     }
 
+    /// Counters of this client's renewal loop.
+    pub fn renewal_stats(&self) -> RenewalStats {
+        self.inner.renewer.stats()
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
     pub(crate) fn backend(&self) -> &Arc<dyn LockBackend> {
-        &self.backend
+        &self.inner.backend
+    }
+
+    pub(crate) fn background(&self) -> &Background {
+        &self.inner.background
+    }
+
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.inner.renewer
     }
 
     /// The client of the innermost [`with_client`] scope, else the global one.

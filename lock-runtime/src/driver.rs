@@ -1,9 +1,11 @@
-//! The process-wide background runtime.
+//! Where background work runs.
 //!
-//! Redis connections, background releases and cleanup of cancelled acquisitions run here, on
-//! a thread of the library's own, so they neither depend on the runtime of whoever created a
-//! client or dropped a guard (a `#[tokio::test]` runtime ends with its test), nor stall while
-//! a lock body blocks a current-thread runtime.
+//! By default on the process-wide driver: a thread of the library's own with a current-thread
+//! runtime. Redis connections, renewals, background releases and cleanups of cancelled
+//! acquisitions run there, so they neither depend on the runtime of whoever created a client
+//! or dropped a guard (a `#[tokio::test]` runtime ends with its test), nor stall while a lock
+//! body blocks a current-thread runtime. A memory client can instead run its background work
+//! on the caller's runtime, so that tests drive renewal and expiry with tokio's paused clock.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -29,19 +31,31 @@ fn start() -> Result<Handle, String> {
     Ok(handle)
 }
 
-/// The driver's handle, starting the driver on first use.
-pub(crate) fn handle() -> Result<&'static Handle, LockError> {
-    DRIVER
-        .get_or_init(start)
-        .as_ref()
-        .map_err(|message| LockError::backend(None, message.clone(), None))
+/// The runtime a client's background work is spawned on.
+#[derive(Debug, Clone)]
+pub(crate) enum Background {
+    /// The process-wide driver thread, started on first use.
+    Driver,
+    /// A runtime chosen by the application (paused-clock tests).
+    Runtime(Handle),
 }
 
-/// Runs `future` on the driver.
-pub(crate) fn spawn<F>(future: F) -> Result<JoinHandle<F::Output>, LockError>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    Ok(handle()?.spawn(future))
+impl Background {
+    /// Runs `future` in the background.
+    pub(crate) fn spawn<F>(&self, future: F) -> Result<JoinHandle<F::Output>, LockError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            Background::Driver => {
+                let handle = DRIVER
+                    .get_or_init(start)
+                    .as_ref()
+                    .map_err(|message| LockError::backend(None, message.clone(), None))?;
+                Ok(handle.spawn(future))
+            }
+            Background::Runtime(handle) => Ok(handle.spawn(future)),
+        }
+    }
 }

@@ -18,15 +18,15 @@ pub enum LockError {
         /// How many times the backend was asked.
         attempts: u32,
     },
-    /// The lease ended while the holder still held the guard: it expired, or another owner
-    /// holds the key now. Whatever ran since may have overlapped with another holder.
-    #[error(
-        "lock `{key}` was lost before it was released (the lease expired or the key was taken)"
-    )]
+    /// The lease ended while the holder still held the guard: another owner may hold the
+    /// key now, so whatever ran since may have overlapped with that owner.
+    #[error("lock `{key}` was lost while held: {cause}")]
     #[non_exhaustive]
     Lost {
         /// The lock key, as the caller wrote it.
         key: String,
+        /// Why the lease ended.
+        cause: crate::LossCause,
     },
     /// The backend could not be reached, timed out, or answered something unexpected.
     /// Says nothing about who holds the lock.

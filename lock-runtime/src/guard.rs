@@ -1,36 +1,44 @@
-//! `LockGuard`: a held lease, released explicitly or when dropped.
+//! `LockGuard`: a held lease, renewed while held, released explicitly or when dropped.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backend::{Lease, LockBackend, Release};
-use crate::{LockError, driver};
+use tokio::time::Instant;
+
+use crate::backend::{Lease, Release};
+use crate::renewal::{LossCause, Tracking};
+use crate::{LockClient, LockError};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
 /// releases it in the background (also when a body panics or its future is dropped).
 #[must_use = "dropping a LockGuard releases the lock at once"]
 #[derive(Debug)]
 pub struct LockGuard {
-    backend: Arc<dyn LockBackend>,
+    client: LockClient,
     lease: Lease,
     token: u64,
-    /// When the granting request was sent: the lease cannot end before `lease_start + ttl`.
-    lease_start: Instant,
+    /// When the granting request was sent.
+    acquired_at: Instant,
+    min_hold: Duration,
+    tracking: Tracking,
     released: bool,
 }
 
 impl LockGuard {
     pub(crate) fn new(
-        backend: Arc<dyn LockBackend>,
+        client: LockClient,
         lease: Lease,
         token: u64,
-        lease_start: Instant,
+        acquired_at: Instant,
+        min_hold: Duration,
+        tracking: Tracking,
     ) -> Self {
         LockGuard {
-            backend,
+            client,
             lease,
             token,
-            lease_start,
+            acquired_at,
+            min_hold,
+            tracking,
             released: false,
         }
     }
@@ -46,9 +54,35 @@ impl LockGuard {
         self.token
     }
 
-    /// Releases the lock if it is still ours.
+    /// Completes when the lease is lost (at once if it already was), with the
+    /// [`LockError::Lost`] that says why. `select!` on it to stop work that must not go on
+    /// without the lock.
+    pub async fn lost(&self) -> LockError {
+        let cause = self.tracking.signal().lost().await;
+        self.lost_error(cause)
+    }
+
+    /// Whether the lease has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.tracking.signal().cause().is_some()
+    }
+
+    fn lost_error(&self, cause: LossCause) -> LockError {
+        LockError::Lost {
+            key: self.lease.key.clone(),
+            cause,
+        }
+    }
+
+    /// What is left of `min_hold_ms`: the release keeps the key taken that much longer.
+    fn keep(&self) -> Duration {
+        self.min_hold.saturating_sub(self.acquired_at.elapsed())
+    }
+
+    /// Releases the lock if it is still ours (with `min_hold_ms`, shortens its lease to what
+    /// is left of it instead). Renewal stops first.
     ///
-    /// Returns [`LockError::Lost`] if the lease had ended (the key expired or another owner
+    /// Returns [`LockError::Lost`] if the key was no longer ours (it expired, or another owner
     /// holds it; that owner's lock is left alone). On a backend error the release is retried
     /// in the background until the lease would have ended anyway.
     ///
@@ -56,16 +90,17 @@ impl LockGuard {
     /// Dropping this future before it completes leaves the release to the background, as
     /// dropping the guard does: the lock is never left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
-        match self.backend.release(&self.lease).await? {
+        self.tracking.stop();
+        let keep = self.keep();
+        match self.client.backend().release(&self.lease, keep).await? {
             Release::Released => {
                 self.released = true;
                 Ok(())
             }
             Release::NotOwner => {
                 self.released = true;
-                Err(LockError::Lost {
-                    key: self.lease.key.clone(),
-                })
+                self.tracking.signal().lose(LossCause::NotOwner);
+                Err(self.lost_error(LossCause::NotOwner))
             }
         }
     }
@@ -74,26 +109,23 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released {
-            release_in_background(
-                self.backend.clone(),
-                self.lease.clone(),
-                self.lease_start + self.lease.ttl,
-            );
+            // Stop renewal before the release is sent, so no extend can follow it.
+            self.tracking.stop();
+            let keep = self.keep();
+            release_in_background(&self.client, self.lease.clone(), keep);
         }
     }
 }
 
-/// Releases `lease` on the driver, retrying backend errors with backoff until `deadline`,
-/// after which the lease has ended by itself. Never blocks the caller.
-pub(crate) fn release_in_background(
-    backend: Arc<dyn LockBackend>,
-    lease: Lease,
-    deadline: Instant,
-) {
-    let spawned = driver::spawn(async move {
+/// Releases `lease` in the client's background, retrying backend errors with backoff until
+/// the lease has certainly ended by itself. Never blocks the caller.
+pub(crate) fn release_in_background(client: &LockClient, lease: Lease, keep: Duration) {
+    let backend = client.backend().clone();
+    let deadline = Instant::now() + lease.ttl + keep;
+    let spawned = client.background().spawn(async move {
         let mut pause = Duration::from_millis(20);
         loop {
-            match backend.release(&lease).await {
+            match backend.release(&lease, keep).await {
                 Ok(_) => return,
                 Err(error) if Instant::now() + pause < deadline => {
                     tracing::debug!(key = %lease.key, %error, "background release failed; retrying");
@@ -108,13 +140,6 @@ pub(crate) fn release_in_background(
         }
     });
     if let Err(error) = spawned {
-        tracing::warn!(key = %lease_key_hint(&error), %error, "cannot release in the background; the lease ends by its TTL");
-    }
-}
-
-fn lease_key_hint(error: &LockError) -> String {
-    match error {
-        LockError::Backend { key: Some(key), .. } => key.clone(),
-        _ => String::new(),
+        tracing::warn!(%error, "cannot release in the background; the lease ends by its TTL");
     }
 }

@@ -13,6 +13,7 @@ mod guard;
 mod key;
 mod options;
 mod random;
+mod renewal;
 mod request;
 mod scope;
 #[cfg(feature = "testing")]
@@ -26,6 +27,9 @@ pub use client::{LockClient, LockClientBuilder, with_client};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
-pub use options::{DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS};
+pub use options::{
+    DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,
+};
+pub use renewal::{LossCause, RenewalStats};
 pub use request::LockRequest;
 pub use scope::current_token;

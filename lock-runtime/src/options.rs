@@ -1,4 +1,4 @@
-//! What a lock request asks for: lease length and retry policy.
+//! What a lock request asks for: lease, retry policy, renewal and hold bounds.
 
 use std::time::Duration;
 
@@ -14,18 +14,37 @@ pub const DEFAULT_RETRY: u32 = 5;
 /// Longest pause between attempts when none is given.
 pub const DEFAULT_SLEEP_MS: u64 = 200;
 
-/// Lease length and retry policy of one lock request.
+/// What a `#[redis_lock]` body does when its lease is lost while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnLost {
+    /// Drop the body at its next `.await` and return `Err(LockError::Lost { .. })`.
+    #[default]
+    Abort,
+    /// Let the body finish; the loss shows in `LockGuard::is_lost` and in the fencing token
+    /// being stale.
+    Continue,
+}
+
+/// Lease, retry policy and hold bounds of one lock request.
 ///
 /// `GiveUp` makes one attempt. `Continue` (the default) makes up to `1 + retry` attempts,
 /// pausing between two of them for a random time between `sleep_ms / 2` and `sleep_ms`
 /// (never longer than the holder's remaining lease), so the total wait is at most
 /// `retry × sleep_ms`. Only contention and backend failures are retried.
+///
+/// While the lock is held the lease is renewed every `ttl_ms / 3` (unless `renew(false)`),
+/// for at most `max_hold_ms`; `min_hold_ms` keeps the key taken after an early release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
     ttl_ms: u64,
     retry: u32,
     sleep_ms: u64,
     give_up: bool,
+    renew: bool,
+    on_lost: OnLost,
+    min_hold_ms: u64,
+    max_hold_ms: Option<u64>,
 }
 
 impl Default for LockOptions {
@@ -35,17 +54,23 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// The defaults: 30 s lease, `Continue` with 5 retries at most 200 ms apart.
+    /// The defaults: 30 s lease renewed while held, `Continue` with 5 retries at most
+    /// 200 ms apart, abort on loss, no hold bounds.
     pub const fn new() -> Self {
         LockOptions {
             ttl_ms: DEFAULT_TTL_MS,
             retry: DEFAULT_RETRY,
             sleep_ms: DEFAULT_SLEEP_MS,
             give_up: false,
+            renew: true,
+            on_lost: OnLost::Abort,
+            min_hold_ms: 0,
+            max_hold_ms: None,
         }
     }
 
-    /// Lease length in milliseconds, `1..=MAX_TTL_MS`.
+    /// Lease length in milliseconds, `1..=MAX_TTL_MS`. It is also the time in which a
+    /// crashed holder's lock frees itself.
     pub const fn ttl_ms(mut self, ttl_ms: u64) -> Self {
         self.ttl_ms = ttl_ms;
         self
@@ -70,9 +95,59 @@ impl LockOptions {
         self
     }
 
+    /// Renew the lease every `ttl_ms / 3` while the lock is held (default `true`). Without
+    /// renewal the lease simply ends after `ttl_ms`, and the holder counts it as lost then.
+    pub const fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// What a `#[redis_lock]` body does when the lease is lost (default [`OnLost::Abort`]).
+    pub const fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    /// Keep the key taken for at least this long after acquiring, even if released sooner
+    /// (ShedLock's `lockAtLeastFor`): a release before then only shortens the lease.
+    pub const fn min_hold_ms(mut self, min_hold_ms: u64) -> Self {
+        self.min_hold_ms = min_hold_ms;
+        self
+    }
+
+    /// Stop renewing after this long; the lock then counts as lost (the body is stopped as
+    /// on any loss), so a hung holder cannot keep a lock forever. At least `ttl_ms`.
+    pub const fn max_hold_ms(mut self, max_hold_ms: u64) -> Self {
+        self.max_hold_ms = Some(max_hold_ms);
+        self
+    }
+
     /// The lease length.
     pub const fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms)
+    }
+
+    /// Whether the lease is renewed while held.
+    pub const fn renews(&self) -> bool {
+        self.renew
+    }
+
+    /// What a body does on loss.
+    pub const fn lost_policy(&self) -> OnLost {
+        self.on_lost
+    }
+
+    /// The least time the key stays taken after acquiring.
+    pub const fn min_hold(&self) -> Duration {
+        Duration::from_millis(self.min_hold_ms)
+    }
+
+    /// The longest the lease is renewed, if bounded.
+    pub const fn max_hold(&self) -> Option<Duration> {
+        match self.max_hold_ms {
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => None,
+        }
     }
 
     /// How many times the backend is asked at most.
@@ -96,18 +171,41 @@ impl LockOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<(), LockError> {
-        if self.ttl_ms == 0 || self.ttl_ms > MAX_TTL_MS {
+        let in_range = |name: &str, value: u64| {
+            if (1..=MAX_TTL_MS).contains(&value) {
+                Ok(())
+            } else {
+                Err(LockError::config(format!(
+                    "{name} = {value} is out of range: it must be 1..={MAX_TTL_MS} ms"
+                )))
+            }
+        };
+        in_range("ttl_ms", self.ttl_ms)?;
+        in_range("sleep_ms", self.sleep_ms)?;
+        if self.min_hold_ms > 0 {
+            in_range("min_hold_ms", self.min_hold_ms)?;
+        }
+        if !self.renew && self.min_hold_ms > self.ttl_ms {
             return Err(LockError::config(format!(
-                "ttl_ms = {} is out of range: a lease must be 1..={MAX_TTL_MS} ms",
-                self.ttl_ms
+                "min_hold_ms = {} exceeds ttl_ms = {} without renewal: the lease ends first; \
+                 raise ttl_ms or turn renewal on",
+                self.min_hold_ms, self.ttl_ms
             )));
         }
-        if self.sleep_ms == 0 || self.sleep_ms > MAX_TTL_MS {
-            return Err(LockError::config(format!(
-                "sleep_ms = {} is out of range: the pause between attempts must be \
-                 1..={MAX_TTL_MS} ms",
-                self.sleep_ms
-            )));
+        if let Some(max_hold_ms) = self.max_hold_ms {
+            if !self.renew {
+                return Err(LockError::config(
+                    "max_hold_ms bounds renewal, and renewal is off; remove max_hold_ms or \
+                     turn renewal on",
+                ));
+            }
+            if max_hold_ms < self.ttl_ms {
+                return Err(LockError::config(format!(
+                    "max_hold_ms = {max_hold_ms} is below ttl_ms = {}: the first lease already \
+                     lasts longer; raise max_hold_ms or lower ttl_ms",
+                    self.ttl_ms
+                )));
+            }
         }
         Ok(())
     }
@@ -140,14 +238,21 @@ mod tests {
 
     #[test]
     fn out_of_range_values_are_rejected() {
-        assert!(LockOptions::new().ttl_ms(0).validate().is_err());
+        let ok = LockOptions::new();
+        assert!(ok.ttl_ms(0).validate().is_err());
+        assert!(ok.ttl_ms(MAX_TTL_MS + 1).validate().is_err());
+        assert!(ok.sleep_ms(0).validate().is_err());
+        assert!(ok.ttl_ms(MAX_TTL_MS).validate().is_ok());
+        assert!(ok.ttl_ms(1_000).max_hold_ms(999).validate().is_err());
+        assert!(ok.ttl_ms(1_000).max_hold_ms(1_000).validate().is_ok());
+        assert!(ok.renew(false).max_hold_ms(60_000).validate().is_err());
         assert!(
-            LockOptions::new()
-                .ttl_ms(MAX_TTL_MS + 1)
+            ok.renew(false)
+                .ttl_ms(1_000)
+                .min_hold_ms(1_001)
                 .validate()
                 .is_err()
         );
-        assert!(LockOptions::new().sleep_ms(0).validate().is_err());
-        assert!(LockOptions::new().ttl_ms(MAX_TTL_MS).validate().is_ok());
+        assert!(ok.ttl_ms(1_000).min_hold_ms(5_000).validate().is_ok());
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 pub use crate::key::{KeyPart, render_key};
 pub use crate::options::LockOptions;
-use crate::{LockClient, LockError, scope};
+use crate::scope::{self, Held};
+use crate::{LockClient, LockError, OnLost};
 
 /// The client of the enclosing `with_client` scope, else the global one.
 pub fn scoped_client() -> Result<LockClient, LockError> {
@@ -65,24 +66,46 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
 }
 
 /// The body of every `#[redis_lock]` function: acquire, run `body` under the lock, release.
-/// Failing to acquire returns the error without running `body`. If `body` panics or this
-/// future is dropped, the guard's `Drop` releases the lock in the background.
+///
+/// - Failing to acquire returns the error without running `body`.
+/// - If the body already runs under `key` through the same client (a nested call), it is
+///   re-entered: no round trip, the holder's token, and only the outermost holder releases.
+/// - With `OnLost::Abort`, a lost lease drops `body` at its next `.await` and returns
+///   `LockError::Lost`.
+/// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
 pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
     client: Result<LockClient, LockError>,
     key: String,
     options: LockOptions,
     body: F,
 ) -> R {
-    let acquired = match client {
-        Ok(client) => client.lock(key).options(options).acquire().await,
-        Err(error) => Err(error),
+    let client = match client {
+        Ok(client) => client,
+        Err(error) => return R::from_lock_error(error),
     };
-    let guard = match acquired {
+    let held = |token| Held {
+        client_id: client.id(),
+        key: key.clone(),
+        token,
+    };
+    if let Some(token) = scope::held_token(client.id(), &key) {
+        return scope::holding(held(token), body).await;
+    }
+    let guard = match client.lock(key.clone()).options(options).acquire().await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
-    let output = scope::holding(guard.token(), body).await;
-    let key = guard.key().to_owned();
+    let body = scope::holding(held(guard.token()), body);
+    let output = match options.lost_policy() {
+        OnLost::Abort => {
+            tokio::select! {
+                biased;
+                lost = guard.lost() => return R::from_lock_error(lost),
+                output = body => output,
+            }
+        }
+        OnLost::Continue => body.await,
+    };
     if let Err(error) = guard.release().await {
         tracing::warn!(%key, %error, "lock release after the body failed");
     }

@@ -1,9 +1,10 @@
 //! `LockRequest`: the builder returned by `LockClient::lock`, and the acquire loop.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use crate::backend::{Acquire, Lease, LockBackend};
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, Lease};
 use crate::guard::release_in_background;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
@@ -49,6 +50,24 @@ impl LockRequest {
         self
     }
 
+    /// Renew the lease every `ttl_ms / 3` while held (default `true`).
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.options = self.options.renew(renew);
+        self
+    }
+
+    /// Keep the key taken at least this long after acquiring (ShedLock's `lockAtLeastFor`).
+    pub fn min_hold_ms(mut self, min_hold_ms: u64) -> Self {
+        self.options = self.options.min_hold_ms(min_hold_ms);
+        self
+    }
+
+    /// Stop renewing after this long; the lock then counts as lost.
+    pub fn max_hold_ms(mut self, max_hold_ms: u64) -> Self {
+        self.options = self.options.max_hold_ms(max_hold_ms);
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
@@ -73,7 +92,7 @@ impl LockRequest {
             ttl: self.options.ttl(),
         };
         let mut pending = PendingAcquire {
-            backend: self.client.backend().clone(),
+            client: self.client,
             lease,
             in_doubt: false,
         };
@@ -82,8 +101,11 @@ impl LockRequest {
         loop {
             let sent_at = Instant::now();
             pending.in_doubt = true;
-            let (error, holder_remaining) = match pending.backend.acquire(&pending.lease).await {
-                Ok(Acquire::Granted { token }) => return Ok(pending.into_guard(token, sent_at)),
+            let outcome = pending.client.backend().acquire(&pending.lease).await;
+            let (error, holder_remaining) = match outcome {
+                Ok(Acquire::Granted { token }) => {
+                    return pending.into_guard(token, sent_at, &self.options);
+                }
                 Ok(Acquire::Held { remaining }) => {
                     pending.in_doubt = false;
                     let error = LockError::NotAcquired {
@@ -110,26 +132,40 @@ impl LockRequest {
 /// An acquisition in progress; if dropped while an attempt may have been applied, deletes
 /// the possible grant in the background.
 struct PendingAcquire {
-    backend: Arc<dyn LockBackend>,
+    client: LockClient,
     lease: Lease,
     in_doubt: bool,
 }
 
 impl PendingAcquire {
-    fn into_guard(mut self, token: u64, sent_at: Instant) -> LockGuard {
+    /// The guard of a grant: from now on the lease is renewed and watched for loss. If that
+    /// cannot start, `self` is dropped in doubt and the grant deleted again.
+    fn into_guard(
+        mut self,
+        token: u64,
+        sent_at: Instant,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let tracking = self
+            .client
+            .renewer()
+            .track(self.lease.clone(), sent_at, options)?;
         self.in_doubt = false;
-        LockGuard::new(self.backend.clone(), self.lease.clone(), token, sent_at)
+        Ok(LockGuard::new(
+            self.client.clone(),
+            self.lease.clone(),
+            token,
+            sent_at,
+            options.min_hold(),
+            tracking,
+        ))
     }
 }
 
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         if self.in_doubt {
-            release_in_background(
-                self.backend.clone(),
-                self.lease.clone(),
-                Instant::now() + self.lease.ttl,
-            );
+            release_in_background(&self.client, self.lease.clone(), Duration::ZERO);
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -82,10 +83,26 @@ impl State {
         }
     }
 
-    fn release(&mut self, lease: &Lease) -> Release {
-        match self.live_holder(&lease.key, Instant::now()) {
+    fn extend(&mut self, lease: &Lease) -> bool {
+        let now = Instant::now();
+        match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
-                self.holders.remove(&lease.key);
+                holder.expires_at = now + lease.ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release(&mut self, lease: &Lease, keep: Duration) -> Release {
+        let now = Instant::now();
+        match self.live_holder(&lease.key, now) {
+            Some(holder) if holder.owner == lease.owner => {
+                if keep.is_zero() {
+                    self.holders.remove(&lease.key);
+                } else {
+                    holder.expires_at = now + keep;
+                }
                 Release::Released
             }
             _ => Release::NotOwner,
@@ -99,16 +116,23 @@ impl LockBackend for MemoryBackend {
         Box::pin(std::future::ready(Ok(result)))
     }
 
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Release, LockError>> {
-        let result = self.with_state(|state| state.release(lease));
+    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        let result = self.with_state(|state| leases.iter().map(|l| state.extend(l)).collect());
+        Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        let result = self.with_state(|state| state.release(lease, keep));
         Box::pin(std::future::ready(Ok(result)))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn lease(owner: &str, ttl_ms: u64) -> Lease {
@@ -135,7 +159,10 @@ mod tests {
             Acquire::Granted { token: 2 }
         ));
         assert_eq!(
-            backend.release(&lease("a", 100)).await.unwrap(),
+            backend
+                .release(&lease("a", 100), Duration::ZERO)
+                .await
+                .unwrap(),
             Release::NotOwner
         );
     }

@@ -61,6 +61,18 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// (refreshing the lease), and return the grant's fencing token.
     fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>>;
 
-    /// Delete the key if, and only if, `lease.owner` holds it. Safe to retry.
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Release, LockError>>;
+    /// For each lease still held by its owner, restart its lease at `lease.ttl` from now;
+    /// `true` where that happened, `false` where the key is gone or owned by another token.
+    /// The renewal loop sends every lease due in one tick in one call, so implementations
+    /// should batch (Redis: one pipeline).
+    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
+
+    /// Delete the key if, and only if, `lease.owner` holds it; with a non-zero `keep`, set
+    /// its remaining lease to `keep` instead (`min_hold_ms`: the key stays taken until then).
+    /// Safe to retry.
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>>;
 }

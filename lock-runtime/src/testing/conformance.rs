@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::{LockClient, LockError};
+use crate::backend::{Acquire, Lease, Release};
+use crate::{LockClient, LockError, LossCause};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
 /// enough that a loaded machine does not expire a lease between two steps that need it.
@@ -20,6 +21,9 @@ pub async fn run(client: &LockClient, namespace: &str) {
     give_up_makes_one_attempt(client, &format!("{namespace}:give-up")).await;
     continue_stops_after_its_retries(client, &format!("{namespace}:continue")).await;
     bad_input_is_refused(client, &format!("{namespace}:input")).await;
+    renewal_outlives_the_ttl(client, &format!("{namespace}:renewal")).await;
+    extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
+    min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -88,6 +92,7 @@ pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &
     let stale = client
         .lock(key)
         .ttl_ms(SHORT_TTL_MS)
+        .renew(false)
         .give_up()
         .acquire()
         .await;
@@ -159,6 +164,99 @@ pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
     let refused = client.lock(key).retry(3).sleep_ms(10).acquire().await;
     expect_not_acquired(refused, 4, "Continue with retry = 3 makes four attempts");
     holder.release().await.expect("release");
+}
+
+/// A renewed lease outlives its TTL several times over; without renewal it ends.
+pub async fn renewal_outlives_the_ttl(client: &LockClient, key: &str) {
+    let renewed = client
+        .lock(key)
+        .ttl_ms(SHORT_TTL_MS)
+        .give_up()
+        .acquire()
+        .await;
+    let renewed = renewed.expect("free key");
+    let unrenewed_key = format!("{key}:fixed");
+    let unrenewed = client
+        .lock(&unrenewed_key)
+        .ttl_ms(SHORT_TTL_MS)
+        .renew(false)
+        .give_up();
+    let unrenewed = unrenewed.acquire().await.expect("free key");
+    let lost = tokio::time::timeout(Duration::from_millis(SHORT_TTL_MS * 10), unrenewed.lost())
+        .await
+        .expect("a lease without renewal is counted lost once it runs out");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::Expired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS * 3)).await;
+    assert!(!renewed.is_lost(), "renewal keeps the lease");
+    let intruder = client.lock(key).give_up().acquire().await;
+    expect_not_acquired(
+        intruder,
+        1,
+        "a renewed lease is still exclusive after 3 TTLs",
+    );
+    renewed
+        .release()
+        .await
+        .expect("the renewed lease is still ours");
+    let _ = unrenewed.release().await;
+}
+
+/// Extending is owner-checked, per lease of a batch, and ends with the release.
+pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let lease = |owner: &str| Lease {
+        key: key.to_owned(),
+        owner: owner.to_owned(),
+        ttl: Duration::from_millis(LONG_TTL_MS),
+    };
+    let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
+    let granted = backend.acquire(&mine).await.expect("backend answers");
+    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    let extended = backend.extend(&[mine.clone(), other.clone()]).await;
+    assert_eq!(
+        extended.expect("backend answers"),
+        vec![true, false],
+        "only the owner's lease is extended"
+    );
+    let released = backend.release(&mine, Duration::ZERO).await;
+    assert_eq!(released.expect("backend answers"), Release::Released);
+    let extended = backend.extend(&[mine]).await.expect("backend answers");
+    assert_eq!(extended, vec![false], "a released lease cannot be extended");
+}
+
+/// `min_hold_ms`: a release before the minimum hold shortens the lease instead of deleting
+/// it, so the key stays taken until the minimum has passed.
+pub async fn min_hold_keeps_the_key_after_release(client: &LockClient, key: &str) {
+    let guard = client
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .min_hold_ms(SHORT_TTL_MS)
+        .give_up();
+    let guard = guard.acquire().await.expect("free key");
+    let released_at = std::time::Instant::now();
+    guard.release().await.expect("release");
+    let refused = client.lock(key).give_up().acquire().await;
+    expect_not_acquired(
+        refused,
+        1,
+        "the key stays taken until min_hold_ms has passed",
+    );
+    let next = client.lock(key).retry(1_000).sleep_ms(10).acquire().await;
+    let next = next.expect("the key frees itself once min_hold_ms has passed");
+    assert!(
+        released_at.elapsed() < Duration::from_millis(LONG_TTL_MS / 4),
+        "freed by the shortened lease, not by ttl_ms"
+    );
+    next.release().await.expect("release");
 }
 
 /// Bad keys and options are refused before anything reaches the backend.

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
-use crate::{LockError, driver};
+use crate::LockError;
+use crate::driver::Background;
 
 pub(crate) struct Connection {
     client: Client,
@@ -53,14 +54,15 @@ impl Connection {
         }
         let client = self.client.clone();
         let config = self.config.clone();
-        let opened = driver::spawn(async move {
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        })
-        .map_err(to_redis_error)?
-        .await
-        .map_err(|e| to_redis_error(LockError::backend(None, e.to_string(), None)))??;
+        let opened = Background::Driver
+            .spawn(async move {
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+            })
+            .map_err(to_redis_error)?
+            .await
+            .map_err(|e| to_redis_error(LockError::backend(None, e.to_string(), None)))??;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(opened.clone());
         Ok(opened)
     }

@@ -1,0 +1,373 @@
+//! Lease tracking: one renewal loop per client for every lease it holds.
+//!
+//! The loop wakes when the earliest lease is due (every `ttl / 3`) and renews, in one backend
+//! call (one Redis pipeline), every lease due within the next half interval, so the leases
+//! of a client fall into step and 10,000 of them cost one round trip per interval. It also
+//! decides when a lease is lost:
+//! - a renewal finds the key gone or owned by another token;
+//! - no renewal got through before `last confirmed send + ttl − drift`, the earliest moment
+//!   the server may hand the key to someone else (renewal failures are retried until then);
+//! - renewal is off and the lease has run out;
+//! - `max_hold_ms` has passed.
+//!
+//! Times are `tokio::time::Instant`, so a client whose background runs on a paused runtime
+//! is tested deterministically.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::backend::{Lease, LockBackend};
+use crate::driver::Background;
+use crate::{LockError, LockOptions};
+
+/// Why a held lock was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// The key was gone or held by another owner (found by a renewal or the release).
+    NotOwner,
+    /// No renewal reached the backend before the lease could have ended.
+    Unconfirmed,
+    /// Renewal was off and the lease ran out.
+    Expired,
+    /// `max_hold_ms` passed; renewal stopped.
+    MaxHold,
+}
+
+impl std::fmt::Display for LossCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossCause::NotOwner => "the key was gone or held by another owner",
+            LossCause::Unconfirmed => "no renewal reached the backend before the lease ended",
+            LossCause::Expired => "the lease ran out (renewal off)",
+            LossCause::MaxHold => "max_hold_ms passed",
+        })
+    }
+}
+
+/// Counters of a client's renewal loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenewalStats {
+    /// Renewal rounds sent (one backend call each: one pipeline for Redis).
+    pub rounds: u64,
+    /// Leases extended, summed over all rounds.
+    pub leases_extended: u64,
+    /// Leases counted as lost.
+    pub losses: u64,
+}
+
+/// The loss signal shared by a lease's guard and the renewal loop.
+#[derive(Debug)]
+pub(crate) struct LossSignal(watch::Sender<Option<LossCause>>);
+
+impl LossSignal {
+    fn new() -> Self {
+        LossSignal(watch::channel(None).0)
+    }
+
+    /// Records the first loss; later ones keep the first cause.
+    pub(crate) fn lose(&self, cause: LossCause) {
+        self.0
+            .send_if_modified(|state| state.is_none() && state.replace(cause).is_none());
+    }
+
+    pub(crate) fn cause(&self) -> Option<LossCause> {
+        *self.0.borrow()
+    }
+
+    /// Completes when the lease is lost (at once if it already was).
+    pub(crate) async fn lost(&self) -> LossCause {
+        let mut receiver = self.0.subscribe();
+        let cause = receiver.wait_for(Option::is_some).await.map(|cause| *cause);
+        match cause {
+            Ok(Some(cause)) => cause,
+            // The sender lives in `self`, and `wait_for` returned only once a cause was set.
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// A lease's place in the renewal loop; dropping it stops renewal at once.
+#[derive(Debug)]
+pub(crate) struct Tracking {
+    id: u64,
+    renewer: Arc<Shared>,
+    signal: Arc<LossSignal>,
+}
+
+impl Tracking {
+    pub(crate) fn signal(&self) -> &LossSignal {
+        &self.signal
+    }
+
+    /// Stops renewal and loss detection of this lease (idempotent).
+    pub(crate) fn stop(&self) {
+        self.renewer.registry().leases.remove(&self.id);
+    }
+}
+
+impl Drop for Tracking {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The renewal loop of one client.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    backend: Arc<dyn LockBackend>,
+    background: Background,
+    registry: Mutex<Registry>,
+    wake: Notify,
+    rounds: AtomicU64,
+    leases_extended: AtomicU64,
+    losses: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    leases: HashMap<u64, Tracked>,
+    next_id: u64,
+    loop_running: bool,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    lease: Lease,
+    signal: Arc<LossSignal>,
+    renew: bool,
+    /// When the next renewal is due.
+    next_due: Instant,
+    /// Until when the server certainly keeps the key for us.
+    valid_until: Instant,
+    /// When renewal stops (`max_hold_ms`).
+    stop_at: Option<Instant>,
+}
+
+impl Tracked {
+    fn interval(&self) -> Duration {
+        self.lease.ttl / 3
+    }
+
+    fn next_wake(&self) -> Instant {
+        let renewal = if self.renew {
+            self.next_due
+        } else {
+            self.valid_until
+        };
+        let wake = renewal.min(self.valid_until);
+        self.stop_at.map_or(wake, |stop| wake.min(stop))
+    }
+
+    fn loss_at(&self, now: Instant) -> Option<LossCause> {
+        if self.stop_at.is_some_and(|stop| now >= stop) {
+            Some(LossCause::MaxHold)
+        } else if now >= self.valid_until {
+            Some(if self.renew {
+                LossCause::Unconfirmed
+            } else {
+                LossCause::Expired
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// How long before the server's expiry the client already counts a lease as gone: clock
+/// drift between client and server (Redlock's `ttl × 1% + 2 ms`).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+impl Shared {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // Every update is a single insert, remove or field write: a panic elsewhere cannot
+        // leave the registry inconsistent.
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lose(&self, tracked: &Tracked, cause: LossCause) {
+        tracing::warn!(key = %tracked.lease.key, %cause, "lock lost");
+        self.losses.fetch_add(1, Ordering::Relaxed);
+        tracked.signal.lose(cause);
+    }
+}
+
+impl Renewer {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, background: Background) -> Self {
+        Renewer {
+            shared: Arc::new(Shared {
+                backend,
+                background,
+                registry: Mutex::new(Registry::default()),
+                wake: Notify::new(),
+                rounds: AtomicU64::new(0),
+                leases_extended: AtomicU64::new(0),
+                losses: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> RenewalStats {
+        RenewalStats {
+            rounds: self.shared.rounds.load(Ordering::Relaxed),
+            leases_extended: self.shared.leases_extended.load(Ordering::Relaxed),
+            losses: self.shared.losses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts tracking a lease granted by a request sent at `sent_at`.
+    pub(crate) fn track(
+        &self,
+        lease: Lease,
+        sent_at: Instant,
+        options: &LockOptions,
+    ) -> Result<Tracking, LockError> {
+        let signal = Arc::new(LossSignal::new());
+        let tracked = Tracked {
+            next_due: sent_at + lease.ttl / 3,
+            valid_until: sent_at + lease.ttl - drift(lease.ttl),
+            stop_at: options.max_hold().map(|max| sent_at + max),
+            renew: options.renews(),
+            signal: signal.clone(),
+            lease,
+        };
+        let mut registry = self.shared.registry();
+        if !registry.loop_running {
+            self.shared.background.spawn(run(self.shared.clone()))?;
+            registry.loop_running = true;
+        }
+        let id = registry.next_id;
+        registry.next_id += 1;
+        registry.leases.insert(id, tracked);
+        drop(registry);
+        self.shared.wake.notify_one();
+        Ok(Tracking {
+            id,
+            renewer: self.shared.clone(),
+            signal,
+        })
+    }
+}
+
+/// The loop: runs while the client tracks leases, ends when it tracks none.
+async fn run(shared: Arc<Shared>) {
+    loop {
+        let now = Instant::now();
+        let due = {
+            let mut registry = shared.registry();
+            registry
+                .leases
+                .retain(|_, tracked| match tracked.loss_at(now) {
+                    Some(cause) => {
+                        shared.lose(tracked, cause);
+                        false
+                    }
+                    None => true,
+                });
+            if registry.leases.is_empty() {
+                registry.loop_running = false;
+                return;
+            }
+            // When a round goes out anyway, leases due within half an interval join it:
+            // renewing early costs nothing and puts the leases in step with each other.
+            let round_due = registry
+                .leases
+                .values()
+                .any(|t| t.renew && t.next_due <= now);
+            let due: Vec<(u64, Lease)> = registry
+                .leases
+                .iter()
+                .filter(|(_, t)| round_due && t.renew && t.next_due <= now + t.interval() / 2)
+                .map(|(id, t)| (*id, t.lease.clone()))
+                .collect();
+            due
+        };
+        if !due.is_empty() {
+            renew(&shared, due).await;
+            continue;
+        }
+        let next_wake = shared
+            .registry()
+            .leases
+            .values()
+            .map(Tracked::next_wake)
+            .min();
+        if let Some(next_wake) = next_wake {
+            tokio::select! {
+                () = tokio::time::sleep_until(next_wake) => {}
+                () = shared.wake.notified() => {}
+            }
+        }
+    }
+}
+
+/// One renewal round: extends `due` in one backend call and records what it found.
+async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
+    let leases: Vec<Lease> = due.iter().map(|(_, lease)| lease.clone()).collect();
+    // Waiting past the earliest loss deadline is pointless: that lease is lost by then, and
+    // the next round retries the rest.
+    let deadline = {
+        let registry = shared.registry();
+        due.iter()
+            .filter_map(|(id, _)| registry.leases.get(id).map(|t| t.valid_until))
+            .min()
+    };
+    let sent_at = Instant::now();
+    shared.rounds.fetch_add(1, Ordering::Relaxed);
+    let outcome = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, shared.backend.extend(&leases))
+            .await
+            .unwrap_or_else(|_| {
+                Err(LockError::backend(
+                    None,
+                    "renewal timed out before the lease deadline",
+                    None,
+                ))
+            }),
+        None => return,
+    };
+    let now = Instant::now();
+    let mut registry = shared.registry();
+    match outcome {
+        Ok(extended) => {
+            for ((id, _), still_ours) in due.iter().zip(extended) {
+                if still_ours {
+                    shared.leases_extended.fetch_add(1, Ordering::Relaxed);
+                    if let Some(tracked) = registry.leases.get_mut(id) {
+                        tracked.valid_until =
+                            sent_at + tracked.lease.ttl - drift(tracked.lease.ttl);
+                        tracked.next_due = sent_at + tracked.interval();
+                    }
+                } else if let Some(tracked) = registry.leases.remove(id) {
+                    shared.lose(&tracked, LossCause::NotOwner);
+                }
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, leases = due.len(), "renewal failed; retrying until the leases' deadlines");
+            for (id, _) in &due {
+                if let Some(tracked) = registry.leases.get_mut(id) {
+                    tracked.next_due = now + retry_pause(tracked.interval());
+                }
+            }
+        }
+    }
+}
+
+/// The pause before retrying a failed renewal: a few tries fit before the lease ends.
+fn retry_pause(interval: Duration) -> Duration {
+    (interval / 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
+}
