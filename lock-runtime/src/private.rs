@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use crate::key::{KeyPart, render_key};
-pub use crate::options::LockOptions;
+pub use crate::options::{LockOptions, OnLost};
 use crate::scope::{self, Held};
 use crate::{LockClient, LockError, OnLost};
 
