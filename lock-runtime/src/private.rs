@@ -8,7 +8,7 @@ use std::sync::Arc;
 pub use crate::key::{KeyPart, render_key};
 pub use crate::options::{LockOptions, OnLost};
 use crate::scope::{self, Held};
-use crate::{LockClient, LockError, OnLost};
+use crate::{LockClient, LockError};
 
 /// The client of the enclosing `with_client` scope, else the global one.
 pub fn scoped_client() -> Result<LockClient, LockError> {
