@@ -67,12 +67,21 @@ impl LockClient {
     /// `LockClient::memory_on(Handle::current())`). The client stops working when that
     /// runtime ends.
     pub fn memory_on(runtime: tokio::runtime::Handle) -> LockClient {
-        LockClient::with_background(Arc::new(MemoryBackend::new()), Background::Runtime(runtime))
+        LockClient::from_backend_on(MemoryBackend::new(), runtime)
     }
 
     /// A client over any [`LockBackend`].
     pub fn from_backend(backend: impl LockBackend) -> LockClient {
         LockClient::with_background(Arc::new(backend), Background::Driver)
+    }
+
+    /// A client over any [`LockBackend`] whose background work runs on `runtime` (see
+    /// [`LockClient::memory_on`]).
+    pub fn from_backend_on(
+        backend: impl LockBackend,
+        runtime: tokio::runtime::Handle,
+    ) -> LockClient {
+        LockClient::with_background(Arc::new(backend), Background::Runtime(runtime))
     }
 
     fn with_background(backend: Arc<dyn LockBackend>, background: Background) -> LockClient {

@@ -39,6 +39,14 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// Deletes `key` whoever holds it (an operator's forced release); `true` if it was held.
+    /// Its holder learns of the loss at its next renewal.
+    pub fn force_release(&self, key: &str) -> bool {
+        self.with_state(|state| {
+            state.live_holder(key, Instant::now()).is_some() && state.holders.remove(key).is_some()
+        })
+    }
+
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         // A panic while the lock is held cannot leave the map half-updated (every update is
         // a single insert or remove), so a poisoned mutex is safe to keep using.

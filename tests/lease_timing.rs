@@ -1,0 +1,299 @@
+//! Renewal cadence and loss deadlines, on the memory backend with tokio's paused clock: the
+//! client's background work runs on the test's runtime (`LockClient::from_backend_on`), so
+//! virtual time drives leases, renewals and expiry alike, and every figure is exact.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release};
+use fencelock::{LockClient, LockError, LossCause, redis_lock};
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+/// The memory backend, with renewals that fail on demand (a partition, as the client sees
+/// it) and a forced release of a key under its holder.
+#[derive(Debug, Default, Clone)]
+struct Partitionable {
+    memory: Arc<MemoryBackend>,
+    cut_off: Arc<AtomicBool>,
+}
+
+impl Partitionable {
+    fn client(&self) -> LockClient {
+        LockClient::from_backend_on(self.clone(), Handle::current())
+    }
+
+    fn cut_off(&self) {
+        self.cut_off.store(true, Ordering::SeqCst);
+    }
+
+    fn unreachable<T>(&self) -> Option<Result<T, LockError>> {
+        self.cut_off
+            .load(Ordering::SeqCst)
+            .then(|| Err(LockError::NoClient))
+    }
+}
+
+impl LockBackend for Partitionable {
+    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        match self.unreachable() {
+            Some(error) => Box::pin(std::future::ready(error)),
+            None => self.memory.acquire(lease),
+        }
+    }
+
+    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        match self.unreachable() {
+            Some(error) => Box::pin(std::future::ready(error)),
+            None => self.memory.extend(leases),
+        }
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        match self.unreachable() {
+            Some(error) => Box::pin(std::future::ready(error)),
+            None => self.memory.release(lease, keep),
+        }
+    }
+}
+
+const TTL_MS: u64 = 3_000;
+/// `ttl − (ttl / 100 + 2 ms)`: the client's loss deadline after the last confirmed send.
+const LOSS_AFTER: Duration = Duration::from_millis(TTL_MS - 32);
+
+#[tokio::test(start_paused = true)]
+async fn renewal_runs_every_third_of_the_ttl_in_one_round_for_all_leases() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let mut guards = Vec::new();
+    for i in 0..100 {
+        guards.push(
+            client
+                .lock(format!("k{i}"))
+                .ttl_ms(TTL_MS)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    // Hold for ten renewal intervals (1 s each) of virtual time.
+    tokio::time::sleep(Duration::from_millis(TTL_MS * 10 / 3 + 10)).await;
+    let stats = client.renewal_stats();
+    assert_eq!(
+        stats.rounds, 10,
+        "one round per interval for all 100 leases: {stats:?}"
+    );
+    assert_eq!(stats.leases_extended, 1_000);
+    assert_eq!(stats.losses, 0);
+    for guard in &guards {
+        assert!(!guard.is_lost());
+    }
+    let intruder = Lease {
+        key: "k7".into(),
+        owner: "intruder".into(),
+        ttl: Duration::from_secs(1),
+    };
+    let attempt = backend.memory.acquire(&intruder).await.unwrap();
+    assert!(
+        matches!(attempt, Acquire::Held { .. }),
+        "still exclusive after 10 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_acquired_at_different_times_fall_into_step() {
+    let client = Partitionable::default().client();
+    let mut guards = Vec::new();
+    for i in 0..10 {
+        guards.push(
+            client
+                .lock(format!("k{i}"))
+                .ttl_ms(TTL_MS)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(97)).await;
+    }
+    let start = client.renewal_stats().rounds;
+    tokio::time::sleep(Duration::from_millis(TTL_MS * 10 / 3)).await;
+    let rounds = client.renewal_stats().rounds - start;
+    assert!(
+        rounds <= 11,
+        "ten leases spread over 1 s renew together: {rounds} rounds in 10 intervals"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unconfirmed_renewals_count_the_lease_lost_at_the_last_send_plus_ttl_minus_drift() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let acquired_at = Instant::now();
+    let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
+    backend.cut_off();
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::Unconfirmed,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert_eq!(
+        acquired_at.elapsed(),
+        LOSS_AFTER,
+        "lost before the server could expire the key"
+    );
+    assert!(
+        client.renewal_stats().rounds >= 3,
+        "failed renewals were retried until the deadline"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_renewal_the_deadline_moves_to_that_renewal() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
+    // The first renewal goes out at 1 s; cut off right after it.
+    tokio::time::sleep(Duration::from_millis(TTL_MS / 3 + 1)).await;
+    assert_eq!(client.renewal_stats().leases_extended, 1);
+    backend.cut_off();
+    let renewed_at = Instant::now() - Duration::from_millis(1);
+    guard.lost().await;
+    assert_eq!(renewed_at.elapsed(), LOSS_AFTER);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forced_release_is_found_by_the_next_renewal() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(backend.memory.force_release("k"));
+    let forced_at = Instant::now();
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::NotOwner,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        forced_at.elapsed() <= Duration::from_millis(TTL_MS / 3),
+        "found within one interval"
+    );
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_stops_with_the_release_and_with_max_hold() {
+    let client = Partitionable::default().client();
+    let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(TTL_MS * 3)).await;
+    assert_eq!(
+        client.renewal_stats().rounds,
+        0,
+        "nothing renews a released lock"
+    );
+
+    let acquired_at = Instant::now();
+    let bounded = client
+        .lock("k")
+        .ttl_ms(TTL_MS)
+        .max_hold_ms(7_000)
+        .acquire()
+        .await
+        .unwrap();
+    let lost = bounded.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::MaxHold,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert_eq!(acquired_at.elapsed(), Duration::from_millis(7_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_renewal_the_lease_is_lost_when_it_runs_out() {
+    let client = Partitionable::default().client();
+    let acquired_at = Instant::now();
+    let guard = client
+        .lock("k")
+        .ttl_ms(TTL_MS)
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::Expired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert_eq!(acquired_at.elapsed(), LOSS_AFTER);
+    assert_eq!(client.renewal_stats().rounds, 0);
+}
+
+#[redis_lock(key = "job", ttl_ms = 3_000, client = locks)]
+async fn endless_job(
+    locks: &LockClient,
+    progress: &std::sync::Mutex<Duration>,
+) -> Result<(), LockError> {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        *progress.lock().unwrap() = started.elapsed();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_stops_the_body_at_its_next_await() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let progress = std::sync::Mutex::new(Duration::ZERO);
+    let started = Instant::now();
+    let job = endless_job(&client, &progress);
+    let cut = async {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        backend.cut_off();
+    };
+    let (result, ()) = tokio::join!(job, cut);
+    assert!(
+        matches!(
+            result,
+            Err(LockError::Lost {
+                cause: LossCause::Unconfirmed,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    // Last confirmed renewal at 1 s: lost at 1 s + 2968 ms, and the body stopped then.
+    assert_eq!(started.elapsed(), Duration::from_millis(1_000) + LOSS_AFTER);
+    assert_eq!(*progress.lock().unwrap(), Duration::from_millis(3_900));
+}
