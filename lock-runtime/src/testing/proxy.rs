@@ -33,7 +33,8 @@ impl TcpProxy {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(State {
             frozen: false,
@@ -45,6 +46,9 @@ impl TcpProxy {
             .name("fencelock-test-proxy".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
                     tokio::select! {
                         () = accept(listener, upstream, accepting) => {}
                         _ = stopped => {}
