@@ -2,18 +2,18 @@
 //!
 //! Each argument is read on its own here: its syntax, its type and its range.
 //! Checks that need the function (placeholders) or several arguments
-//! (`retry` with `GiveUp`) live in `validate.rs`.
+//! (`retry` with `GiveUp`, the hold bounds against `ttl_ms`) live in `validate.rs`.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::meta::ParseNestedMeta;
 use syn::parse::{ParseStream, Parser};
-use syn::{Expr, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, Ident, Lit, LitBool, LitStr, Path, Token};
 
 use crate::errors::Errors;
 
-/// The longest lease or pause the runtime accepts (its `MAX_TTL_MS`): 24 h.
+/// The longest lease, pause or minimum hold the runtime accepts (its `MAX_TTL_MS`): 24 h.
 const MAX_MILLISECONDS: u64 = 86_400_000;
 
 /// The arguments as written; `None` for those left out.
@@ -24,8 +24,21 @@ pub(crate) struct LockArgs {
     pub retry: Option<Arg<Number<u32>>>,
     pub sleep_ms: Option<Arg<Number<u64>>>,
     pub action: Option<Arg<Action>>,
+    pub renew: Option<Arg<LitBool>>,
+    pub on_lost: Option<Arg<OnLost>>,
+    pub min_hold_ms: Option<Arg<Number<u64>>>,
+    pub max_hold_ms: Option<Arg<Number<u64>>>,
     pub client: Option<Arg<Expr>>,
     pub crate_path: Option<Arg<Path>>,
+    /// The names of the arguments written, with a usable value or not.
+    pub written: Vec<&'static str>,
+}
+
+impl LockArgs {
+    /// Whether `name` was written, even if its value was rejected.
+    pub(crate) fn was_written(&self, name: &str) -> bool {
+        self.written.contains(&name)
+    }
 }
 
 /// One argument: its name as written (for spans) and its value.
@@ -46,6 +59,15 @@ pub(crate) enum Action {
     /// One attempt, then fail.
     GiveUp,
     /// Keep trying, `retry` times, pausing up to `sleep_ms` between attempts.
+    Continue,
+}
+
+/// What the body does when the lease is lost while it runs (the runtime's `OnLost`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// Drop the body at its next `.await` and return `Err(LockError::Lost)`.
+    Abort,
+    /// Let the body finish.
     Continue,
 }
 
@@ -117,7 +139,63 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         name: "action",
         example: "action = GiveUp",
         missing: None,
-        store: |args, name, value| store(&mut args.action, name, action(&value)),
+        store: |args, name, value| {
+            let action = keyword(
+                &name,
+                &value,
+                &[("GiveUp", Action::GiveUp), ("Continue", Action::Continue)],
+            );
+            store(&mut args.action, name, action)
+        },
+    },
+    ArgumentSpec {
+        name: "renew",
+        example: "renew = false",
+        missing: None,
+        store: |args, name, value| {
+            let renew = boolean(&name, &value);
+            store(&mut args.renew, name, renew)
+        },
+    },
+    ArgumentSpec {
+        name: "on_lost",
+        example: "on_lost = Continue",
+        missing: None,
+        store: |args, name, value| {
+            let on_lost = keyword(
+                &name,
+                &value,
+                &[("Abort", OnLost::Abort), ("Continue", OnLost::Continue)],
+            );
+            store(&mut args.on_lost, name, on_lost)
+        },
+    },
+    ArgumentSpec {
+        name: "min_hold_ms",
+        example: "min_hold_ms = 60_000",
+        missing: None,
+        store: |args, name, value| {
+            let number = milliseconds(
+                &name,
+                &value,
+                "a minimum hold of 0 ms is no minimum; remove `min_hold_ms`",
+            );
+            store(&mut args.min_hold_ms, name, number)
+        },
+    },
+    ArgumentSpec {
+        name: "max_hold_ms",
+        example: "max_hold_ms = 600_000",
+        missing: None,
+        store: |args, name, value| {
+            // No upper bound: the runtime caps each lease, not the renewals.
+            let number = unbounded_milliseconds(
+                &name,
+                &value,
+                "a lock held for at most 0 ms is lost as soon as it is acquired",
+            );
+            store(&mut args.max_hold_ms, name, number)
+        },
     },
     ArgumentSpec {
         name: "client",
@@ -136,8 +214,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
 /// Reads the attribute's arguments, recording every problem in `errors`.
 pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
     let mut args = LockArgs::default();
-    let mut written = Vec::new();
-    let parser = syn::meta::parser(|meta| parse_argument(&mut args, &mut written, &meta, errors));
+    let parser = syn::meta::parser(|meta| parse_argument(&mut args, &meta, errors));
     match parser.parse2(attr) {
         // A syntax error stopped the parser; the problems with names and
         // values were recorded by `parse_argument` as it went.
@@ -146,7 +223,7 @@ pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
         // than written with a bad value or lost after a syntax error.
         Ok(()) => {
             for spec in ARGUMENTS {
-                if let (Some(message), false) = (spec.missing, written.contains(&spec.name)) {
+                if let (Some(message), false) = (spec.missing, args.was_written(spec.name)) {
                     errors.push(syn::Error::new(Span::call_site(), message));
                 }
             }
@@ -159,7 +236,6 @@ pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
 /// and parsing goes on with the next argument; only broken syntax stops it.
 fn parse_argument(
     args: &mut LockArgs,
-    written: &mut Vec<&'static str>,
     meta: &ParseNestedMeta,
     errors: &mut Errors,
 ) -> syn::Result<()> {
@@ -175,7 +251,7 @@ fn parse_argument(
         ));
         return skip_argument(meta.input);
     };
-    written.push(spec.name);
+    args.written.push(spec.name);
     if !meta.input.peek(Token![=]) {
         errors.push(syn::Error::new_spanned(
             &meta.path,
@@ -250,9 +326,8 @@ fn not_a_template(value: &Expr) -> syn::Error {
 /// A duration in milliseconds: at least 1 and at most a day.
 fn milliseconds(name: &Ident, value: &Expr, why_not_zero: &str) -> syn::Result<Number<u64>> {
     number(name, value, "u64", |value: u64| {
-        if value == 0 {
-            Err(format!("`{name}` must be greater than 0: {why_not_zero}"))
-        } else if value > MAX_MILLISECONDS {
+        let value = not_zero(name, value, why_not_zero)?;
+        if value > MAX_MILLISECONDS {
             Err(format!(
                 "`{name}` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
             ))
@@ -260,6 +335,26 @@ fn milliseconds(name: &Ident, value: &Expr, why_not_zero: &str) -> syn::Result<N
             Ok(value)
         }
     })
+}
+
+/// A duration in milliseconds with no upper bound but `u64::MAX`: at least 1.
+fn unbounded_milliseconds(
+    name: &Ident,
+    value: &Expr,
+    why_not_zero: &str,
+) -> syn::Result<Number<u64>> {
+    number(name, value, "u64", |value: u64| {
+        not_zero(name, value, why_not_zero)
+    })
+}
+
+/// `value`, unless it is 0; `why_not_zero` completes the message.
+fn not_zero(name: &Ident, value: u64, why_not_zero: &str) -> Result<u64, String> {
+    if value == 0 {
+        Err(format!("`{name}` must be greater than 0: {why_not_zero}"))
+    } else {
+        Ok(value)
+    }
 }
 
 /// An integer literal, checked by `check`. `suffix` is the one type suffix
@@ -285,9 +380,19 @@ fn number<T>(
             ),
         ));
     }
-    // Too large for u64 is reported like any other value above the maximum.
-    let parsed = integer.base10_parse::<u64>().unwrap_or(u64::MAX);
-    match check(parsed) {
+    let checked = match integer.base10_parse::<u64>() {
+        Ok(parsed) => check(parsed),
+        // Too large for u64 is reported like any other value above the
+        // maximum; a check without a maximum below `u64::MAX` would accept
+        // that stand-in, so the literal is then rejected here.
+        Err(_) => Err(check(u64::MAX).err().unwrap_or_else(|| {
+            format!(
+                "`{name}` must be at most {} (`u64::MAX`); use a smaller value",
+                u64::MAX
+            )
+        })),
+    };
+    match checked {
         Ok(value) => Ok(Number {
             value,
             span: integer.span(),
@@ -307,19 +412,45 @@ fn not_an_integer(name: &Ident, value: &Expr) -> syn::Error {
     )
 }
 
-fn action(value: &Expr) -> syn::Result<Action> {
-    let action = match ungrouped(value) {
-        Expr::Path(path) if path.path.is_ident("GiveUp") => Some(Action::GiveUp),
-        Expr::Path(path) if path.path.is_ident("Continue") => Some(Action::Continue),
+/// A bare word naming one of `variants`, as in `action = GiveUp`.
+fn keyword<T: Copy>(name: &Ident, value: &Expr, variants: &[(&str, T)]) -> syn::Result<T> {
+    let found = match ungrouped(value) {
+        Expr::Path(path) => variants
+            .iter()
+            .find(|(word, _)| path.path.is_ident(word))
+            .map(|&(_, variant)| variant),
         _ => None,
     };
-    action.ok_or_else(|| {
+    found.ok_or_else(|| {
         let written = value.to_token_stream().to_string();
+        let words: Vec<_> = variants
+            .iter()
+            .map(|(word, _)| format!("`{word}`"))
+            .collect();
+        let expected = match words.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => words.concat(),
+        };
         syn::Error::new_spanned(
             value,
-            format!("unknown action `{written}`; expected `GiveUp` or `Continue`"),
+            format!("unknown {name} `{written}`; expected {expected}"),
         )
     })
+}
+
+/// `true` or `false`, kept as the literal so that the expansion points at it.
+fn boolean(name: &Ident, value: &Expr) -> syn::Result<LitBool> {
+    match ungrouped(value) {
+        Expr::Lit(literal) => match &literal.lit {
+            Lit::Bool(boolean) => Ok(boolean.clone()),
+            _ => Err(not_a_boolean(name, value)),
+        },
+        _ => Err(not_a_boolean(name, value)),
+    }
+}
+
+fn not_a_boolean(name: &Ident, value: &Expr) -> syn::Error {
+    syn::Error::new_spanned(value, format!("`{name}` must be `true` or `false`"))
 }
 
 /// `crate = "path"` or `crate = path`: where the runtime is, when it is not `::fencelock`.

@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, client, crate".to_owned(),
+            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, client, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -106,9 +106,9 @@ fn unknown_argument() {
 
 #[test]
 fn unknown_argument_without_value_or_with_a_list() {
-    let errors = errors(&on_valid_fn("renew, key = \"a:{id}\", shards(4), a::b = 1"));
+    let errors = errors(&on_valid_fn("lease, key = \"a:{id}\", shards(4), a::b = 1"));
     let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
-    assert_eq!(reported, ["renew", "shards", "a::b"]);
+    assert_eq!(reported, ["lease", "shards", "a::b"]);
     assert!(
         errors[2]
             .message
@@ -297,6 +297,161 @@ fn unknown_action() {
         error(&on_valid_fn("key = \"a:{id}\", action = \"GiveUp\"")).0,
         "unknown action `\"GiveUp\"`; expected `GiveUp` or `Continue`"
     );
+}
+
+#[test]
+fn renew_is_not_a_bool() {
+    for value in ["1", "\"false\"", "off", "!true"] {
+        assert_eq!(
+            error(&on_valid_fn(&format!(
+                "key = \"a:{{id}}\", renew = {value}"
+            ))),
+            (
+                "`renew` must be `true` or `false`".to_owned(),
+                value.to_owned()
+            )
+        );
+    }
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", renew")).0,
+        "`renew` needs a value, e.g. `renew = false`"
+    );
+}
+
+#[test]
+fn unknown_on_lost() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", on_lost = Panic")),
+        (
+            "unknown on_lost `Panic`; expected `Abort` or `Continue`".to_owned(),
+            "Panic".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", on_lost = OnLost::Abort")).0,
+        "unknown on_lost `OnLost :: Abort`; expected `Abort` or `Continue`"
+    );
+}
+
+#[test]
+fn zero_hold_bounds() {
+    for (args, message) in [
+        (
+            "min_hold_ms = 0",
+            "`min_hold_ms` must be greater than 0: a minimum hold of 0 ms is no minimum; remove `min_hold_ms`",
+        ),
+        (
+            "max_hold_ms = 0",
+            "`max_hold_ms` must be greater than 0: a lock held for at most 0 ms is lost as soon as it is acquired",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (message.to_owned(), "0".to_owned())
+        );
+    }
+}
+
+#[test]
+fn hold_bounds_out_of_range() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", min_hold_ms = 86_400_001")),
+        (
+            "`min_hold_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value".to_owned(),
+            "86_400_001".to_owned()
+        )
+    );
+    // `max_hold_ms` bounds the renewals, not one lease: only u64 limits it.
+    assert_eq!(
+        error(&on_valid_fn(
+            "key = \"a:{id}\", max_hold_ms = 18_446_744_073_709_551_616"
+        )),
+        (
+            "`max_hold_ms` must be at most 18446744073709551615 (`u64::MAX`); use a smaller value"
+                .to_owned(),
+            "18_446_744_073_709_551_616".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", max_hold_ms = 1.5")).0,
+        "`max_hold_ms` must be an integer literal, e.g. `max_hold_ms = 600_000`"
+    );
+}
+
+#[test]
+fn min_hold_longer_than_a_lease_that_is_not_renewed() {
+    for (args, min_hold, ttl) in [
+        (
+            "ttl_ms = 10_000, renew = false, min_hold_ms = 10_001",
+            "10_001",
+            "10_000",
+        ),
+        (
+            "min_hold_ms = 60000, renew = false",
+            "60_000",
+            "30_000, the default",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (
+                format!(
+                    "`min_hold_ms` ({min_hold}) is longer than `ttl_ms` ({ttl}) with `renew = false`: the lease ends before the minimum hold; raise `ttl_ms` or remove `renew = false`"
+                ),
+                "min_hold_ms".to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn max_hold_below_the_lease() {
+    for (args, max_hold, ttl) in [
+        ("ttl_ms = 10_000, max_hold_ms = 9_999", "9_999", "10_000"),
+        ("max_hold_ms = 1000", "1_000", "30_000, the default"),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (
+                format!(
+                    "`max_hold_ms` ({max_hold}) is below `ttl_ms` ({ttl}): the first lease already lasts longer; raise `max_hold_ms` or lower `ttl_ms`"
+                ),
+                "max_hold_ms".to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn max_hold_without_renewal() {
+    // Also below the lease: removing `max_hold_ms` fixes both, so one error.
+    for args in [
+        "renew = false, max_hold_ms = 60_000",
+        "max_hold_ms = 1_000, renew = false",
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (
+                "`max_hold_ms` bounds renewal, and `renew = false` turns renewal off; remove one of them".to_owned(),
+                "max_hold_ms".to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn hold_bounds_are_not_compared_with_a_rejected_ttl() {
+    // Against the default 30_000, each of these would be a second error.
+    for hold_bound in ["max_hold_ms = 1_000", "renew = false, min_hold_ms = 40_000"] {
+        let (message, at) = error(&on_valid_fn(&format!(
+            "key = \"a:{{id}}\", ttl_ms = 0, {hold_bound}"
+        )));
+        assert!(
+            message.starts_with("`ttl_ms` must be greater than 0"),
+            "{message}"
+        );
+        assert_eq!(at, "0");
+    }
 }
 
 #[test]
@@ -555,6 +710,9 @@ fn accepted_arguments() {
         "key = \"a:{id}\", retry = 3, action = Continue",
         "key = \"a:{id}\", action = GiveUp, ttl_ms = 1",
         "key = \"a:{id}\", crate = ::fencelock, client = CLIENT.clone()",
+        "key = \"a:{id}\", renew = true, on_lost = Abort, min_hold_ms = 86_400_000, max_hold_ms = 30_000",
+        "key = \"a:{id}\", renew = false, on_lost = Continue, ttl_ms = 1_000, min_hold_ms = 1_000",
+        "key = \"a:{id}\", ttl_ms = 1_000, min_hold_ms = 5_000, max_hold_ms = 100_000_000_000u64",
         "crate = \"::my::locks\", client = &state.locks, key = \"{{a}}:{id}\"",
     ] {
         expands_cleanly(&on_valid_fn(args));

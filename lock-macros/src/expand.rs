@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Expr, Index, LitStr, Path, Type, TypeInfer};
 
-use crate::args;
+use crate::args::{self, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::Field;
@@ -110,6 +110,10 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         retry,
         sleep_ms,
         give_up,
+        renew,
+        on_lost,
+        min_hold_ms,
+        max_hold_ms,
     } = options;
     let mut calls = TokenStream::new();
     if let Some(ttl_ms) = ttl_ms {
@@ -126,6 +130,24 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
     }
     if *give_up {
         calls.extend(quote!(.give_up()));
+    }
+    if let Some(renew) = renew {
+        calls.extend(quote!(.renew(#renew)));
+    }
+    if let Some(on_lost) = on_lost {
+        let policy = match on_lost {
+            OnLost::Abort => quote!(Abort),
+            OnLost::Continue => quote!(Continue),
+        };
+        calls.extend(quote!(.on_lost(#krate::__private::OnLost::#policy)));
+    }
+    if let Some(min_hold_ms) = min_hold_ms {
+        let value = unsuffixed(min_hold_ms.value, min_hold_ms.span);
+        calls.extend(quote!(.min_hold_ms(#value)));
+    }
+    if let Some(max_hold_ms) = max_hold_ms {
+        let value = unsuffixed(max_hold_ms.value, max_hold_ms.span);
+        calls.extend(quote!(.max_hold_ms(#value)));
     }
     quote!(#krate::__private::LockOptions::new() #calls)
 }

@@ -56,6 +56,10 @@ use proc_macro::TokenStream;
 /// | `retry = N` | attempts after the first failed one (only with `Continue`) | 5 |
 /// | `sleep_ms = N` | longest pause between attempts, 1 to 86 400 000 ms | 200 |
 /// | `action = GiveUp` or `Continue` | `GiveUp`: one attempt, then fail; `Continue`: keep trying as configured | `Continue` |
+/// | `renew = true` or `false` | renew the lease every `ttl_ms / 3` while the body runs; without renewal the lease ends after `ttl_ms` and counts as lost | `true` |
+/// | `on_lost = Abort` or `Continue` | when the lease is lost while the body runs: `Abort` drops the body at its next `.await` and returns `Err(LockError::Lost { .. }.into())`; `Continue` lets it finish | `Abort` |
+/// | `min_hold_ms = N` | ShedLock's `lockAtLeastFor`: the key stays taken at least this long after acquiring, even if the body ends sooner; 1 to 86 400 000 ms, at most `ttl_ms` with `renew = false` | none |
+/// | `max_hold_ms = N` | stop renewing after this long; the body is then stopped as on loss (see `on_lost`). At least `ttl_ms`; not with `renew = false` | none |
 /// | `client = EXPR` | the client to lock with, e.g. `self.locks`, evaluated inside the function before the body | the scoped client, else the global one |
 /// | `crate = "path"` or `crate = path` | where the `fencelock` crate is, if renamed | `::fencelock` |
 ///

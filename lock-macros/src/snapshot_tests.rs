@@ -141,3 +141,25 @@ fn impl_trait_in_the_result_and_client_reference() {
         |method| quote!(impl Report { #method }),
     );
 }
+
+#[test]
+fn lease_control() {
+    assert_snapshot(
+        "lease_control",
+        quote!(
+            key = "report:{day}",
+            ttl_ms = 10_000,
+            action = GiveUp,
+            renew = true,
+            on_lost = Continue,
+            min_hold_ms = 60_000,
+            max_hold_ms = 3_600_000
+        ),
+        quote! {
+            async fn nightly_report(day: Date) -> Result<(), JobError> {
+                build_report(day).await
+            }
+        },
+        unwrapped,
+    );
+}

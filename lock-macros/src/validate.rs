@@ -6,11 +6,11 @@ use std::ops::Range;
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::{
-    FnArg, GenericArgument, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Type,
-    TypeParamBound, parse_quote,
+    FnArg, GenericArgument, Ident, LitBool, LitStr, Pat, Path, PathArguments, ReturnType,
+    Signature, Type, TypeParamBound, parse_quote,
 };
 
-use crate::args::{Action, LockArgs, Number};
+use crate::args::{Action, LockArgs, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::{self, Field, Segment};
@@ -52,7 +52,15 @@ pub(crate) struct Options {
     pub retry: Option<Number<u32>>,
     pub sleep_ms: Option<Number<u64>>,
     pub give_up: bool,
+    /// `renew = true` or `renew = false`, as written.
+    pub renew: Option<LitBool>,
+    pub on_lost: Option<OnLost>,
+    pub min_hold_ms: Option<Number<u64>>,
+    pub max_hold_ms: Option<Number<u64>>,
 }
+
+/// The runtime's `DEFAULT_TTL_MS`: the lease when `ttl_ms` is left out.
+const DEFAULT_TTL_MS: u64 = 30_000;
 
 const NOT_A_RESULT: &str = "`#[redis_lock]` functions must return `Result<T, E>` with `E: From<fencelock::LockError>`: the lock can fail (not acquired, backend unreachable) and that failure is returned as `Err`";
 
@@ -75,6 +83,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             "`retry` has no effect with `action = GiveUp` (one attempt, then fail); remove `retry` or use `action = Continue`",
         ));
     }
+    check_hold_bounds(&args, errors);
     Some(LockSpec {
         crate_path: args
             .crate_path
@@ -86,9 +95,74 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             retry: args.retry.map(|retry| retry.value),
             sleep_ms: args.sleep_ms.map(|sleep_ms| sleep_ms.value),
             give_up,
+            renew: args.renew.map(|renew| renew.value),
+            on_lost: args.on_lost.map(|on_lost| on_lost.value),
+            min_hold_ms: args.min_hold_ms.map(|min_hold_ms| min_hold_ms.value),
+            max_hold_ms: args.max_hold_ms.map(|max_hold_ms| max_hold_ms.value),
         },
         return_type: return_type?,
     })
+}
+
+/// Checks `min_hold_ms` and `max_hold_ms` against the lease and renewal, as
+/// the runtime's `LockOptions::validate` does, so that a configuration it
+/// would reject at every call fails to compile instead.
+fn check_hold_bounds(args: &LockArgs, errors: &mut Errors) {
+    let renews = args.renew.as_ref().is_none_or(|renew| renew.value.value);
+    // The lease length, and how messages name it. A `ttl_ms` written with a
+    // rejected value has its own error; comparing with the default instead
+    // would add a misleading second one.
+    let lease = match &args.ttl_ms {
+        Some(ttl_ms) => Some((ttl_ms.value.value, digit_grouped(ttl_ms.value.value))),
+        None if args.was_written("ttl_ms") => None,
+        None => Some((
+            DEFAULT_TTL_MS,
+            format!("{}, the default", digit_grouped(DEFAULT_TTL_MS)),
+        )),
+    };
+    if let (false, Some(min_hold_ms), Some((ttl_ms, ttl))) = (renews, &args.min_hold_ms, &lease)
+        && min_hold_ms.value.value > *ttl_ms
+    {
+        errors.push(syn::Error::new(
+            min_hold_ms.name.span(),
+            format!(
+                "`min_hold_ms` ({}) is longer than `ttl_ms` ({ttl}) with `renew = false`: the lease ends before the minimum hold; raise `ttl_ms` or remove `renew = false`",
+                digit_grouped(min_hold_ms.value.value)
+            ),
+        ));
+    }
+    let Some(max_hold_ms) = &args.max_hold_ms else {
+        return;
+    };
+    if !renews {
+        errors.push(syn::Error::new(
+            max_hold_ms.name.span(),
+            "`max_hold_ms` bounds renewal, and `renew = false` turns renewal off; remove one of them",
+        ));
+    } else if let Some((ttl_ms, ttl)) = &lease
+        && max_hold_ms.value.value < *ttl_ms
+    {
+        errors.push(syn::Error::new(
+            max_hold_ms.name.span(),
+            format!(
+                "`max_hold_ms` ({}) is below `ttl_ms` ({ttl}): the first lease already lasts longer; raise `max_hold_ms` or lower `ttl_ms`",
+                digit_grouped(max_hold_ms.value.value)
+            ),
+        ));
+    }
+}
+
+/// `value` with `_` between groups of three digits, as in the user's literals.
+fn digit_grouped(value: u64) -> String {
+    let digits = value.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push('_');
+        }
+        grouped.push(digit);
+    }
+    grouped
 }
 
 /// Checks the function's qualifiers and return type; returns the return type.
