@@ -297,3 +297,112 @@ async fn a_lost_lease_stops_the_body_at_its_next_await() {
     assert_eq!(started.elapsed(), Duration::from_millis(1_000) + LOSS_AFTER);
     assert_eq!(*progress.lock().unwrap(), Duration::from_millis(3_900));
 }
+
+#[redis_lock(key = "careless", ttl_ms = 3_000, on_lost = Continue, client = locks)]
+async fn careless_job(locks: &LockClient, runs_for: Duration) -> Result<Duration, LockError> {
+    let started = Instant::now();
+    tokio::time::sleep(runs_for).await;
+    Ok(started.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_lost_continue_lets_the_body_finish() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    backend_cut_after(&backend, Duration::from_millis(10));
+    let ran = careless_job(&client, Duration::from_secs(10)).await;
+    assert_eq!(
+        ran.unwrap(),
+        Duration::from_secs(10),
+        "the body ran on after the loss"
+    );
+    assert_eq!(client.renewal_stats().losses, 1);
+}
+
+fn backend_cut_after(backend: &Partitionable, delay: Duration) {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        backend.cut_off();
+    });
+}
+
+#[redis_lock(key = "hung", ttl_ms = 1_000, max_hold_ms = 5_000, client = locks)]
+async fn hung_job(locks: &LockClient) -> Result<(), LockError> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_hold_ends_a_hung_body() {
+    let client = Partitionable::default().client();
+    let started = Instant::now();
+    let result = hung_job(&client).await;
+    assert!(
+        matches!(
+            result,
+            Err(LockError::Lost {
+                cause: LossCause::MaxHold,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(5_000));
+    assert!(
+        client.lock("hung").give_up().acquire().await.is_ok(),
+        "released after the stop"
+    );
+}
+
+#[redis_lock(key = "fixed", ttl_ms = 1_000, renew = false, client = locks)]
+async fn fixed_lease_job(locks: &LockClient) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_renewal_a_body_outliving_its_lease_is_stopped() {
+    let client = Partitionable::default().client();
+    let started = Instant::now();
+    let result = fixed_lease_job(&client).await;
+    assert!(
+        matches!(
+            result,
+            Err(LockError::Lost {
+                cause: LossCause::Expired,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(1_000 - 12));
+    assert_eq!(
+        client.renewal_stats().rounds,
+        0,
+        "renew = false sends no renewals"
+    );
+}
+
+#[redis_lock(key = "tick", ttl_ms = 5_000, min_hold_ms = 900, action = GiveUp, client = locks)]
+async fn scheduled_tick(locks: &LockClient) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_hold_keeps_a_finished_job_locked_for_the_rest_of_its_tick() {
+    let client = Partitionable::default().client();
+    let started = Instant::now();
+    scheduled_tick(&client).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(899)).await;
+    assert!(
+        matches!(
+            scheduled_tick(&client).await,
+            Err(LockError::NotAcquired { .. })
+        ),
+        "another run in the same tick is skipped"
+    );
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(900));
+    scheduled_tick(&client).await.expect("the next tick runs");
+}
