@@ -350,7 +350,10 @@ async fn max_hold_ends_a_hung_body() {
     );
     assert_eq!(started.elapsed(), Duration::from_millis(5_000));
     let next = client.lock("hung").retry(3).sleep_ms(10).acquire().await;
-    assert!(next.is_ok(), "released in the background after the stop: {next:?}");
+    assert!(
+        next.is_ok(),
+        "released in the background after the stop: {next:?}"
+    );
 }
 
 #[redis_lock(key = "fixed", ttl_ms = 1_000, renew = false, client = locks)]
