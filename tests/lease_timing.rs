@@ -63,6 +63,14 @@ impl LockBackend for Partitionable {
     }
 }
 
+/// Awaits `future` for at most a minute of virtual time, so that a broken loss detection
+/// fails the test instead of hanging it.
+async fn within_a_minute<F: Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), future)
+        .await
+        .expect("did not complete within a minute of virtual time")
+}
+
 const TTL_MS: u64 = 3_000;
 /// `ttl − (ttl / 100 + 2 ms)`: the client's loss deadline after the last confirmed send.
 const LOSS_AFTER: Duration = Duration::from_millis(TTL_MS - 32);
@@ -137,7 +145,7 @@ async fn unconfirmed_renewals_count_the_lease_lost_at_the_last_send_plus_ttl_min
     let acquired_at = Instant::now();
     let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
     backend.cut_off();
-    let lost = guard.lost().await;
+    let lost = within_a_minute(guard.lost()).await;
     assert!(
         matches!(
             lost,
@@ -169,7 +177,7 @@ async fn after_a_renewal_the_deadline_moves_to_that_renewal() {
     assert_eq!(client.renewal_stats().leases_extended, 1);
     backend.cut_off();
     let renewed_at = Instant::now() - Duration::from_millis(1);
-    guard.lost().await;
+    within_a_minute(guard.lost()).await;
     assert_eq!(renewed_at.elapsed(), LOSS_AFTER);
 }
 
@@ -181,7 +189,7 @@ async fn a_forced_release_is_found_by_the_next_renewal() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(backend.memory.force_release("k"));
     let forced_at = Instant::now();
-    let lost = guard.lost().await;
+    let lost = within_a_minute(guard.lost()).await;
     assert!(
         matches!(
             lost,
@@ -219,7 +227,7 @@ async fn renewal_stops_with_the_release_and_with_max_hold() {
         .acquire()
         .await
         .unwrap();
-    let lost = bounded.lost().await;
+    let lost = within_a_minute(bounded.lost()).await;
     assert!(
         matches!(
             lost,
@@ -244,7 +252,7 @@ async fn without_renewal_the_lease_is_lost_when_it_runs_out() {
         .acquire()
         .await
         .unwrap();
-    let lost = guard.lost().await;
+    let lost = within_a_minute(guard.lost()).await;
     assert!(
         matches!(
             lost,
@@ -282,7 +290,7 @@ async fn a_lost_lease_stops_the_body_at_its_next_await() {
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         backend.cut_off();
     };
-    let (result, ()) = tokio::join!(job, cut);
+    let (result, ()) = within_a_minute(async { tokio::join!(job, cut) }).await;
     assert!(
         matches!(
             result,
@@ -337,7 +345,7 @@ async fn hung_job(locks: &LockClient) -> Result<(), LockError> {
 async fn max_hold_ends_a_hung_body() {
     let client = Partitionable::default().client();
     let started = Instant::now();
-    let result = hung_job(&client).await;
+    let result = within_a_minute(hung_job(&client)).await;
     assert!(
         matches!(
             result,
@@ -366,7 +374,7 @@ async fn fixed_lease_job(locks: &LockClient) -> Result<(), LockError> {
 async fn without_renewal_a_body_outliving_its_lease_is_stopped() {
     let client = Partitionable::default().client();
     let started = Instant::now();
-    let result = fixed_lease_job(&client).await;
+    let result = within_a_minute(fixed_lease_job(&client)).await;
     assert!(
         matches!(
             result,
