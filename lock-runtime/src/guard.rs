@@ -11,7 +11,6 @@ use crate::{LockClient, LockError};
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
 /// releases it in the background (also when a body panics or its future is dropped).
 #[must_use = "dropping a LockGuard releases the lock at once"]
-#[derive(Debug)]
 pub struct LockGuard {
     client: LockClient,
     lease: Lease,
@@ -103,6 +102,18 @@ impl LockGuard {
                 Err(self.lost_error(LossCause::NotOwner))
             }
         }
+    }
+}
+
+// The owner token stays out of Debug output: whoever has it can release the lock.
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.lease.key)
+            .field("token", &self.token)
+            .field("ttl", &self.lease.ttl)
+            .field("lost", &self.tracking.signal().cause())
+            .finish_non_exhaustive()
     }
 }
 

@@ -94,7 +94,6 @@ impl LossSignal {
 }
 
 /// A lease's place in the renewal loop; dropping it stops renewal at once.
-#[derive(Debug)]
 pub(crate) struct Tracking {
     id: u64,
     renewer: Arc<Shared>,
@@ -119,12 +118,26 @@ impl Drop for Tracking {
 }
 
 /// The renewal loop of one client.
-#[derive(Debug)]
 pub(crate) struct Renewer {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug)]
+// Debug output shows counters, never the tracked leases: those carry owner tokens.
+impl std::fmt::Debug for Renewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewer").field("stats", &self.stats()).finish()
+    }
+}
+
+impl std::fmt::Debug for Tracking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracking")
+            .field("id", &self.id)
+            .field("lost", &self.signal.cause())
+            .finish()
+    }
+}
+
 struct Shared {
     backend: Arc<dyn LockBackend>,
     background: Background,
@@ -135,14 +148,13 @@ struct Shared {
     losses: AtomicU64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Registry {
     leases: HashMap<u64, Tracked>,
     next_id: u64,
     loop_running: bool,
 }
 
-#[derive(Debug)]
 struct Tracked {
     lease: Lease,
     signal: Arc<LossSignal>,
