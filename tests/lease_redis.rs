@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fencelock::testing::TcpProxy;
 use fencelock::{LockClient, LockError, LossCause, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
-use support::{client, inspector, redis_server};
+use support::{client, expect_lost, inspector, redis_server};
 
 const CONTENDER_URL: &str = "FENCELOCK_CONTENDER_URL";
 const CONTENDER_MS: u64 = 2_500;
@@ -118,16 +118,7 @@ async fn deleting_the_key_by_hand_stops_the_body_with_lost() {
         assert_eq!(deleted, 1);
     })
     .await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::Lost {
-                cause: LossCause::NotOwner,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    expect_lost(result, LossCause::NotOwner);
     eprintln!("deleted key found and body stopped after {after:?} (renewal interval 1 s)");
 }
 
@@ -142,16 +133,7 @@ async fn a_client_cut_off_from_redis_stops_the_body_before_the_key_can_expire() 
         .unwrap();
     let mut redis = inspector(&server).await;
     let (result, after) = cut_while_running(locks, || async { proxy.freeze() }).await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::Lost {
-                cause: LossCause::Unconfirmed,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    expect_lost(result, LossCause::Unconfirmed);
     let remaining: i64 = redis.pttl("lock:{watched}").await.unwrap();
     eprintln!("cut off: body stopped after {after:?}; the key still had {remaining} ms in Redis");
 }

@@ -2,6 +2,8 @@
 //! client's background work runs on the test's runtime (`LockClient::from_backend_on`), so
 //! virtual time drives leases, renewals and expiry alike, and every figure is exact.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release};
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
+use support::expect_lost;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -146,16 +149,7 @@ async fn unconfirmed_renewals_count_the_lease_lost_at_the_last_send_plus_ttl_min
     let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
     backend.cut_off();
     let lost = within_a_minute(guard.lost()).await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                cause: LossCause::Unconfirmed,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
     assert_eq!(
         acquired_at.elapsed(),
         LOSS_AFTER,
@@ -190,16 +184,7 @@ async fn a_forced_release_is_found_by_the_next_renewal() {
     assert!(backend.memory.force_release("k"));
     let forced_at = Instant::now();
     let lost = within_a_minute(guard.lost()).await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                cause: LossCause::NotOwner,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    expect_lost(Err::<(), _>(lost), LossCause::NotOwner);
     assert!(
         forced_at.elapsed() <= Duration::from_millis(TTL_MS / 3),
         "found within one interval"
@@ -228,16 +213,7 @@ async fn renewal_stops_with_the_release_and_with_max_hold() {
         .await
         .unwrap();
     let lost = within_a_minute(bounded.lost()).await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                cause: LossCause::MaxHold,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    expect_lost(Err::<(), _>(lost), LossCause::MaxHold);
     assert_eq!(acquired_at.elapsed(), Duration::from_millis(7_000));
 }
 
@@ -253,16 +229,7 @@ async fn without_renewal_the_lease_is_lost_when_it_runs_out() {
         .await
         .unwrap();
     let lost = within_a_minute(guard.lost()).await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                cause: LossCause::Expired,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    expect_lost(Err::<(), _>(lost), LossCause::Expired);
     assert_eq!(acquired_at.elapsed(), LOSS_AFTER);
     assert_eq!(client.renewal_stats().rounds, 0);
 }
@@ -291,16 +258,7 @@ async fn a_lost_lease_stops_the_body_at_its_next_await() {
         backend.cut_off();
     };
     let (result, ()) = within_a_minute(async { tokio::join!(job, cut) }).await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::Lost {
-                cause: LossCause::Unconfirmed,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    expect_lost(result, LossCause::Unconfirmed);
     // Last confirmed renewal at 1 s: lost at 1 s + 2968 ms, and the body stopped then.
     assert_eq!(started.elapsed(), Duration::from_millis(1_000) + LOSS_AFTER);
     assert_eq!(*progress.lock().unwrap(), Duration::from_millis(3_900));
@@ -346,16 +304,7 @@ async fn max_hold_ends_a_hung_body() {
     let client = Partitionable::default().client();
     let started = Instant::now();
     let result = within_a_minute(hung_job(&client)).await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::Lost {
-                cause: LossCause::MaxHold,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    expect_lost(result, LossCause::MaxHold);
     assert_eq!(started.elapsed(), Duration::from_millis(5_000));
     let next = client.lock("hung").retry(3).sleep_ms(10).acquire().await;
     assert!(
@@ -375,16 +324,7 @@ async fn without_renewal_a_body_outliving_its_lease_is_stopped() {
     let client = Partitionable::default().client();
     let started = Instant::now();
     let result = within_a_minute(fixed_lease_job(&client)).await;
-    assert!(
-        matches!(
-            result,
-            Err(LockError::Lost {
-                cause: LossCause::Expired,
-                ..
-            })
-        ),
-        "{result:?}"
-    );
+    expect_lost(result, LossCause::Expired);
     assert_eq!(started.elapsed(), Duration::from_millis(1_000 - 12));
     assert_eq!(
         client.renewal_stats().rounds,

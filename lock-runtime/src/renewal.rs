@@ -125,7 +125,9 @@ pub(crate) struct Renewer {
 // Debug output shows counters, never the tracked leases: those carry owner tokens.
 impl std::fmt::Debug for Renewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renewer").field("stats", &self.stats()).finish()
+        f.debug_struct("Renewer")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 

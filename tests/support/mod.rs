@@ -40,3 +40,14 @@ where
     }
     false
 }
+
+/// Asserts that `result` is `Err(LockError::Lost)` with `cause`.
+pub fn expect_lost<T: std::fmt::Debug>(
+    result: Result<T, fencelock::LockError>,
+    cause: fencelock::LossCause,
+) {
+    match result {
+        Err(fencelock::LockError::Lost { cause: c, .. }) if c == cause => {}
+        other => panic!("expected Lost ({cause:?}), got {other:?}"),
+    }
+}
