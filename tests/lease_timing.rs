@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencelock::backend::memory::MemoryBackend;
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release};
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
 use support::expect_lost;
 use tokio::runtime::Handle;
@@ -40,11 +40,19 @@ impl Partitionable {
 }
 
 impl LockBackend for Partitionable {
-    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>> {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        queue: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
         match self.unreachable() {
             Some(error) => Box::pin(std::future::ready(error)),
-            None => self.memory.acquire(lease),
+            None => self.memory.acquire(lease, queue),
         }
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        self.memory.subscribe(key)
     }
 
     fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
@@ -110,7 +118,7 @@ async fn renewal_runs_every_third_of_the_ttl_in_one_round_for_all_leases() {
         owner: "intruder".into(),
         ttl: Duration::from_secs(1),
     };
-    let attempt = backend.memory.acquire(&intruder).await.unwrap();
+    let attempt = backend.memory.acquire(&intruder, None).await.unwrap();
     assert!(
         matches!(attempt, Acquire::Held { .. }),
         "still exclusive after 10 s"

@@ -29,6 +29,8 @@ struct ClientInner {
     backend: Arc<dyn LockBackend>,
     background: Background,
     renewer: Renewer,
+    /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
+    notifies: bool,
 }
 
 static GLOBAL: OnceLock<LockClient> = OnceLock::new();
@@ -51,6 +53,7 @@ impl LockClient {
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            release_notifications: true,
         }
     }
 
@@ -58,7 +61,7 @@ impl LockClient {
     /// (leases, renewal, owner-checked release, fencing tokens), for tests and single-process
     /// use. Each call creates a separate lock space; clone the client to share it.
     pub fn memory() -> LockClient {
-        LockClient::with_background(Arc::new(MemoryBackend::new()), Background::Driver)
+        LockClient::from_backend(MemoryBackend::new())
     }
 
     /// A memory client whose background work (renewal, loss detection, background releases)
@@ -72,7 +75,7 @@ impl LockClient {
 
     /// A client over any [`LockBackend`].
     pub fn from_backend(backend: impl LockBackend) -> LockClient {
-        LockClient::with_background(Arc::new(backend), Background::Driver)
+        LockClient::with_background(Arc::new(backend), Background::Driver, true)
     }
 
     /// A client over any [`LockBackend`] whose background work runs on `runtime` (see
@@ -81,10 +84,14 @@ impl LockClient {
         backend: impl LockBackend,
         runtime: tokio::runtime::Handle,
     ) -> LockClient {
-        LockClient::with_background(Arc::new(backend), Background::Runtime(runtime))
+        LockClient::with_background(Arc::new(backend), Background::Runtime(runtime), true)
     }
 
-    fn with_background(backend: Arc<dyn LockBackend>, background: Background) -> LockClient {
+    fn with_background(
+        backend: Arc<dyn LockBackend>,
+        background: Background,
+        notifies: bool,
+    ) -> LockClient {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         LockClient {
             inner: Arc::new(ClientInner {
@@ -92,6 +99,7 @@ impl LockClient {
                 renewer: Renewer::new(backend.clone(), background.clone()),
                 backend,
                 background,
+                notifies,
             }),
         }
     }
@@ -123,6 +131,10 @@ impl LockClient {
 
     pub(crate) fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.inner.backend
+    }
+
+    pub(crate) fn notifies(&self) -> bool {
+        self.inner.notifies
     }
 
     pub(crate) fn background(&self) -> &Background {
@@ -158,9 +170,18 @@ pub struct LockClientBuilder {
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
+    release_notifications: bool,
 }
 
 impl LockClientBuilder {
+    /// Whether waiters sleep until the lock is released, woken by a Redis pub/sub message
+    /// (default `true`: one subscription connection per client). With `false` they poll
+    /// every `sleep_ms`, as most lock libraries do.
+    pub fn release_notifications(mut self, on: bool) -> Self {
+        self.release_notifications = on;
+        self
+    }
+
     /// Text put before every lock key in Redis (default `"lock:"`); the key itself follows
     /// in braces, e.g. `lock:{stock:42}`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -190,6 +211,10 @@ impl LockClientBuilder {
             self.response_timeout,
         )
         .await?;
-        Ok(LockClient::from_backend(backend))
+        Ok(LockClient::with_background(
+            Arc::new(backend),
+            Background::Driver,
+            self.release_notifications,
+        ))
     }
 }

@@ -11,6 +11,7 @@ mod driver;
 mod error;
 mod guard;
 mod key;
+mod notify;
 mod options;
 mod random;
 mod renewal;

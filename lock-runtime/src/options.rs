@@ -38,9 +38,11 @@ pub enum OnLost {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
     ttl_ms: u64,
-    retry: u32,
+    retry: Option<u32>,
     sleep_ms: u64,
+    wait_ms: Option<u64>,
     give_up: bool,
+    fair: bool,
     renew: bool,
     on_lost: OnLost,
     min_hold_ms: u64,
@@ -59,9 +61,11 @@ impl LockOptions {
     pub const fn new() -> Self {
         LockOptions {
             ttl_ms: DEFAULT_TTL_MS,
-            retry: DEFAULT_RETRY,
+            retry: None,
             sleep_ms: DEFAULT_SLEEP_MS,
+            wait_ms: None,
             give_up: false,
+            fair: false,
             renew: true,
             on_lost: OnLost::Abort,
             min_hold_ms: 0,
@@ -76,9 +80,10 @@ impl LockOptions {
         self
     }
 
-    /// Attempts after the first failed one; switches to `Continue`.
+    /// Attempts after the first failed one that follow a wait no release notification ended
+    /// (default 5); switches to `Continue`. Attempts woken by a notification are free.
     pub const fn retry(mut self, retry: u32) -> Self {
-        self.retry = retry;
+        self.retry = Some(retry);
         self.give_up = false;
         self
     }
@@ -86,6 +91,22 @@ impl LockOptions {
     /// Longest pause between two attempts, in milliseconds (at least 1).
     pub const fn sleep_ms(mut self, sleep_ms: u64) -> Self {
         self.sleep_ms = sleep_ms;
+        self
+    }
+
+    /// The longest time to wait for the lock in all (default `retry × sleep_ms`); switches to
+    /// `Continue`. Given alone, it is the only bound: `retry` then defaults to unlimited.
+    pub const fn wait_ms(mut self, wait_ms: u64) -> Self {
+        self.wait_ms = Some(wait_ms);
+        self.give_up = false;
+        self
+    }
+
+    /// Serve waiters in arrival order, across processes (a queue in the backend). Costs a
+    /// queue update per attempt, and a waiter that died holds the queue up for at most
+    /// `3 × sleep_ms`.
+    pub const fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
         self
     }
 
@@ -150,13 +171,42 @@ impl LockOptions {
         }
     }
 
-    /// How many times the backend is asked at most.
-    pub const fn attempts(&self) -> u32 {
-        if self.give_up {
-            1
-        } else {
-            self.retry.saturating_add(1)
+    /// Whether waiters are served in arrival order.
+    pub const fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Whether the request makes a single attempt.
+    pub const fn gives_up(&self) -> bool {
+        self.give_up
+    }
+
+    /// How many attempts may follow a wait that no release notification ended.
+    pub const fn unnotified_retries(&self) -> u32 {
+        match (self.retry, self.wait_ms) {
+            (Some(retry), _) => retry,
+            (None, Some(_)) => u32::MAX,
+            (None, None) => DEFAULT_RETRY,
         }
+    }
+
+    /// The longest time to wait in all: `wait_ms`, else `retry × sleep_ms`.
+    pub const fn wait(&self) -> Duration {
+        match self.wait_ms {
+            Some(wait_ms) => Duration::from_millis(wait_ms),
+            None => {
+                let retry = match self.retry {
+                    Some(retry) => retry,
+                    None => DEFAULT_RETRY,
+                };
+                Duration::from_millis(self.sleep_ms.saturating_mul(retry as u64))
+            }
+        }
+    }
+
+    /// How long a fair waiter's place in the queue lasts without an attempt renewing it.
+    pub(crate) fn queue_timeout(&self) -> Duration {
+        Duration::from_millis(self.sleep_ms.saturating_mul(3))
     }
 
     /// The pause before the next attempt: uniform in `[sleep_ms / 2, sleep_ms]` so that
@@ -182,6 +232,9 @@ impl LockOptions {
         };
         in_range("ttl_ms", self.ttl_ms)?;
         in_range("sleep_ms", self.sleep_ms)?;
+        if let Some(wait_ms) = self.wait_ms {
+            in_range("wait_ms", wait_ms)?;
+        }
         if self.min_hold_ms > 0 {
             in_range("min_hold_ms", self.min_hold_ms)?;
         }
@@ -216,11 +269,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn attempts_follow_the_action() {
-        assert_eq!(LockOptions::new().attempts(), 6);
-        assert_eq!(LockOptions::new().retry(0).attempts(), 1);
-        assert_eq!(LockOptions::new().retry(3).give_up().attempts(), 1);
-        assert_eq!(LockOptions::new().give_up().retry(2).attempts(), 3);
+    fn waiting_bounds_follow_retry_sleep_and_wait() {
+        let options = LockOptions::new();
+        assert_eq!(options.wait(), Duration::from_millis(1_000));
+        assert_eq!(options.unnotified_retries(), 5);
+        assert_eq!(options.retry(3).sleep_ms(10).wait(), Duration::from_millis(30));
+        assert_eq!(options.wait_ms(30_000).wait(), Duration::from_secs(30));
+        assert_eq!(options.wait_ms(30_000).unnotified_retries(), u32::MAX);
+        assert_eq!(options.wait_ms(30_000).retry(2).unnotified_retries(), 2);
+        assert!(options.retry(3).give_up().gives_up());
+        assert!(!options.give_up().retry(2).gives_up());
     }
 
     #[test]

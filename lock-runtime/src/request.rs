@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Lease};
+use crate::backend::{Acquire, Lease, ReleaseWatch};
 use crate::guard::release_in_background;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
@@ -32,13 +32,27 @@ impl LockRequest {
         self
     }
 
-    /// Attempts after the first failed one (default 5); switches to `Continue`.
+    /// Attempts after the first failed one that follow a wait no release notification
+    /// ended (default 5); switches to `Continue`.
     pub fn retry(mut self, retry: u32) -> Self {
         self.options = self.options.retry(retry);
         self
     }
 
-    /// Longest pause between attempts in milliseconds (default 200).
+    /// The longest time to wait in all (default `retry × sleep_ms`); switches to `Continue`.
+    pub fn wait_ms(mut self, wait_ms: u64) -> Self {
+        self.options = self.options.wait_ms(wait_ms);
+        self
+    }
+
+    /// Serve waiters in arrival order across processes (default `false`).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.options = self.options.fair(fair);
+        self
+    }
+
+    /// Longest pause between attempts when no release notification comes, in milliseconds
+    /// (default 200).
     pub fn sleep_ms(mut self, sleep_ms: u64) -> Self {
         self.options = self.options.sleep_ms(sleep_ms);
         self
@@ -74,43 +88,54 @@ impl LockRequest {
         self
     }
 
-    /// Acquires the lock, trying as the options say.
+    /// Acquires the lock, waiting as the options say.
+    ///
+    /// After a failed attempt the request subscribes to the key's release notifications
+    /// (once, before the next attempt), then waits for a release, at most `sleep_ms`
+    /// (jittered) or until the holder's lease ends, and tries again. An attempt that a
+    /// notification woke and that lost the race to another waiter does not count against
+    /// `retry`; the whole wait is bounded by `wait_ms`.
     ///
     /// Errors: [`LockError::NotAcquired`] if another owner held it at the last attempt,
     /// [`LockError::Backend`] if the last attempt could not reach the backend,
     /// [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] before anything is sent.
     ///
     /// # Cancel safety
-    /// If this future is dropped while an attempt may have been applied, the grant is
-    /// deleted again in the background (compare-and-delete with this request's owner token).
+    /// If this future is dropped while an attempt may have been applied, or while it waits
+    /// in a fair queue, the grant or the queue place is deleted again in the background
+    /// (by the owner-checked release script, with this request's owner token).
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         key::validate(&self.key)?;
         self.options.validate()?;
-        let lease = Lease {
-            key: self.key,
-            owner: random::owner_token(),
-            ttl: self.options.ttl(),
-        };
+        let options = self.options;
+        let deadline = Instant::now() + options.wait();
+        let queue = options.is_fair().then(|| options.queue_timeout());
         let mut pending = PendingAcquire {
+            lease: Lease {
+                key: self.key,
+                owner: random::owner_token(),
+                ttl: options.ttl(),
+            },
             client: self.client,
-            lease,
-            in_doubt: false,
+            leaves_traces: false,
         };
-        let attempts = self.options.attempts();
-        let mut attempt = 1;
+        let mut releases: Option<ReleaseWatch> = None;
+        let (mut attempts, mut unnotified_waits) = (0, 0);
         loop {
+            attempts += 1;
             let sent_at = Instant::now();
-            pending.in_doubt = true;
-            let outcome = pending.client.backend().acquire(&pending.lease).await;
+            pending.leaves_traces = true;
+            let outcome = pending.client.backend().acquire(&pending.lease, queue).await;
             let (error, holder_remaining) = match outcome {
                 Ok(Acquire::Granted { token }) => {
-                    return pending.into_guard(token, sent_at, &self.options);
+                    return pending.into_guard(token, sent_at, &options);
                 }
                 Ok(Acquire::Held { remaining }) => {
-                    pending.in_doubt = false;
+                    // A fair waiter keeps its place in the queue until it leaves.
+                    pending.leaves_traces = queue.is_some();
                     let error = LockError::NotAcquired {
                         key: pending.lease.key.clone(),
-                        attempts: attempt,
+                        attempts,
                     };
                     (error, remaining)
                 }
@@ -119,27 +144,63 @@ impl LockRequest {
                 Err(error) if error.is_backend() => (error, None),
                 Err(error) => return Err(error),
             };
-            if attempt >= attempts {
+            let now = Instant::now();
+            if options.gives_up()
+                || now >= deadline
+                || unnotified_waits >= options.unnotified_retries()
+            {
                 return Err(error);
             }
-            tracing::debug!(key = %pending.lease.key, attempt, %error, "lock not acquired; retrying");
-            tokio::time::sleep(self.options.pause(holder_remaining)).await;
-            attempt += 1;
+            // Subscribe before the attempt after which we wait: a release between the failed
+            // attempt and the subscription is then seen by that attempt, and any later one is
+            // announced.
+            if pending.client.notifies()
+                && !releases.as_ref().is_some_and(ReleaseWatch::is_subscribed)
+            {
+                match pending.client.backend().subscribe(&pending.lease.key).await {
+                    Ok(watch) => {
+                        // The attempt right after subscribing counts as a retry: without
+                        // notifications a request makes exactly `1 + retry` attempts.
+                        releases = Some(watch);
+                        unnotified_waits += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::debug!(key = %pending.lease.key, %error, "no release notifications; polling");
+                    }
+                }
+            }
+            let pause = options.pause(holder_remaining).min(deadline - now);
+            tracing::debug!(key = %pending.lease.key, attempts, ?pause, %error, "lock not acquired; waiting");
+            let notified = match releases.as_mut() {
+                Some(watch) => tokio::select! {
+                    () = watch.released() => true,
+                    () = tokio::time::sleep(pause) => false,
+                },
+                None => {
+                    tokio::time::sleep(pause).await;
+                    false
+                }
+            };
+            if !notified {
+                unnotified_waits += 1;
+            }
         }
     }
 }
 
-/// An acquisition in progress; if dropped while an attempt may have been applied, deletes
-/// the possible grant in the background.
+/// An acquisition in progress. If it ends without a guard while an attempt may have left
+/// something behind (a grant whose reply was lost, a place in a fair queue), the release
+/// script deletes it in the background.
 struct PendingAcquire {
     client: LockClient,
     lease: Lease,
-    in_doubt: bool,
+    leaves_traces: bool,
 }
 
 impl PendingAcquire {
     /// The guard of a grant: from now on the lease is renewed and watched for loss. If that
-    /// cannot start, `self` is dropped in doubt and the grant deleted again.
+    /// cannot start, `self` is dropped with traces and the grant deleted again.
     fn into_guard(
         mut self,
         token: u64,
@@ -150,7 +211,7 @@ impl PendingAcquire {
             .client
             .renewer()
             .track(self.lease.clone(), sent_at, options)?;
-        self.in_doubt = false;
+        self.leaves_traces = false;
         Ok(LockGuard::new(
             self.client.clone(),
             self.lease.clone(),
@@ -164,7 +225,7 @@ impl PendingAcquire {
 
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
-        if self.in_doubt {
+        if self.leaves_traces {
             release_in_background(&self.client, self.lease.clone(), Duration::ZERO);
         }
     }

@@ -3,24 +3,28 @@
 //! Leases are measured with `tokio::time::Instant`, so tests can drive expiry with tokio's
 //! paused clock.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release};
+use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
 use crate::LockError;
+use crate::notify::ReleaseHub;
 
 /// Locks held in this process's memory.
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
     state: Mutex<State>,
+    releases: Arc<ReleaseHub>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     holders: HashMap<String, Holder>,
+    /// Fair waiters per key, oldest first, with the time their place lapses.
+    queues: HashMap<String, VecDeque<(String, Instant)>>,
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
@@ -42,13 +46,17 @@ impl MemoryBackend {
     /// Deletes `key` whoever holds it (an operator's forced release); `true` if it was held.
     /// Its holder learns of the loss at its next renewal.
     pub fn force_release(&self, key: &str) -> bool {
-        self.with_state(|state| {
+        let released = self.with_state(|state| {
             state.live_holder(key, Instant::now()).is_some() && state.holders.remove(key).is_some()
-        })
+        });
+        if released {
+            self.releases.released(key);
+        }
+        released
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        // A panic while the lock is held cannot leave the map half-updated (every update is
+        // A panic while the lock is held cannot leave the maps half-updated (every update is
         // a single insert or remove), so a poisoned mutex is safe to keep using.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut state)
@@ -63,32 +71,70 @@ impl State {
         self.holders.get_mut(key)
     }
 
-    fn acquire(&mut self, lease: &Lease) -> Acquire {
+    /// Puts `owner` at the back of `key`'s fair queue, or renews its place there, after
+    /// dropping the places that lapsed.
+    fn keep_place(&mut self, key: &str, owner: &str, place: Duration, now: Instant) {
+        let queue = self.queues.entry(key.to_owned()).or_default();
+        queue.retain(|(_, lapses_at)| *lapses_at > now);
+        match queue.iter_mut().find(|(waiter, _)| waiter == owner) {
+            Some(entry) => entry.1 = now + place,
+            None => queue.push_back((owner.to_owned(), now + place)),
+        }
+    }
+
+    /// Whether `owner` may take the free `key`: always without a queue, else only when it is
+    /// the oldest waiter (its place is then used up) or nobody waits.
+    fn takes_turn(&mut self, key: &str, owner: &str, place: Option<Duration>, now: Instant) -> bool {
+        let Some(place) = place else {
+            return true;
+        };
+        self.keep_place(key, owner, place, now);
+        let queue = self.queues.entry(key.to_owned()).or_default();
+        if queue.front().is_some_and(|(waiter, _)| waiter == owner) {
+            queue.pop_front();
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    fn acquire(&mut self, lease: &Lease, queue: Option<Duration>) -> Acquire {
         let now = Instant::now();
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 holder.expires_at = now + lease.ttl;
-                Acquire::Granted {
+                return Acquire::Granted {
                     token: holder.token,
+                };
+            }
+            Some(holder) => {
+                let remaining = holder.expires_at.saturating_duration_since(now);
+                if let Some(place) = queue {
+                    self.keep_place(&lease.key, &lease.owner, place, now);
                 }
+                return Acquire::Held {
+                    remaining: Some(remaining),
+                };
             }
-            Some(holder) => Acquire::Held {
-                remaining: Some(holder.expires_at.saturating_duration_since(now)),
-            },
-            None => {
-                self.last_token += 1;
-                let token = self.last_token;
-                self.holders.insert(
-                    lease.key.clone(),
-                    Holder {
-                        owner: lease.owner.clone(),
-                        token,
-                        expires_at: now + lease.ttl,
-                    },
-                );
-                Acquire::Granted { token }
-            }
+            None => {}
         }
+        if !self.takes_turn(&lease.key, &lease.owner, queue, now) {
+            return Acquire::Held { remaining: None };
+        }
+        self.last_token += 1;
+        let token = self.last_token;
+        self.holders.insert(
+            lease.key.clone(),
+            Holder {
+                owner: lease.owner.clone(),
+                token,
+                expires_at: now + lease.ttl,
+            },
+        );
+        Acquire::Granted { token }
     }
 
     fn extend(&mut self, lease: &Lease) -> bool {
@@ -102,26 +148,49 @@ impl State {
         }
     }
 
-    fn release(&mut self, lease: &Lease, keep: Duration) -> Release {
+    /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
+    /// out of the fair queue. Also says whether waiters should hear of it.
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, bool) {
         let now = Instant::now();
+        let left_queue = self.queues.get_mut(&lease.key).is_some_and(|queue| {
+            let before = queue.len();
+            queue.retain(|(waiter, _)| *waiter != lease.owner);
+            queue.len() < before
+        });
+        if self.queues.get(&lease.key).is_some_and(VecDeque::is_empty) {
+            self.queues.remove(&lease.key);
+        }
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 if keep.is_zero() {
                     self.holders.remove(&lease.key);
+                    (Release::Released, true)
                 } else {
                     holder.expires_at = now + keep;
+                    (Release::Released, false)
                 }
-                Release::Released
             }
-            _ => Release::NotOwner,
+            Some(_) => (Release::NotOwner, false),
+            None => (Release::NotOwner, left_queue),
         }
     }
 }
 
 impl LockBackend for MemoryBackend {
-    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        let result = self.with_state(|state| state.acquire(lease));
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        queue: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        let result = self.with_state(|state| state.acquire(lease, queue));
         Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        // In process, every release is announced as it happens: nothing to confirm.
+        let (watch, subscribed) = self.releases.watch(key);
+        let _ = subscribed.set(());
+        Box::pin(std::future::ready(Ok(watch)))
     }
 
     fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
@@ -134,7 +203,10 @@ impl LockBackend for MemoryBackend {
         lease: &'a Lease,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        let result = self.with_state(|state| state.release(lease, keep));
+        let (result, announce) = self.with_state(|state| state.release(lease, keep));
+        if announce {
+            self.releases.released(&lease.key);
+        }
         Box::pin(std::future::ready(Ok(result)))
     }
 }
@@ -154,23 +226,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn leases_expire_on_the_tokio_clock() {
         let backend = MemoryBackend::new();
-        let first = backend.acquire(&lease("a", 100)).await.unwrap();
+        let first = backend.acquire(&lease("a", 100), None).await.unwrap();
         assert!(matches!(first, Acquire::Granted { token: 1 }));
         tokio::time::advance(Duration::from_millis(99)).await;
         assert!(matches!(
-            backend.acquire(&lease("b", 100)).await.unwrap(),
+            backend.acquire(&lease("b", 100), None).await.unwrap(),
             Acquire::Held { remaining: Some(r) } if r == Duration::from_millis(1)
         ));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
-            backend.acquire(&lease("b", 100)).await.unwrap(),
+            backend.acquire(&lease("b", 100), None).await.unwrap(),
             Acquire::Granted { token: 2 }
         ));
         assert_eq!(
-            backend
-                .release(&lease("a", 100), Duration::ZERO)
-                .await
-                .unwrap(),
+            backend.release(&lease("a", 100), Duration::ZERO).await.unwrap(),
             Release::NotOwner
         );
     }

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::LockError;
+pub use crate::notify::ReleaseWatch;
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
 /// objects).
@@ -59,7 +60,20 @@ pub enum Release {
 pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// One acquire attempt: grant the key to `lease.owner` if it is free or already theirs
     /// (refreshing the lease), and return the grant's fencing token.
-    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>>;
+    ///
+    /// With `queue = Some(place)` (fair mode) a free key goes only to the oldest waiter:
+    /// the owner joins the key's queue, or keeps its place there, and its place lapses if it
+    /// makes no attempt for `place`.
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        queue: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>>;
+
+    /// A watch that completes on each later release of `key`. Returns once the backend will
+    /// announce releases (for Redis: once the subscription is confirmed), so that an attempt
+    /// made after this returns cannot miss a release that follows it.
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>>;
 
     /// For each lease still held by its owner, restart its lease at `lease.ttl` from now;
     /// `true` where that happened, `false` where the key is gone or owned by another token.
@@ -67,9 +81,10 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// should batch (Redis: one pipeline).
     fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
-    /// Delete the key if, and only if, `lease.owner` holds it; with a non-zero `keep`, set
-    /// its remaining lease to `keep` instead (`min_hold_ms`: the key stays taken until then).
-    /// Safe to retry.
+    /// Delete the key if, and only if, `lease.owner` holds it, and announce the release;
+    /// with a non-zero `keep`, set its remaining lease to `keep` instead (`min_hold_ms`: the
+    /// key stays taken until then). Also takes the owner out of the key's fair queue. Safe to
+    /// retry.
     fn release<'a>(
         &'a self,
         lease: &'a Lease,

@@ -219,7 +219,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         ttl: Duration::from_millis(LONG_TTL_MS),
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
-    let granted = backend.acquire(&mine).await.expect("backend answers");
+    let granted = backend.acquire(&mine, None).await.expect("backend answers");
     assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
     let extended = backend.extend(&[mine.clone(), other.clone()]).await;
     assert_eq!(

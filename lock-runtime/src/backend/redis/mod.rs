@@ -2,10 +2,13 @@
 //!
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
 //! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, with no TTL
-//! (it must outlive the lock). The braces put both in one Redis Cluster hash slot whatever
-//! `K` contains, and `K` stays readable inside the key for operators.
+//! (it must outlive the lock); fair waiters queue in `P{K}:queue` (a list) and
+//! `P{K}:queue:deadlines` (a sorted set), which expire with their last waiter's place.
+//! Releases are published on the channel `P{K}:released`. The braces put every key in one
+//! Redis Cluster hash slot whatever `K` contains, and `K` stays readable for operators.
 
 mod connection;
+mod notify;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -13,10 +16,16 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::connection::Connection;
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release};
+use self::notify::Notifier;
+use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
 use crate::LockError;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(include_str!("lua/grant.lua"), include_str!("lua/acquire.lua")))
+});
+static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(include_str!("lua/grant.lua"), include_str!("lua/fair_acquire.lua")))
+});
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -38,6 +47,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Locks in one Redis server (standalone or a primary).
 pub struct RedisBackend {
     connection: Connection,
+    notifier: Notifier,
     prefix: String,
 }
 
@@ -74,6 +84,7 @@ impl RedisBackend {
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
         let backend = RedisBackend {
+            notifier: Notifier::new(client.clone(), response_timeout),
             connection: Connection::new(client, config),
             prefix,
         };
@@ -99,6 +110,15 @@ impl RedisBackend {
 
     fn lock_key(&self, key: &str) -> String {
         format!("{}{{{key}}}", self.prefix)
+    }
+
+    /// The keys of the fair queue next to `lock_key`.
+    fn queue_keys(lock_key: &str) -> [String; 2] {
+        [format!("{lock_key}:queue"), format!("{lock_key}:queue:deadlines")]
+    }
+
+    fn release_channel(lock_key: &str) -> String {
+        format!("{lock_key}:released")
     }
 
     async fn run(
@@ -211,20 +231,37 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
 }
 
 impl LockBackend for RedisBackend {
-    fn acquire<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<Acquire, LockError>> {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        queue: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
         Box::pin(async move {
             let lock_key = self.lock_key(&lease.key);
             let fence_key = format!("{lock_key}:fence");
             let ttl_ms = lease.ttl.as_millis().to_string();
-            let reply = self
-                .run(
-                    &ACQUIRE,
-                    &[lock_key, fence_key],
-                    &[&lease.owner, &ttl_ms],
-                    &lease.key,
-                )
-                .await?;
+            let reply = match queue {
+                None => {
+                    let keys = [lock_key, fence_key];
+                    self.run(&ACQUIRE, &keys, &[&lease.owner, &ttl_ms], &lease.key)
+                        .await?
+                }
+                Some(place) => {
+                    let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+                    let keys = [lock_key, fence_key, queue_key, deadlines_key];
+                    let place_ms = place.as_millis().to_string();
+                    let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
+                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
+                }
+            };
             parse_acquire(&lease.key, &reply)
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        Box::pin(async move {
+            let channel = Self::release_channel(&self.lock_key(key));
+            self.notifier.subscribe(&channel).await
         })
     }
 
@@ -262,14 +299,12 @@ impl LockBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(async move {
             let keep_ms = keep.as_millis().to_string();
-            let reply = self
-                .run(
-                    &RELEASE,
-                    &[self.lock_key(&lease.key)],
-                    &[&lease.owner, &keep_ms],
-                    &lease.key,
-                )
-                .await?;
+            let lock_key = self.lock_key(&lease.key);
+            let channel = Self::release_channel(&lock_key);
+            let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+            let keys = [lock_key, queue_key, deadlines_key];
+            let args = [lease.owner.as_str(), &keep_ms, &channel];
+            let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
             match integer(&reply) {
                 Some(1) => Ok(Release::Released),
                 Some(0) => Ok(Release::NotOwner),

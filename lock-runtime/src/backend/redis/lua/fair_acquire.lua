@@ -1,0 +1,41 @@
+-- Acquire in arrival order: a free key goes to the head of the key's queue.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue (list of owners, oldest first),
+-- KEYS[4] queue deadlines (zset: owner -> ms after which its place is given up)
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long this waiter's place lasts, ms
+-- Returns {1, token} when granted; {0, remaining ms} while another owner holds the key;
+-- {0, -3} when the key is free but an earlier waiter's turn.
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- Waiters that stopped renewing their place (died, or gave up without a word) leave.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
+  redis.call('LREM', KEYS[3], 0, gone)
+  redis.call('ZREM', KEYS[4], gone)
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
+  if again then
+    return again
+  end
+end
+if not holder or holder == ARGV[1] then
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  if not head or head == ARGV[1] then
+    if head then
+      redis.call('LPOP', KEYS[3])
+      redis.call('ZREM', KEYS[4], ARGV[1])
+    end
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+  end
+end
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+end
+redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), ARGV[1])
+-- The queue vanishes once its last waiter's place has lapsed.
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return {0, -3}

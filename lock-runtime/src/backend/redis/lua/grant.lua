@@ -1,0 +1,26 @@
+-- Shared by the acquire scripts, which are appended to this text.
+-- Fencing tokens travel as strings: Lua numbers are doubles, exact below 2^53, but Lua
+-- prints them with 14 significant digits.
+
+-- A new grant: the token exceeds both the last one and the server clock in microseconds,
+-- so it keeps increasing after a restart that lost the counter (unless the clock steps back).
+local function grant(lock_key, fence_key, owner, lease_ms)
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local last = tonumber(redis.call('GET', fence_key) or '0')
+  local token = string.format('%.0f', math.max(last + 1, now_us))
+  redis.call('SET', fence_key, token)
+  redis.call('SET', lock_key, owner, 'PX', lease_ms)
+  return {1, token}
+end
+
+-- The owner asks again (a retry whose reply was lost): refresh the lease, same token.
+-- nil if the fencing counter is gone, in which case the caller grants anew.
+local function grant_again(lock_key, fence_key, lease_ms)
+  local token = redis.call('GET', fence_key)
+  if token then
+    redis.call('PEXPIRE', lock_key, lease_ms)
+    return {1, token}
+  end
+  return nil
+end
