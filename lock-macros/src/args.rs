@@ -2,7 +2,8 @@
 //!
 //! Each argument is read on its own here: its syntax, its type and its range.
 //! Checks that need the function (placeholders) or several arguments
-//! (`retry` with `GiveUp`, the hold bounds against `ttl_ms`) live in `validate.rs`.
+//! (`retry`, `wait_ms` and `fair` with `GiveUp`, `wait_ms` against `sleep_ms`,
+//! the hold bounds against `ttl_ms`) live in `validate.rs`.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
@@ -13,7 +14,7 @@ use syn::{Expr, Ident, Lit, LitBool, LitStr, Path, Token};
 
 use crate::errors::Errors;
 
-/// The longest lease, pause or minimum hold the runtime accepts (its `MAX_TTL_MS`): 24 h.
+/// The longest lease, pause, wait or minimum hold the runtime accepts (its `MAX_TTL_MS`): 24 h.
 const MAX_MILLISECONDS: u64 = 86_400_000;
 
 /// The arguments as written; `None` for those left out.
@@ -28,6 +29,8 @@ pub(crate) struct LockArgs {
     pub on_lost: Option<Arg<OnLost>>,
     pub min_hold_ms: Option<Arg<Number<u64>>>,
     pub max_hold_ms: Option<Arg<Number<u64>>>,
+    pub wait_ms: Option<Arg<Number<u64>>>,
+    pub fair: Option<Arg<LitBool>>,
     pub client: Option<Arg<Expr>>,
     pub crate_path: Option<Arg<Path>>,
     /// The names of the arguments written, with a usable value or not.
@@ -58,7 +61,8 @@ pub(crate) struct Number<T> {
 pub(crate) enum Action {
     /// One attempt, then fail.
     GiveUp,
-    /// Keep trying, `retry` times, pausing up to `sleep_ms` between attempts.
+    /// Keep trying, for up to `wait_ms` in all or `retry` pauses of up to
+    /// `sleep_ms` that no release notification ended.
     Continue,
 }
 
@@ -195,6 +199,28 @@ const ARGUMENTS: &[ArgumentSpec] = &[
                 "a lock held for at most 0 ms is lost as soon as it is acquired",
             );
             store(&mut args.max_hold_ms, name, number)
+        },
+    },
+    ArgumentSpec {
+        name: "wait_ms",
+        example: "wait_ms = 5_000",
+        missing: None,
+        store: |args, name, value| {
+            let number = milliseconds(
+                &name,
+                &value,
+                "a wait of 0 ms is a single attempt; remove `wait_ms` and use `action = GiveUp`",
+            );
+            store(&mut args.wait_ms, name, number)
+        },
+    },
+    ArgumentSpec {
+        name: "fair",
+        example: "fair = true",
+        missing: None,
+        store: |args, name, value| {
+            let fair = boolean(&name, &value);
+            store(&mut args.fair, name, fair)
         },
     },
     ArgumentSpec {

@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, client, crate".to_owned(),
+            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, client, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -228,6 +228,27 @@ fn sleep_above_a_day() {
 }
 
 #[test]
+fn zero_wait() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", wait_ms = 0")),
+        (
+            "`wait_ms` must be greater than 0: a wait of 0 ms is a single attempt; remove `wait_ms` and use `action = GiveUp`".to_owned(),
+            "0".to_owned()
+        )
+    );
+}
+
+#[test]
+fn wait_above_a_day() {
+    let (message, at) = error(&on_valid_fn("key = \"a:{id}\", wait_ms = 86_400_001"));
+    assert_eq!(
+        message,
+        "`wait_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
+    );
+    assert_eq!(at, "86_400_001");
+}
+
+#[test]
 fn retry_above_u32() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", retry = 4_294_967_296")),
@@ -315,6 +336,23 @@ fn renew_is_not_a_bool() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", renew")).0,
         "`renew` needs a value, e.g. `renew = false`"
+    );
+}
+
+#[test]
+fn fair_is_not_a_bool() {
+    for value in ["1", "\"true\"", "yes", "Fair"] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", fair = {value}"))),
+            (
+                "`fair` must be `true` or `false`".to_owned(),
+                value.to_owned()
+            )
+        );
+    }
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", fair")).0,
+        "`fair` needs a value, e.g. `fair = true`"
     );
 }
 
@@ -463,6 +501,68 @@ fn retry_with_give_up() {
             "retry".to_owned()
         )
     );
+}
+
+#[test]
+fn wait_with_give_up() {
+    // Also shorter than `sleep_ms`: removing `wait_ms` fixes both, so one error.
+    for args in [
+        "wait_ms = 5_000, action = GiveUp",
+        "action = GiveUp, sleep_ms = 1_000, wait_ms = 500",
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (
+                "`wait_ms` has no effect with `action = GiveUp` (one attempt, then fail); remove `wait_ms` or use `action = Continue`".to_owned(),
+                "wait_ms".to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn fair_with_give_up() {
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", action = GiveUp, fair = true")),
+        (
+            "`fair = true` has no effect with `action = GiveUp`: a request that never waits never queues; remove `fair` or use `action = Continue`".to_owned(),
+            "fair".to_owned()
+        )
+    );
+}
+
+#[test]
+fn every_argument_without_effect_with_give_up_is_reported() {
+    let errors = errors(&on_valid_fn(
+        "key = \"a:{id}\", fair = true, wait_ms = 1_000, retry = 2, action = GiveUp",
+    ));
+    let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
+    assert_eq!(reported, ["retry", "wait_ms", "fair"]);
+}
+
+#[test]
+fn wait_shorter_than_sleep() {
+    assert_eq!(
+        error(&on_valid_fn(
+            "key = \"a:{id}\", wait_ms = 1500, sleep_ms = 2_000"
+        )),
+        (
+            "`wait_ms` (1_500) is shorter than `sleep_ms` (2_000): the first pause already outlasts the whole wait; raise `wait_ms` or lower `sleep_ms`".to_owned(),
+            "wait_ms".to_owned()
+        )
+    );
+}
+
+#[test]
+fn wait_is_not_compared_with_a_rejected_sleep() {
+    let (message, at) = error(&on_valid_fn(
+        "key = \"a:{id}\", sleep_ms = 100_000_000, wait_ms = 1_000",
+    ));
+    assert!(
+        message.starts_with("`sleep_ms` must be at most"),
+        "{message}"
+    );
+    assert_eq!(at, "100_000_000");
 }
 
 #[test]
@@ -713,6 +813,11 @@ fn accepted_arguments() {
         "key = \"a:{id}\", renew = true, on_lost = Abort, min_hold_ms = 86_400_000, max_hold_ms = 30_000",
         "key = \"a:{id}\", renew = false, on_lost = Continue, ttl_ms = 1_000, min_hold_ms = 1_000",
         "key = \"a:{id}\", ttl_ms = 1_000, min_hold_ms = 5_000, max_hold_ms = 100_000_000_000u64",
+        // Below the default pause is allowed: only two written numbers contradict.
+        "key = \"a:{id}\", wait_ms = 1, fair = true",
+        "key = \"a:{id}\", wait_ms = 86_400_000u64, sleep_ms = 86_400_000, retry = 3",
+        "key = \"a:{id}\", sleep_ms = 500, wait_ms = 500, action = Continue, fair = false",
+        "key = \"a:{id}\", action = GiveUp, fair = false",
         "crate = \"::my::locks\", client = &state.locks, key = \"{{a}}:{id}\"",
     ] {
         expands_cleanly(&on_valid_fn(args));

@@ -114,6 +114,8 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         on_lost,
         min_hold_ms,
         max_hold_ms,
+        wait_ms,
+        fair,
     } = options;
     let mut calls = TokenStream::new();
     if let Some(ttl_ms) = ttl_ms {
@@ -148,6 +150,13 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
     if let Some(max_hold_ms) = max_hold_ms {
         let value = unsuffixed(max_hold_ms.value, max_hold_ms.span);
         calls.extend(quote!(.max_hold_ms(#value)));
+    }
+    if let Some(wait_ms) = wait_ms {
+        let value = unsuffixed(wait_ms.value, wait_ms.span);
+        calls.extend(quote!(.wait_ms(#value)));
+    }
+    if let Some(fair) = fair {
+        calls.extend(quote!(.fair(#fair)));
     }
     quote!(#krate::__private::LockOptions::new() #calls)
 }

@@ -53,13 +53,15 @@ use proc_macro::TokenStream;
 /// | --- | --- | --- |
 /// | `key = "..."` | required; the lock key template (below) | — |
 /// | `ttl_ms = N` | lease length in milliseconds, 1 to 86 400 000 (24 h) | 30 000 |
-/// | `retry = N` | attempts after the first failed one (only with `Continue`) | 5 |
-/// | `sleep_ms = N` | longest pause between attempts, 1 to 86 400 000 ms | 200 |
+/// | `retry = N` | attempts after the first failed one that follow a pause no release notification ended (only with `Continue`) | 5; unbounded when `wait_ms` is given |
+/// | `sleep_ms = N` | longest pause between attempts when no release notification arrives (a release wakes waiters at once), 1 to 86 400 000 ms | 200 |
 /// | `action = GiveUp` or `Continue` | `GiveUp`: one attempt, then fail; `Continue`: keep trying as configured | `Continue` |
 /// | `renew = true` or `false` | renew the lease every `ttl_ms / 3` while the body runs; without renewal the lease ends after `ttl_ms` and counts as lost | `true` |
 /// | `on_lost = Abort` or `Continue` | when the lease is lost while the body runs: `Abort` drops the body at its next `.await` and returns `Err(LockError::Lost { .. }.into())`; `Continue` lets it finish | `Abort` |
 /// | `min_hold_ms = N` | ShedLock's `lockAtLeastFor`: the key stays taken at least this long after acquiring, even if the body ends sooner; 1 to 86 400 000 ms, at most `ttl_ms` with `renew = false` | none |
 /// | `max_hold_ms = N` | stop renewing after this long; the body is then stopped as on loss (see `on_lost`). At least `ttl_ms`; not with `renew = false` | none |
+/// | `wait_ms = N` | the longest time to wait for the lock in all, 1 to 86 400 000 ms; with `retry` too, whichever ends first. At least `sleep_ms`; not with `GiveUp` | `retry × sleep_ms` |
+/// | `fair = true` or `false` | serve waiters in arrival order, across processes (a queue in Redis); a waiter that died holds the queue up for at most `3 × sleep_ms`. Not `true` with `GiveUp` | `false` |
 /// | `client = EXPR` | the client to lock with, e.g. `self.locks`, evaluated inside the function before the body | the scoped client, else the global one |
 /// | `crate = "path"` or `crate = path` | where the `fencelock` crate is, if renamed | `::fencelock` |
 ///

@@ -163,3 +163,23 @@ fn lease_control() {
         unwrapped,
     );
 }
+
+#[test]
+fn waiting() {
+    assert_snapshot(
+        "waiting",
+        quote!(
+            key = "ticket:{event}",
+            sleep_ms = 100,
+            retry = 20,
+            wait_ms = 5_000,
+            fair = true
+        ),
+        quote! {
+            async fn book(event: EventId) -> Result<Ticket, BookingError> {
+                reserve(event).await
+            }
+        },
+        unwrapped,
+    );
+}

@@ -57,6 +57,9 @@ pub(crate) struct Options {
     pub on_lost: Option<OnLost>,
     pub min_hold_ms: Option<Number<u64>>,
     pub max_hold_ms: Option<Number<u64>>,
+    pub wait_ms: Option<Number<u64>>,
+    /// `fair = true` or `fair = false`, as written.
+    pub fair: Option<LitBool>,
 }
 
 /// The runtime's `DEFAULT_TTL_MS`: the lease when `ttl_ms` is left out.
@@ -77,12 +80,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         .action
         .as_ref()
         .is_some_and(|action| action.value == Action::GiveUp);
-    if let (true, Some(retry)) = (give_up, &args.retry) {
-        errors.push(syn::Error::new(
-            retry.name.span(),
-            "`retry` has no effect with `action = GiveUp` (one attempt, then fail); remove `retry` or use `action = Continue`",
-        ));
-    }
+    check_waiting(&args, give_up, errors);
     check_hold_bounds(&args, errors);
     Some(LockSpec {
         crate_path: args
@@ -99,9 +97,68 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             on_lost: args.on_lost.map(|on_lost| on_lost.value),
             min_hold_ms: args.min_hold_ms.map(|min_hold_ms| min_hold_ms.value),
             max_hold_ms: args.max_hold_ms.map(|max_hold_ms| max_hold_ms.value),
+            wait_ms: args.wait_ms.map(|wait_ms| wait_ms.value),
+            fair: args.fair.map(|fair| fair.value),
         },
         return_type: return_type?,
     })
+}
+
+/// Checks the arguments that shape the wait for the lock (`retry`, `wait_ms`,
+/// `fair`) against `action` and `sleep_ms`.
+fn check_waiting(args: &LockArgs, give_up: bool, errors: &mut Errors) {
+    if give_up {
+        // Not only useless: the runtime's `wait_ms()` switches back to
+        // `Continue`, and the expansion calls it after `give_up()`.
+        const ONE_ATTEMPT: &str = " (one attempt, then fail)";
+        if let Some(retry) = &args.retry {
+            errors.push(no_effect_with_give_up(&retry.name, "retry", ONE_ATTEMPT));
+        }
+        if let Some(wait_ms) = &args.wait_ms {
+            errors.push(no_effect_with_give_up(
+                &wait_ms.name,
+                "wait_ms",
+                ONE_ATTEMPT,
+            ));
+        }
+        // `fair = false` is the default, and harmless.
+        if let Some(fair) = args.fair.as_ref().filter(|fair| fair.value.value) {
+            errors.push(no_effect_with_give_up(
+                &fair.name,
+                "fair = true",
+                ": a request that never waits never queues",
+            ));
+        }
+    }
+    // Only when both are written: then the user picked two numbers that
+    // contradict each other (a short `wait_ms` with the default pause is left
+    // to the runtime). A rejected `sleep_ms` has its own error and is `None`
+    // here. With `GiveUp`, removing `wait_ms` fixes this too: one error is enough.
+    if let (false, Some(wait_ms), Some(sleep_ms)) = (give_up, &args.wait_ms, &args.sleep_ms)
+        && wait_ms.value.value < sleep_ms.value.value
+    {
+        errors.push(syn::Error::new(
+            wait_ms.name.span(),
+            format!(
+                "`wait_ms` ({}) is shorter than `sleep_ms` ({}): the first pause already outlasts the whole wait; raise `wait_ms` or lower `sleep_ms`",
+                digit_grouped(wait_ms.value.value),
+                digit_grouped(sleep_ms.value.value)
+            ),
+        ));
+    }
+}
+
+/// The error for an argument that `action = GiveUp` makes pointless, at the
+/// argument's name; `written` is how the message quotes it, `why` follows
+/// `action = GiveUp`.
+fn no_effect_with_give_up(name: &Ident, written: &str, why: &str) -> syn::Error {
+    let name_text = name.unraw();
+    syn::Error::new(
+        name.span(),
+        format!(
+            "`{written}` has no effect with `action = GiveUp`{why}; remove `{name_text}` or use `action = Continue`"
+        ),
+    )
 }
 
 /// Checks `min_hold_ms` and `max_hold_ms` against the lease and renewal, as

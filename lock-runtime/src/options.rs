@@ -273,7 +273,10 @@ mod tests {
         let options = LockOptions::new();
         assert_eq!(options.wait(), Duration::from_millis(1_000));
         assert_eq!(options.unnotified_retries(), 5);
-        assert_eq!(options.retry(3).sleep_ms(10).wait(), Duration::from_millis(30));
+        assert_eq!(
+            options.retry(3).sleep_ms(10).wait(),
+            Duration::from_millis(30)
+        );
         assert_eq!(options.wait_ms(30_000).wait(), Duration::from_secs(30));
         assert_eq!(options.wait_ms(30_000).unnotified_retries(), u32::MAX);
         assert_eq!(options.wait_ms(30_000).retry(2).unnotified_retries(), 2);

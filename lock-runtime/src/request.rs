@@ -125,7 +125,11 @@ impl LockRequest {
             attempts += 1;
             let sent_at = Instant::now();
             pending.leaves_traces = true;
-            let outcome = pending.client.backend().acquire(&pending.lease, queue).await;
+            let outcome = pending
+                .client
+                .backend()
+                .acquire(&pending.lease, queue)
+                .await;
             let (error, holder_remaining) = match outcome {
                 Ok(Acquire::Granted { token }) => {
                     return pending.into_guard(token, sent_at, &options);

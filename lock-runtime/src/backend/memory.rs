@@ -84,7 +84,13 @@ impl State {
 
     /// Whether `owner` may take the free `key`: always without a queue, else only when it is
     /// the oldest waiter (its place is then used up) or nobody waits.
-    fn takes_turn(&mut self, key: &str, owner: &str, place: Option<Duration>, now: Instant) -> bool {
+    fn takes_turn(
+        &mut self,
+        key: &str,
+        owner: &str,
+        place: Option<Duration>,
+        now: Instant,
+    ) -> bool {
         let Some(place) = place else {
             return true;
         };
@@ -239,7 +245,10 @@ mod tests {
             Acquire::Granted { token: 2 }
         ));
         assert_eq!(
-            backend.release(&lease("a", 100), Duration::ZERO).await.unwrap(),
+            backend
+                .release(&lease("a", 100), Duration::ZERO)
+                .await
+                .unwrap(),
             Release::NotOwner
         );
     }

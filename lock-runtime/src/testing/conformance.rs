@@ -24,6 +24,9 @@ pub async fn run(client: &LockClient, namespace: &str) {
     renewal_outlives_the_ttl(client, &format!("{namespace}:renewal")).await;
     extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
     min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
+    releases_are_announced(client, &format!("{namespace}:announce")).await;
+    fair_queue_grants_in_arrival_order(client, &format!("{namespace}:fair")).await;
+    a_lapsed_place_leaves_the_queue(client, &format!("{namespace}:lapsed")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -257,6 +260,131 @@ pub async fn min_hold_keeps_the_key_after_release(client: &LockClient, key: &str
         "freed by the shortened lease, not by ttl_ms"
     );
     next.release().await.expect("release");
+}
+
+/// A subscription made before a release hears of it; one made after does not.
+pub async fn releases_are_announced(client: &LockClient, key: &str) {
+    let holder = hold(client, key).await;
+    let mut watch = client
+        .backend()
+        .subscribe(key)
+        .await
+        .expect("backend answers");
+    holder.release().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(5), watch.released())
+        .await
+        .expect("the release is announced to a subscribed watch");
+    let unannounced = tokio::time::timeout(Duration::from_millis(50), watch.released()).await;
+    assert!(unannounced.is_err(), "nothing happened since");
+}
+
+fn owner(key: &str, name: &str) -> Lease {
+    Lease {
+        key: key.to_owned(),
+        owner: format!("conformance-{name}"),
+        ttl: Duration::from_millis(LONG_TTL_MS),
+    }
+}
+
+/// In fair mode a free key goes to the oldest waiter, and only to it.
+pub async fn fair_queue_grants_in_arrival_order(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let place = Some(Duration::from_millis(LONG_TTL_MS));
+    let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
+    let granted = backend
+        .acquire(&holder, place)
+        .await
+        .expect("backend answers");
+    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    for waiter in [&first, &second] {
+        let queued = backend
+            .acquire(waiter, place)
+            .await
+            .expect("backend answers");
+        assert!(matches!(queued, Acquire::Held { .. }), "{queued:?}");
+    }
+    backend
+        .release(&holder, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    let jumped = backend
+        .acquire(&second, place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(jumped, Acquire::Held { .. }),
+        "the second waiter must not jump the queue: {jumped:?}"
+    );
+    let newcomer = backend
+        .acquire(&owner(key, "newcomer"), place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(newcomer, Acquire::Held { .. }),
+        "nor a newcomer: {newcomer:?}"
+    );
+    let turn = backend
+        .acquire(&first, place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(turn, Acquire::Granted { .. }),
+        "the oldest waiter's turn: {turn:?}"
+    );
+    backend
+        .release(&first, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    let turn = backend
+        .acquire(&second, place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(turn, Acquire::Granted { .. }),
+        "then the next: {turn:?}"
+    );
+    for lease in [&second, &owner(key, "newcomer")] {
+        backend
+            .release(lease, Duration::ZERO)
+            .await
+            .expect("backend answers");
+    }
+}
+
+/// A waiter that stops attempting (it died) holds the queue up only until its place lapses.
+pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let [ghost, waiter] = ["ghost", "waiter"].map(|name| owner(key, name));
+    let holder = hold(client, key).await;
+    let short_place = Some(Duration::from_millis(SHORT_TTL_MS));
+    let queued = backend
+        .acquire(&ghost, short_place)
+        .await
+        .expect("backend answers");
+    assert!(matches!(queued, Acquire::Held { .. }), "{queued:?}");
+    holder.release().await.expect("release");
+    let place = Some(Duration::from_millis(LONG_TTL_MS));
+    let blocked = backend
+        .acquire(&waiter, place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(blocked, Acquire::Held { .. }),
+        "the ghost's turn first: {blocked:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
+    let turn = backend
+        .acquire(&waiter, place)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(turn, Acquire::Granted { .. }),
+        "the ghost's place lapsed: {turn:?}"
+    );
+    backend
+        .release(&waiter, Duration::ZERO)
+        .await
+        .expect("backend answers");
 }
 
 /// Bad keys and options are refused before anything reaches the backend.

@@ -21,10 +21,16 @@ use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
 use crate::LockError;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(include_str!("lua/grant.lua"), include_str!("lua/acquire.lua")))
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/acquire.lua")
+    ))
 });
 static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(include_str!("lua/grant.lua"), include_str!("lua/fair_acquire.lua")))
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/fair_acquire.lua")
+    ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -114,7 +120,10 @@ impl RedisBackend {
 
     /// The keys of the fair queue next to `lock_key`.
     fn queue_keys(lock_key: &str) -> [String; 2] {
-        [format!("{lock_key}:queue"), format!("{lock_key}:queue:deadlines")]
+        [
+            format!("{lock_key}:queue"),
+            format!("{lock_key}:queue:deadlines"),
+        ]
     }
 
     fn release_channel(lock_key: &str) -> String {

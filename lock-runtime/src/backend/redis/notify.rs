@@ -36,7 +36,8 @@ impl Notifier {
         let (idle, idle_channels) = mpsc::unbounded_channel();
         let hub = Arc::new(ReleaseHub::with_idle_reports(idle));
         let sink = Arc::new(Mutex::new(None));
-        let unsubscriber = unsubscribe_idle(idle_channels, Arc::downgrade(&hub), Arc::downgrade(&sink));
+        let unsubscriber =
+            unsubscribe_idle(idle_channels, Arc::downgrade(&hub), Arc::downgrade(&sink));
         if let Err(error) = Background::Driver.spawn(unsubscriber) {
             tracing::warn!(%error, "release notifications will not unsubscribe idle channels");
         }
@@ -60,18 +61,28 @@ impl Notifier {
                     }
                     match sink.as_mut() {
                         Some(sink) => sink.subscribe(channel).await,
-                        None => Err(RedisError::from(std::io::Error::other("no subscription connection"))),
+                        None => Err(RedisError::from(std::io::Error::other(
+                            "no subscription connection",
+                        ))),
                     }
                 };
                 match tokio::time::timeout(self.response_timeout, subscribing).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(error)) => {
                         *sink = None;
-                        Err(LockError::backend(None, format!("cannot subscribe to release notifications: {error}"), Some(Arc::new(error))))
+                        Err(LockError::backend(
+                            None,
+                            format!("cannot subscribe to release notifications: {error}"),
+                            Some(Arc::new(error)),
+                        ))
                     }
                     Err(_) => {
                         *sink = None;
-                        Err(LockError::backend(None, "subscribing to release notifications timed out", None))
+                        Err(LockError::backend(
+                            None,
+                            "subscribing to release notifications timed out",
+                            None,
+                        ))
                     }
                 }
             })
@@ -94,7 +105,9 @@ impl Notifier {
             .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))?;
         match tokio::time::timeout(self.response_timeout, opened).await {
             Ok(Ok(result)) => result,
-            Ok(Err(join_error)) => Err(RedisError::from(std::io::Error::other(join_error.to_string()))),
+            Ok(Err(join_error)) => Err(RedisError::from(std::io::Error::other(
+                join_error.to_string(),
+            ))),
             Err(_) => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "opening the subscription connection timed out",

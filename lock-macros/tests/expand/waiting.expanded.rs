@@ -1,0 +1,36 @@
+async fn book(event: EventId) -> Result<Ticket, BookingError> {
+    let __fencelock_client = ::fencelock::__private::scoped_client();
+    let __fencelock_key = ::fencelock::__private::render_key(
+        &[
+            ::fencelock::__private::KeyPart::Text("ticket:"),
+            ::fencelock::__private::KeyPart::Value(&event),
+        ],
+    );
+    let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .retry(20)
+        .sleep_ms(100)
+        .wait_ms(5000)
+        .fair(true);
+    ::fencelock::__private::run_locked(
+            __fencelock_client,
+            __fencelock_key,
+            __fencelock_options,
+            async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::unreachable,
+                    clippy::needless_return
+                )]
+                if false {
+                    let __fencelock_fake_return: Result<Ticket, BookingError> = loop {};
+                    return __fencelock_fake_return;
+                }
+                { reserve(event).await }
+            },
+        )
+        .await
+}
