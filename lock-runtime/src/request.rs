@@ -120,6 +120,7 @@ impl LockRequest {
             leaves_traces: false,
         };
         let mut releases: Option<ReleaseWatch> = None;
+        let mut may_subscribe = pending.client.notifies();
         let (mut attempts, mut unnotified_waits) = (0, 0);
         loop {
             attempts += 1;
@@ -158,9 +159,7 @@ impl LockRequest {
             // Subscribe before the attempt after which we wait: a release between the failed
             // attempt and the subscription is then seen by that attempt, and any later one is
             // announced.
-            if pending.client.notifies()
-                && !releases.as_ref().is_some_and(ReleaseWatch::is_subscribed)
-            {
+            if may_subscribe && !releases.as_ref().is_some_and(ReleaseWatch::is_subscribed) {
                 match pending.client.backend().subscribe(&pending.lease.key).await {
                     Ok(watch) => {
                         // The attempt right after subscribing counts as a retry: without
@@ -170,25 +169,33 @@ impl LockRequest {
                         continue;
                     }
                     Err(error) => {
+                        // Not again in this request: a failing subscription can cost a
+                        // response timeout each time.
+                        may_subscribe = false;
                         tracing::debug!(key = %pending.lease.key, %error, "no release notifications; polling");
                     }
                 }
             }
             let pause = options.pause(holder_remaining).min(deadline - now);
             tracing::debug!(key = %pending.lease.key, attempts, ?pause, %error, "lock not acquired; waiting");
-            let notified = match releases.as_mut() {
-                Some(watch) => tokio::select! {
-                    () = watch.released() => true,
-                    () = tokio::time::sleep(pause) => false,
-                },
-                None => {
-                    tokio::time::sleep(pause).await;
-                    false
-                }
-            };
+            let notified = wait_for_release(releases.as_mut(), pause).await;
             if !notified {
                 unnotified_waits += 1;
             }
+        }
+    }
+}
+
+/// Sleeps for `pause`, or until `releases` announces a release; `true` in the latter case.
+async fn wait_for_release(releases: Option<&mut ReleaseWatch>, pause: Duration) -> bool {
+    match releases {
+        Some(watch) => tokio::select! {
+            () = watch.released() => true,
+            () = tokio::time::sleep(pause) => false,
+        },
+        None => {
+            tokio::time::sleep(pause).await;
+            false
         }
     }
 }
