@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use fencelock::{LockClient, LockError, testing::conformance};
@@ -208,37 +207,24 @@ async fn a_cancelled_release_still_releases() {
     );
 }
 
-static SHARED: OnceLock<(fencelock::testing::RedisServer, LockClient)> = OnceLock::new();
-
-/// A client created in one test's runtime, used by the other after that runtime may have
-/// ended: its connection lives on the library's own driver thread.
-fn shared() -> &'static LockClient {
-    &SHARED
-        .get_or_init(|| {
-            // A runtime of its own, on a thread of its own (this is called inside a test's
-            // runtime), gone before the tests use the client.
-            std::thread::spawn(|| {
-                let server = redis_server();
-                let runtime = tokio::runtime::Runtime::new().unwrap();
-                let client = runtime.block_on(client(&server));
-                (server, client)
-            })
-            .join()
-            .unwrap()
-        })
-        .1
-}
-
-#[tokio::test]
-async fn a_client_outlives_the_runtime_that_created_it_first() {
-    let guard = shared().lock("shared-a").acquire().await.unwrap();
-    guard.release().await.unwrap();
-}
-
-#[tokio::test]
-async fn a_client_outlives_the_runtime_that_created_it_second() {
-    let guard = shared().lock("shared-b").acquire().await.unwrap();
-    guard.release().await.unwrap();
+/// Each `#[tokio::test]` has a runtime of its own that ends with the test: a client made in
+/// one must keep working in the next, because its connection lives on the library's driver.
+#[test]
+fn a_client_outlives_the_runtime_that_created_it() {
+    let server = redis_server();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let client = first.block_on(client(&server));
+    first
+        .block_on(async { client.lock("k").acquire().await?.release().await })
+        .unwrap();
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second
+        .block_on(async { client.lock("k").acquire().await?.release().await })
+        .expect("the client works in the next runtime");
 }
 
 #[test]

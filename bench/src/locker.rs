@@ -1,0 +1,97 @@
+//! The two lock libraries behind the same two calls, every call bounded in time.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{LockClient, LockGuard};
+use rslock::LockManager;
+
+/// Lease of every lock taken here: no lease may end during a run (rslock does not renew).
+const TTL: Duration = Duration::from_secs(30);
+/// Time allowed beyond a call's own bound (the libraries' retry budgets, the 500 ms
+/// response timeout of a redis-rs connection) before the benchmark gives up on it.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// One of the two lock libraries, behind the same two calls.
+#[derive(Clone)]
+pub enum Locker {
+    Fencelock { client: LockClient, fair: bool },
+    Rslock(LockManager),
+}
+
+pub enum Held {
+    Fencelock(LockGuard),
+    Rslock(rslock::Lock),
+}
+
+impl Locker {
+    pub fn fencelock(client: LockClient) -> Locker {
+        Locker::Fencelock {
+            client,
+            fair: false,
+        }
+    }
+
+    /// rslock connects on first use: open its connection now, before any clock starts.
+    pub async fn rslock(url: &str) -> Locker {
+        let manager = LockManager::new(vec![url]);
+        // The reply does not matter; a connection that fails now is retried by `lock`.
+        let _ = manager.query_redis_for_key_value(b"warm-up").await;
+        Locker::Rslock(manager)
+    }
+
+    /// Takes `key`, waiting up to `wait` if it is held; `None`: each library's default.
+    pub async fn acquire(&self, key: &str, wait: Option<Duration>) -> Result<Held, String> {
+        let bound = wait.unwrap_or_default() + SLACK;
+        let attempt = async {
+            match self {
+                Locker::Fencelock { client, fair } => {
+                    let mut request = client.lock(key).fair(*fair);
+                    if let Some(wait) = wait {
+                        request = request.wait_ms(wait.as_millis() as u64);
+                    }
+                    let guard = request.acquire().await.map_err(|e| e.to_string())?;
+                    Ok(Held::Fencelock(guard))
+                }
+                Locker::Rslock(manager) => rslock_acquire(manager, key, wait).await,
+            }
+        };
+        tokio::time::timeout(bound, attempt)
+            .await
+            .map_err(|_| format!("acquire gave no answer within {bound:?}"))?
+    }
+}
+
+/// rslock's `lock` makes 3 attempts, a random 0..200 ms apart; its `acquire` calls `lock`
+/// again at once, forever. This is that loop, ended at `wait`.
+async fn rslock_acquire(
+    manager: &LockManager,
+    key: &str,
+    wait: Option<Duration>,
+) -> Result<Held, String> {
+    let deadline = Instant::now() + wait.unwrap_or_default();
+    loop {
+        match manager.lock(key, TTL).await {
+            Ok(lock) => return Ok(Held::Rslock(lock)),
+            Err(error) if Instant::now() >= deadline => return Err(error.to_string()),
+            Err(_) => {}
+        }
+    }
+}
+
+impl Held {
+    pub async fn release(self) -> Result<(), String> {
+        let release = async {
+            match self {
+                Held::Fencelock(guard) => guard.release().await.map_err(|e| e.to_string()),
+                // rslock's release is best effort and reports nothing.
+                Held::Rslock(lock) => {
+                    lock.release().await;
+                    Ok(())
+                }
+            }
+        };
+        tokio::time::timeout(SLACK, release)
+            .await
+            .map_err(|_| format!("release gave no answer within {SLACK:?}"))?
+    }
+}

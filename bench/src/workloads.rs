@@ -1,0 +1,384 @@
+//! The workloads, each against the one private `redis-server`, and what they record.
+//!
+//! No workload panics on a failed call: failures are counted (with the first error kept for
+//! the report), and every wait is bounded.
+
+use std::error::Error;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fencelock::LockClient;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::Barrier;
+
+use crate::locker::Locker;
+use crate::stats::{Failures, Summary};
+
+/// Workers contending for the one W2 key.
+pub const W2_WORKERS: usize = 8;
+/// Workers of W3, each on a key of its own.
+pub const W3_WORKERS: usize = 64;
+/// How long a W2 worker waits for the contended lock before counting a failure.
+pub const W2_WAIT: Duration = Duration::from_secs(30);
+/// The longest `redis-benchmark` may run; 100,000 SETs take a second or two.
+const REDIS_BENCHMARK_BOUND: Duration = Duration::from_secs(120);
+const COUNTER: &str = "w2:counter";
+
+pub type BoxError = Box<dyn Error + Send + Sync>;
+
+pub async fn connect(url: &str) -> Result<MultiplexedConnection, BoxError> {
+    Ok(redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+/// A sequential latency measurement.
+#[derive(Debug)]
+pub struct Latency {
+    pub iterations: usize,
+    pub summary: Summary,
+    pub failures: Failures,
+}
+
+/// Times `iterations` sequential calls of `op`, after `iterations / 10` unmeasured ones
+/// (connections, loaded scripts and caches warm).
+async fn measure<F, Fut>(iterations: usize, mut op: F) -> Latency
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    for _ in 0..iterations / 10 {
+        let _ = op().await;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    let mut failures = Failures::default();
+    for _ in 0..iterations {
+        let started = Instant::now();
+        match op().await {
+            Ok(()) => samples.push(started.elapsed()),
+            Err(error) => failures.record(error),
+        }
+    }
+    Latency {
+        iterations,
+        summary: Summary::of(samples),
+        failures,
+    }
+}
+
+/// W0: sequential `PING`s, the floor every lock operation pays at least once.
+pub async fn ping(redis: &MultiplexedConnection, iterations: usize) -> Latency {
+    measure(iterations, || {
+        let mut redis = redis.clone();
+        async move {
+            redis::cmd("PING")
+                .query_async::<()>(&mut redis)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
+}
+
+/// W1: sequential uncontended acquire + release of one key.
+pub async fn uncontended(locker: &Locker, iterations: usize) -> Latency {
+    measure(iterations, || async {
+        locker.acquire("w1", None).await?.release().await
+    })
+    .await
+}
+
+/// How the W2 workers take the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Default,
+    Fair,
+    Polling,
+    Rslock,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::Default, Mode::Fair, Mode::Polling, Mode::Rslock];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Default => "fencelock (notifications)",
+            Mode::Fair => "fencelock fair(true)",
+            Mode::Polling => "fencelock polling (no notif.)",
+            Mode::Rslock => "rslock",
+        }
+    }
+
+    /// One key per mode, so that nothing a mode leaves behind (a fair queue) meets the next.
+    fn key(self) -> &'static str {
+        match self {
+            Mode::Default => "w2:default",
+            Mode::Fair => "w2:fair",
+            Mode::Polling => "w2:polling",
+            Mode::Rslock => "w2:rslock",
+        }
+    }
+
+    /// A client of its own, as a separate process would have.
+    async fn locker(self, url: &str) -> Result<Locker, BoxError> {
+        Ok(match self {
+            Mode::Default => Locker::fencelock(LockClient::connect(url).await?),
+            Mode::Fair => Locker::Fencelock {
+                client: LockClient::connect(url).await?,
+                fair: true,
+            },
+            Mode::Polling => Locker::fencelock(
+                LockClient::builder(url)
+                    .release_notifications(false)
+                    .connect()
+                    .await?,
+            ),
+            Mode::Rslock => Locker::rslock(url).await,
+        })
+    }
+}
+
+/// W2: one row of the contended counter.
+#[derive(Debug)]
+pub struct Contention {
+    pub mode: Mode,
+    pub wall: Duration,
+    /// Request start → granted, per grant.
+    pub wait: Summary,
+    /// Granted → release answered, per grant.
+    pub critical_section: Summary,
+    pub granted: u64,
+    /// Grants whose GET and SET both succeeded: what the counter must read.
+    pub increments: u64,
+    pub counter: i64,
+    /// Consecutive grants that went to a different worker, out of `granted - 1`.
+    pub handoffs: u64,
+    pub acquire_failures: Failures,
+    /// Failed GET, SET or release.
+    pub op_errors: Failures,
+}
+
+impl Contention {
+    pub fn ops_per_s(&self) -> f64 {
+        self.granted as f64 / self.wall.as_secs_f64()
+    }
+
+    pub fn lost_updates(&self) -> i64 {
+        self.increments as i64 - self.counter
+    }
+}
+
+#[derive(Default)]
+struct WorkerLog {
+    waits: Vec<Duration>,
+    holds: Vec<Duration>,
+    /// (grant sequence number, worker id)
+    grants: Vec<(u64, usize)>,
+    increments: u64,
+    acquire_failures: Failures,
+    op_errors: Failures,
+}
+
+/// W2: `W2_WORKERS` workers, each with its own lock client and Redis connection, take one
+/// key `per_worker` times each and increment a counter under it with GET + SET.
+pub async fn contention(url: &str, mode: Mode, per_worker: usize) -> Result<Contention, BoxError> {
+    let mut redis = connect(url).await?;
+    redis::cmd("DEL")
+        .arg(COUNTER)
+        .query_async::<()>(&mut redis)
+        .await?;
+    let mut workers = Vec::with_capacity(W2_WORKERS);
+    for id in 0..W2_WORKERS {
+        workers.push((id, mode.locker(url).await?, connect(url).await?));
+    }
+    let start = Arc::new(Barrier::new(W2_WORKERS));
+    let sequence = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = workers
+        .into_iter()
+        .map(|(id, locker, redis)| {
+            let (start, sequence) = (start.clone(), sequence.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                contention_worker(id, &locker, redis, mode.key(), per_worker, &sequence).await
+            })
+        })
+        .collect();
+    let mut logs = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        logs.push(task.await?);
+    }
+    let wall = started.elapsed();
+    let counter: Option<i64> = redis::cmd("GET")
+        .arg(COUNTER)
+        .query_async(&mut redis)
+        .await?;
+
+    let (mut waits, mut holds, mut grants) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut increments, mut acquire_failures, mut op_errors) =
+        (0, Failures::default(), Failures::default());
+    for log in logs {
+        waits.extend(log.waits);
+        holds.extend(log.holds);
+        grants.extend(log.grants);
+        increments += log.increments;
+        acquire_failures.merge(log.acquire_failures);
+        op_errors.merge(log.op_errors);
+    }
+    grants.sort_unstable();
+    let handoffs = grants.windows(2).filter(|w| w[0].1 != w[1].1).count() as u64;
+    Ok(Contention {
+        mode,
+        wall,
+        wait: Summary::of(waits),
+        critical_section: Summary::of(holds),
+        granted: grants.len() as u64,
+        increments,
+        counter: counter.unwrap_or(0),
+        handoffs,
+        acquire_failures,
+        op_errors,
+    })
+}
+
+async fn contention_worker(
+    id: usize,
+    locker: &Locker,
+    mut redis: MultiplexedConnection,
+    key: &str,
+    iterations: usize,
+    sequence: &AtomicU64,
+) -> WorkerLog {
+    let mut log = WorkerLog::default();
+    for _ in 0..iterations {
+        let requested = Instant::now();
+        let held = match locker.acquire(key, Some(W2_WAIT)).await {
+            Ok(held) => held,
+            Err(error) => {
+                log.acquire_failures.record(error);
+                continue;
+            }
+        };
+        let granted = Instant::now();
+        // Taken inside the critical section, so the numbers follow the order of the grants.
+        log.grants
+            .push((sequence.fetch_add(1, Ordering::Relaxed), id));
+        log.waits.push(granted - requested);
+        match increment(&mut redis).await {
+            Ok(()) => log.increments += 1,
+            Err(error) => log.op_errors.record(error.to_string()),
+        }
+        if let Err(error) = held.release().await {
+            log.op_errors.record(error);
+        }
+        log.holds.push(granted.elapsed());
+    }
+    log
+}
+
+/// The read-modify-write the lock protects: two commands, so that without mutual exclusion
+/// updates get lost.
+async fn increment(redis: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+    let value: Option<i64> = redis::cmd("GET").arg(COUNTER).query_async(redis).await?;
+    redis::cmd("SET")
+        .arg(COUNTER)
+        .arg(value.unwrap_or(0) + 1)
+        .query_async(redis)
+        .await
+}
+
+/// W3: throughput of uncontended pairs, many keys at once.
+#[derive(Debug)]
+pub struct Throughput {
+    pub pairs: u64,
+    pub wall: Duration,
+    pub failures: Failures,
+}
+
+impl Throughput {
+    pub fn ops_per_s(&self) -> f64 {
+        self.pairs as f64 / self.wall.as_secs_f64()
+    }
+}
+
+/// W3: `W3_WORKERS` tasks sharing `locker`, worker `i` on key `w3:{i}`, `per_worker`
+/// acquire + release pairs each, all at once.
+pub async fn many_keys(locker: &Locker, per_worker: usize) -> Result<Throughput, BoxError> {
+    let start = Arc::new(Barrier::new(W3_WORKERS));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..W3_WORKERS)
+        .map(|i| {
+            let (locker, start) = (locker.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let key = format!("w3:{i}");
+                let (mut pairs, mut failures) = (0u64, Failures::default());
+                for _ in 0..per_worker {
+                    let pair = async { locker.acquire(&key, None).await?.release().await };
+                    match pair.await {
+                        Ok(()) => pairs += 1,
+                        Err(error) => failures.record(error),
+                    }
+                }
+                (pairs, failures)
+            })
+        })
+        .collect();
+    let (mut pairs, mut failures) = (0, Failures::default());
+    for task in tasks {
+        let (done, failed) = task.await?;
+        pairs += done;
+        failures.merge(failed);
+    }
+    Ok(Throughput {
+        pairs,
+        wall: started.elapsed(),
+        failures,
+    })
+}
+
+/// `redis-benchmark -c 64 -n <requests> -t set -q` against the server: its SET requests/s,
+/// the ceiling of what W3 could reach in commands/s.
+pub async fn redis_benchmark(port: u16, requests: usize) -> Result<f64, String> {
+    let mut child = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "64"])
+        .args(["-n", &requests.to_string(), "-t", "set", "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "redis-benchmark not installed (package redis-tools)".to_owned()
+            }
+            _ => format!("redis-benchmark did not start: {e}"),
+        })?;
+    // std has no wait with a timeout: poll, without blocking the runtime.
+    let deadline = Instant::now() + REDIS_BENCHMARK_BOUND;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "redis-benchmark still ran after {REDIS_BENCHMARK_BOUND:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut output = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut stdout, &mut output).map_err(|e| e.to_string())?;
+    }
+    // With -q it prints progress lines ended by '\r', then e.g.
+    // "SET: 140845.08 requests per second, p50=0.207 msec".
+    output
+        .split(['\r', '\n'])
+        .filter_map(|line| line.strip_prefix("SET: "))
+        .find_map(|rest| rest.split(" requests per second").next()?.parse().ok())
+        .ok_or_else(|| format!("redis-benchmark ({status}) printed no SET rate: {output:?}"))
+}
