@@ -7,6 +7,7 @@
 //! body blocks a current-thread runtime. A memory client can instead run its background work
 //! on the caller's runtime, so that tests drive renewal and expiry with tokio's paused clock.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::OnceLock;
 
@@ -17,6 +18,15 @@ use crate::LockError;
 
 static DRIVER: OnceLock<Result<Handle, String>> = OnceLock::new();
 
+thread_local! {
+    static ON_DRIVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the current thread is the driver's.
+pub(crate) fn on_driver() -> bool {
+    ON_DRIVER.with(Cell::get)
+}
+
 fn start() -> Result<Handle, String> {
     let runtime = Builder::new_current_thread()
         .enable_all()
@@ -26,7 +36,10 @@ fn start() -> Result<Handle, String> {
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
         .name("fencelock-driver".into())
-        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .spawn(move || {
+            ON_DRIVER.with(|on| on.set(true));
+            runtime.block_on(std::future::pending::<()>())
+        })
         .map_err(|e| format!("cannot start the fencelock driver thread: {e}"))?;
     Ok(handle)
 }

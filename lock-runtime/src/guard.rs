@@ -73,9 +73,9 @@ impl LockGuard {
         }
     }
 
-    /// What is left of `min_hold_ms`: the release keeps the key taken that much longer.
-    fn keep(&self) -> Duration {
-        self.min_hold.saturating_sub(self.acquired_at.elapsed())
+    /// Until when `min_hold_ms` keeps the key taken.
+    fn hold_until(&self) -> Instant {
+        self.acquired_at + self.min_hold
     }
 
     /// Releases the lock if it is still ours (with `min_hold_ms`, shortens its lease to what
@@ -90,7 +90,7 @@ impl LockGuard {
     /// dropping the guard does: the lock is never left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.tracking.stop();
-        let keep = self.keep();
+        let keep = self.hold_until().saturating_duration_since(Instant::now());
         match self.client.backend().release(&self.lease, keep).await? {
             Release::Released => {
                 self.released = true;
@@ -122,35 +122,75 @@ impl Drop for LockGuard {
         if !self.released {
             // Stop renewal before the release is sent, so no extend can follow it.
             self.tracking.stop();
-            let keep = self.keep();
-            release_in_background(&self.client, self.lease.clone(), keep);
+            release_in_background(&self.client, self.lease.clone(), self.hold_until(), false);
         }
     }
 }
 
-/// Releases `lease` in the client's background, retrying backend errors with backoff until
-/// the lease has certainly ended by itself. Never blocks the caller.
-pub(crate) fn release_in_background(client: &LockClient, lease: Lease, keep: Duration) {
+/// Releases `lease` without blocking the caller, retrying backend errors with backoff until
+/// the lease has certainly ended by itself. With `min_hold_ms`, the key is kept until
+/// `hold_until` instead of deleted.
+///
+/// `in_doubt`: the acquire may still be on its way (its reply never came). The release then
+/// first goes through the caller's own connection, behind that acquire, so it cannot
+/// overtake it; a second one follows on the client's background a little later, in case
+/// the caller's runtime ends before running the first.
+pub(crate) fn release_in_background(
+    client: &LockClient,
+    lease: Lease,
+    hold_until: Instant,
+    in_doubt: bool,
+) {
     let backend = client.backend().clone();
-    let deadline = Instant::now() + lease.ttl + keep;
-    let spawned = client.background().spawn(async move {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match backend.release(&lease, keep).await {
-                Ok(_) => return,
-                Err(error) if Instant::now() + pause < deadline => {
-                    tracing::debug!(key = %lease.key, %error, "background release failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                Err(error) => {
-                    tracing::warn!(key = %lease.key, %error, "background release gave up; the lease ends by its TTL");
-                    return;
-                }
-            }
-        }
-    });
+    if in_doubt
+        && !crate::driver::on_driver()
+        && let Ok(caller) = tokio::runtime::Handle::try_current()
+    {
+        caller.spawn(release_with_retries(
+            backend.clone(),
+            lease.clone(),
+            hold_until,
+            Duration::ZERO,
+        ));
+    }
+    let delay = if in_doubt {
+        IN_DOUBT_FALLBACK
+    } else {
+        Duration::ZERO
+    };
+    let spawned = client
+        .background()
+        .spawn(release_with_retries(backend, lease, hold_until, delay));
     if let Err(error) = spawned {
         tracing::warn!(%error, "cannot release in the background; the lease ends by its TTL");
+    }
+}
+
+/// How long the background fallback of an in-doubt release waits for the caller's own.
+const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
+
+async fn release_with_retries(
+    backend: std::sync::Arc<dyn crate::backend::LockBackend>,
+    lease: Lease,
+    hold_until: Instant,
+    delay: Duration,
+) {
+    tokio::time::sleep(delay).await;
+    let deadline = Instant::now().max(hold_until) + lease.ttl;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let keep = hold_until.saturating_duration_since(Instant::now());
+        match backend.release(&lease, keep).await {
+            Ok(_) => return,
+            Err(error) if Instant::now() + pause < deadline => {
+                tracing::debug!(key = %lease.key, %error, "background release failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(error) => {
+                tracing::warn!(key = %lease.key, %error, "background release gave up; the lease ends by its TTL");
+                return;
+            }
+        }
     }
 }

@@ -237,7 +237,7 @@ impl PendingAcquire {
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         if self.leaves_traces {
-            release_in_background(&self.client, self.lease.clone(), Duration::ZERO);
+            release_in_background(&self.client, self.lease.clone(), Instant::now(), true);
         }
     }
 }

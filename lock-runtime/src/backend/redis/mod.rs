@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use self::connection::Connection;
+use self::connection::{Connection, Route};
 use self::notify::Notifier;
 use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
 use crate::LockError;
@@ -75,10 +75,8 @@ impl RedisBackend {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
-        if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
-            return Err(LockError::config(
-                "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
-            ));
+        if url.starts_with("rediss://") {
+            check_tls_ready()?;
         }
         let client = Client::open(url).map_err(|e| {
             LockError::config(format!(
@@ -106,10 +104,11 @@ impl RedisBackend {
     }
 
     async fn ping(&self) -> Result<(), RedisError> {
-        let mut connection = self.connection.get().await?;
+        let route = Route::here();
+        let mut connection = self.connection.get(route).await?;
         let result = redis::cmd("PING").query_async::<()>(&mut connection).await;
         if let Err(e) = &result {
-            self.connection.note_error(e);
+            self.connection.note_error(route, e);
         }
         result
     }
@@ -147,10 +146,11 @@ impl RedisBackend {
         // Every script is safe to run twice for the same owner (acquire recognises its own
         // grant, release compares before deleting), so a command that met a connection
         // broken since its last use is resent once on a fresh one.
+        let route = Route::here();
         let mut resent = false;
         loop {
             let result = async {
-                let mut connection = self.connection.get().await?;
+                let mut connection = self.connection.get(route).await?;
                 // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
                 invocation.invoke_async::<Value>(&mut connection).await
             }
@@ -158,7 +158,7 @@ impl RedisBackend {
             match result {
                 Ok(value) => return Ok(value),
                 Err(error) => {
-                    let broken = self.connection.note_error(&error);
+                    let broken = self.connection.note_error(route, &error);
                     if !broken || resent {
                         return Err(backend_error(Some(key), "Redis command failed", error));
                     }
@@ -186,17 +186,38 @@ impl RedisBackend {
             }
             pipeline.invoke_script(&invocation);
         }
-        let mut connection = self.connection.get().await?;
+        let route = Route::here();
+        let mut connection = self.connection.get(route).await?;
         let mut result = pipeline.query_async(&mut connection).await;
         if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             EXTEND.load_async(&mut connection).await?;
             result = pipeline.query_async(&mut connection).await;
         }
         if let Err(error) = &result {
-            self.connection.note_error(error);
+            self.connection.note_error(route, error);
         }
         result
     }
+}
+
+/// A `rediss://` URL needs the `tls-rustls` feature, and rustls needs a process-wide crypto
+/// provider: without one it panics on the first handshake, so say so here instead.
+fn check_tls_ready() -> Result<(), LockError> {
+    #[cfg(feature = "tls-rustls")]
+    {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(LockError::config(
+                "a rediss:// URL needs a rustls crypto provider: call \
+                 `rustls::crypto::aws_lc_rs::default_provider().install_default()` (or the \
+                 ring provider) once at start-up",
+            ));
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    Err(LockError::config(
+        "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
+    ))
 }
 
 fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
