@@ -155,6 +155,9 @@ struct Registry {
     leases: HashMap<u64, Tracked>,
     next_id: u64,
     loop_running: bool,
+    /// While the loop sleeps: when it looks again. A new lease wakes it only if it needs
+    /// attention before then, so that taking a lock rarely wakes the loop's thread.
+    asleep_until: Option<Instant>,
 }
 
 struct Tracked {
@@ -258,16 +261,20 @@ impl Renewer {
             signal: signal.clone(),
             lease,
         };
+        let first_event = tracked.next_wake();
         let mut registry = self.shared.registry();
         if !registry.loop_running {
             self.shared.background.spawn(run(self.shared.clone()))?;
             registry.loop_running = true;
         }
+        let wake = registry.asleep_until.is_some_and(|at| first_event < at);
         let id = registry.next_id;
         registry.next_id += 1;
         registry.leases.insert(id, tracked);
         drop(registry);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok(Tracking {
             id,
             renewer: self.shared.clone(),
@@ -276,12 +283,18 @@ impl Renewer {
     }
 }
 
-/// The loop: runs while the client tracks leases, ends when it tracks none.
+/// How long the loop waits for new leases once it tracks none, before it ends.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// The loop: runs while the client tracks leases, ends when it has tracked none for
+/// `LINGER` (a client taking locks one after another keeps one loop).
 async fn run(shared: Arc<Shared>) {
+    let mut empty_since = None;
     loop {
         let now = Instant::now();
         let due = {
             let mut registry = shared.registry();
+            registry.asleep_until = None;
             registry
                 .leases
                 .retain(|_, tracked| match tracked.loss_at(now) {
@@ -291,10 +304,6 @@ async fn run(shared: Arc<Shared>) {
                     }
                     None => true,
                 });
-            if registry.leases.is_empty() {
-                registry.loop_running = false;
-                return;
-            }
             // When a round goes out anyway, leases due within half an interval join it:
             // renewing early costs nothing and puts the leases in step with each other.
             let round_due = registry
@@ -313,17 +322,29 @@ async fn run(shared: Arc<Shared>) {
             renew(&shared, due).await;
             continue;
         }
-        let next_wake = shared
-            .registry()
-            .leases
-            .values()
-            .map(Tracked::next_wake)
-            .min();
-        if let Some(next_wake) = next_wake {
-            tokio::select! {
-                () = tokio::time::sleep_until(next_wake) => {}
-                () = shared.wake.notified() => {}
-            }
+        let sleep_until = {
+            let mut registry = shared.registry();
+            let next_wake = registry.leases.values().map(Tracked::next_wake).min();
+            let sleep_until = match next_wake {
+                Some(next_wake) => {
+                    empty_since = None;
+                    next_wake
+                }
+                None => {
+                    let since = *empty_since.get_or_insert(now);
+                    if now >= since + LINGER {
+                        registry.loop_running = false;
+                        return;
+                    }
+                    since + LINGER
+                }
+            };
+            registry.asleep_until = Some(sleep_until);
+            sleep_until
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(sleep_until) => {}
+            () = shared.wake.notified() => {}
         }
     }
 }
