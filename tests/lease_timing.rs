@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencelock::backend::memory::MemoryBackend;
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
 use support::expect_lost;
 use tokio::runtime::Handle;
@@ -43,11 +43,11 @@ impl LockBackend for Partitionable {
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
-        queue: Option<Duration>,
+        turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
         match self.unreachable() {
             Some(error) => Box::pin(std::future::ready(error)),
-            None => self.memory.acquire(lease, queue),
+            None => self.memory.acquire(lease, turn),
         }
     }
 
@@ -118,7 +118,11 @@ async fn renewal_runs_every_third_of_the_ttl_in_one_round_for_all_leases() {
         owner: "intruder".into(),
         ttl: Duration::from_secs(1),
     };
-    let attempt = backend.memory.acquire(&intruder, None).await.unwrap();
+    let attempt = backend
+        .memory
+        .acquire(&intruder, Turn::Barge)
+        .await
+        .unwrap();
     assert!(
         matches!(attempt, Acquire::Held { .. }),
         "still exclusive after 10 s"

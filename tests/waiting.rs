@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::backend::redis::RedisBackend;
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
 use support::{client, eventually, inspector, redis_server};
@@ -107,9 +107,9 @@ impl LockBackend for ReleaseBeforeSubscribing {
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
-        queue: Option<Duration>,
+        turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        self.redis.acquire(lease, queue)
+        self.redis.acquire(lease, turn)
     }
 
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {

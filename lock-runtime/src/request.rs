@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Lease, ReleaseWatch};
+use crate::backend::{Acquire, Lease, ReleaseWatch, Turn};
 use crate::guard::release_in_background;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
@@ -109,7 +109,7 @@ impl LockRequest {
         self.options.validate()?;
         let options = self.options;
         let deadline = Instant::now() + options.wait();
-        let queue = options.is_fair().then(|| options.queue_timeout());
+        let mut waiting_since = None;
         let mut pending = PendingAcquire {
             lease: Lease {
                 key: self.key,
@@ -126,18 +126,16 @@ impl LockRequest {
             attempts += 1;
             let sent_at = Instant::now();
             pending.leaves_traces = true;
-            let outcome = pending
-                .client
-                .backend()
-                .acquire(&pending.lease, queue)
-                .await;
+            let turn = turn(&options, waiting_since);
+            let outcome = pending.client.backend().acquire(&pending.lease, turn).await;
             let (error, holder_remaining) = match outcome {
                 Ok(Acquire::Granted { token }) => {
                     return pending.into_guard(token, sent_at, &options);
                 }
                 Ok(Acquire::Held { remaining }) => {
-                    // A fair waiter keeps its place in the queue until it leaves.
-                    pending.leaves_traces = queue.is_some();
+                    waiting_since.get_or_insert(sent_at);
+                    // A fair place or a reserved turn stays until the waiter leaves.
+                    pending.leaves_traces = turn != Turn::Barge;
                     let error = LockError::NotAcquired {
                         key: pending.lease.key.clone(),
                         attempts,
@@ -154,6 +152,7 @@ impl LockRequest {
                 || now >= deadline
                 || unnotified_waits >= options.unnotified_retries()
             {
+                pending.withdraw().await;
                 return Err(error);
             }
             // Subscribe before the attempt after which we wait: a release between the failed
@@ -183,6 +182,23 @@ impl LockRequest {
                 unnotified_waits += 1;
             }
         }
+    }
+}
+
+/// How long a waiter competes freely (barging) before it reserves the next free turn:
+/// short enough to bound the wait behind a holder that keeps re-taking the key, long enough
+/// that a lock passed around quickly is not handed off (an extra round trip) on every release.
+const STARVING_AFTER: Duration = Duration::from_millis(10);
+
+/// How the next attempt competes: in the queue if fair, else freely until the waiter has
+/// waited `STARVING_AFTER`, then reserving the next free turn (for as long as a fair place).
+fn turn(options: &LockOptions, waiting_since: Option<Instant>) -> Turn {
+    if options.is_fair() {
+        Turn::Queue(options.queue_timeout())
+    } else if waiting_since.is_some_and(|since| since.elapsed() >= STARVING_AFTER) {
+        Turn::Reserve(options.queue_timeout())
+    } else {
+        Turn::Barge
     }
 }
 
@@ -231,6 +247,23 @@ impl PendingAcquire {
             options.min_hold(),
             tracking,
         ))
+    }
+}
+
+impl PendingAcquire {
+    /// Gives back the place in a fair queue or the reserved turn before giving up, so that
+    /// the next request does not find the key held for a waiter that has left. Whatever
+    /// fails here is left to the background cleanup.
+    async fn withdraw(&mut self) {
+        if self.leaves_traces
+            && let Ok(_) = self
+                .client
+                .backend()
+                .release(&self.lease, Duration::ZERO)
+                .await
+        {
+            self.leaves_traces = false;
+        }
     }
 }
 

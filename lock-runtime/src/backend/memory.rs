@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
+use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 use crate::notify::ReleaseHub;
 
@@ -25,6 +25,8 @@ struct State {
     holders: HashMap<String, Holder>,
     /// Fair waiters per key, oldest first, with the time their place lapses.
     queues: HashMap<String, VecDeque<(String, Instant)>>,
+    /// Next free turns reserved by starving waiters, until when.
+    reservations: HashMap<String, (String, Instant)>,
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
@@ -82,16 +84,29 @@ impl State {
         }
     }
 
-    /// Whether `owner` may take the free `key`: always without a queue, else only when it is
-    /// the oldest waiter (its place is then used up) or nobody waits.
-    fn takes_turn(
-        &mut self,
-        key: &str,
-        owner: &str,
-        place: Option<Duration>,
-        now: Instant,
-    ) -> bool {
-        let Some(place) = place else {
+    /// The live reservation of `key`'s next free turn, if any.
+    fn reservation(&mut self, key: &str, now: Instant) -> Option<&(String, Instant)> {
+        if self
+            .reservations
+            .get(key)
+            .is_some_and(|(_, until)| *until <= now)
+        {
+            self.reservations.remove(key);
+        }
+        self.reservations.get(key)
+    }
+
+    /// Whether `owner` may take the free `key` now: not while another waiter has reserved
+    /// the turn; in fair mode only as the oldest waiter (its place is then used up).
+    fn takes_turn(&mut self, key: &str, owner: &str, turn: Turn, now: Instant) -> bool {
+        match self.reservation(key, now) {
+            Some((reserver, _)) if reserver != owner => return false,
+            Some(_) => {
+                self.reservations.remove(key);
+            }
+            None => {}
+        }
+        let Turn::Queue(place) = turn else {
             return true;
         };
         self.keep_place(key, owner, place, now);
@@ -107,7 +122,25 @@ impl State {
         }
     }
 
-    fn acquire(&mut self, lease: &Lease, queue: Option<Duration>) -> Acquire {
+    /// A held key: a fair waiter keeps its place, a starving one reserves the next turn
+    /// unless another waiter did.
+    fn wait_for_turn(&mut self, lease: &Lease, turn: Turn, now: Instant) {
+        match turn {
+            Turn::Queue(place) => self.keep_place(&lease.key, &lease.owner, place, now),
+            Turn::Reserve(time) => {
+                let free = self
+                    .reservation(&lease.key, now)
+                    .is_none_or(|(reserver, _)| *reserver == lease.owner);
+                if free {
+                    let reservation = (lease.owner.clone(), now + time);
+                    self.reservations.insert(lease.key.clone(), reservation);
+                }
+            }
+            Turn::Barge => {}
+        }
+    }
+
+    fn acquire(&mut self, lease: &Lease, turn: Turn) -> Acquire {
         let now = Instant::now();
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
@@ -118,17 +151,18 @@ impl State {
             }
             Some(holder) => {
                 let remaining = holder.expires_at.saturating_duration_since(now);
-                if let Some(place) = queue {
-                    self.keep_place(&lease.key, &lease.owner, place, now);
-                }
+                self.wait_for_turn(lease, turn, now);
                 return Acquire::Held {
                     remaining: Some(remaining),
                 };
             }
             None => {}
         }
-        if !self.takes_turn(&lease.key, &lease.owner, queue, now) {
-            return Acquire::Held { remaining: None };
+        if !self.takes_turn(&lease.key, &lease.owner, turn, now) {
+            let remaining = self
+                .reservation(&lease.key, now)
+                .map(|(_, until)| until.saturating_duration_since(now));
+            return Acquire::Held { remaining };
         }
         self.last_token += 1;
         let token = self.last_token;
@@ -163,6 +197,13 @@ impl State {
             queue.retain(|(waiter, _)| *waiter != lease.owner);
             queue.len() < before
         });
+        let left_reservation = self
+            .reservations
+            .get(&lease.key)
+            .is_some_and(|(reserver, _)| *reserver == lease.owner);
+        if left_reservation {
+            self.reservations.remove(&lease.key);
+        }
         if self.queues.get(&lease.key).is_some_and(VecDeque::is_empty) {
             self.queues.remove(&lease.key);
         }
@@ -177,7 +218,7 @@ impl State {
                 }
             }
             Some(_) => (Release::NotOwner, false),
-            None => (Release::NotOwner, left_queue),
+            None => (Release::NotOwner, left_queue || left_reservation),
         }
     }
 }
@@ -186,9 +227,9 @@ impl LockBackend for MemoryBackend {
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
-        queue: Option<Duration>,
+        turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        let result = self.with_state(|state| state.acquire(lease, queue));
+        let result = self.with_state(|state| state.acquire(lease, turn));
         Box::pin(std::future::ready(Ok(result)))
     }
 
@@ -232,16 +273,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn leases_expire_on_the_tokio_clock() {
         let backend = MemoryBackend::new();
-        let first = backend.acquire(&lease("a", 100), None).await.unwrap();
+        let first = backend
+            .acquire(&lease("a", 100), Turn::Barge)
+            .await
+            .unwrap();
         assert!(matches!(first, Acquire::Granted { token: 1 }));
         tokio::time::advance(Duration::from_millis(99)).await;
         assert!(matches!(
-            backend.acquire(&lease("b", 100), None).await.unwrap(),
+            backend.acquire(&lease("b", 100), Turn::Barge).await.unwrap(),
             Acquire::Held { remaining: Some(r) } if r == Duration::from_millis(1)
         ));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
-            backend.acquire(&lease("b", 100), None).await.unwrap(),
+            backend
+                .acquire(&lease("b", 100), Turn::Barge)
+                .await
+                .unwrap(),
             Acquire::Granted { token: 2 }
         ));
         assert_eq!(

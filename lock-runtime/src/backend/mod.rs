@@ -46,6 +46,21 @@ pub enum Acquire {
     },
 }
 
+/// How an acquire attempt competes with other waiters for a free key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Turn {
+    /// Take a free key at once, unless it is reserved for a starving waiter.
+    #[default]
+    Barge,
+    /// As `Barge`; if the key is held, also reserve its next free turn for this owner (unless
+    /// another waiter did), for the given time. A waiter that has waited long asks this, so
+    /// that newcomers and the holder itself cannot keep taking the key before it.
+    Reserve(Duration),
+    /// Fair mode: a free key goes only to the oldest waiter. The owner joins the key's queue,
+    /// or keeps its place there; the place lapses if it makes no attempt for the given time.
+    Queue(Duration),
+}
+
 /// The answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
@@ -59,15 +74,12 @@ pub enum Release {
 /// holds one behind an `Arc` and calls it from any task and any runtime.
 pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// One acquire attempt: grant the key to `lease.owner` if it is free or already theirs
-    /// (refreshing the lease), and return the grant's fencing token.
-    ///
-    /// With `queue = Some(place)` (fair mode) a free key goes only to the oldest waiter:
-    /// the owner joins the key's queue, or keeps its place there, and its place lapses if it
-    /// makes no attempt for `place`.
+    /// (refreshing the lease), and return the grant's fencing token. `turn` says how the
+    /// attempt competes with other waiters for a free key.
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
-        queue: Option<Duration>,
+        turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>>;
 
     /// A watch that completes on each later release of `key`. Returns once the backend will

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Acquire, Lease, Release};
+use crate::backend::{Acquire, Lease, Release, Turn};
 use crate::{LockClient, LockError, LossCause};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
@@ -222,7 +222,10 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         ttl: Duration::from_millis(LONG_TTL_MS),
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
-    let granted = backend.acquire(&mine, None).await.expect("backend answers");
+    let granted = backend
+        .acquire(&mine, Turn::Barge)
+        .await
+        .expect("backend answers");
     assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
     let extended = backend.extend(&[mine.clone(), other.clone()]).await;
     assert_eq!(
@@ -289,7 +292,7 @@ fn owner(key: &str, name: &str) -> Lease {
 /// In fair mode a free key goes to the oldest waiter, and only to it.
 pub async fn fair_queue_grants_in_arrival_order(client: &LockClient, key: &str) {
     let backend = client.backend();
-    let place = Some(Duration::from_millis(LONG_TTL_MS));
+    let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
     let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
     let granted = backend
         .acquire(&holder, place)
@@ -356,14 +359,14 @@ pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
     let backend = client.backend();
     let [ghost, waiter] = ["ghost", "waiter"].map(|name| owner(key, name));
     let holder = hold(client, key).await;
-    let short_place = Some(Duration::from_millis(SHORT_TTL_MS));
+    let short_place = Turn::Queue(Duration::from_millis(SHORT_TTL_MS));
     let queued = backend
         .acquire(&ghost, short_place)
         .await
         .expect("backend answers");
     assert!(matches!(queued, Acquire::Held { .. }), "{queued:?}");
     holder.release().await.expect("release");
-    let place = Some(Duration::from_millis(LONG_TTL_MS));
+    let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
     let blocked = backend
         .acquire(&waiter, place)
         .await

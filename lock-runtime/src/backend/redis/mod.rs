@@ -3,7 +3,8 @@
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
 //! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, with no TTL
 //! (it must outlive the lock); fair waiters queue in `P{K}:queue` (a list) and
-//! `P{K}:queue:deadlines` (a sorted set), which expire with their last waiter's place.
+//! `P{K}:queue:deadlines` (a sorted set), which expire with their last waiter's place; a
+//! starving waiter reserves the next free turn in `P{K}:turn` (with a TTL).
 //! Releases are published on the channel `P{K}:released`. The braces put every key in one
 //! Redis Cluster hash slot whatever `K` contains, and `K` stays readable for operators.
 
@@ -17,7 +18,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Server
 
 use self::connection::{Connection, Route};
 use self::notify::Notifier;
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch};
+use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -123,6 +124,11 @@ impl RedisBackend {
             format!("{lock_key}:queue"),
             format!("{lock_key}:queue:deadlines"),
         ]
+    }
+
+    /// The key that reserves the next free turn for a starving waiter.
+    fn reservation_key(lock_key: &str) -> String {
+        format!("{lock_key}:turn")
     }
 
     fn release_channel(lock_key: &str) -> String {
@@ -264,19 +270,24 @@ impl LockBackend for RedisBackend {
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
-        queue: Option<Duration>,
+        turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
         Box::pin(async move {
             let lock_key = self.lock_key(&lease.key);
             let fence_key = format!("{lock_key}:fence");
             let ttl_ms = lease.ttl.as_millis().to_string();
-            let reply = match queue {
-                None => {
-                    let keys = [lock_key, fence_key];
-                    self.run(&ACQUIRE, &keys, &[&lease.owner, &ttl_ms], &lease.key)
-                        .await?
+            let reply = match turn {
+                Turn::Barge | Turn::Reserve(_) => {
+                    let reserve_ms = match turn {
+                        Turn::Reserve(time) => time.as_millis().max(1).to_string(),
+                        _ => "0".to_owned(),
+                    };
+                    let reservation_key = Self::reservation_key(&lock_key);
+                    let keys = [lock_key, fence_key, reservation_key];
+                    let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
+                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?
                 }
-                Some(place) => {
+                Turn::Queue(place) => {
                     let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
                     let keys = [lock_key, fence_key, queue_key, deadlines_key];
                     let place_ms = place.as_millis().to_string();
@@ -332,7 +343,8 @@ impl LockBackend for RedisBackend {
             let lock_key = self.lock_key(&lease.key);
             let channel = Self::release_channel(&lock_key);
             let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-            let keys = [lock_key, queue_key, deadlines_key];
+            let reservation_key = Self::reservation_key(&lock_key);
+            let keys = [lock_key, queue_key, deadlines_key, reservation_key];
             let args = [lease.owner.as_str(), &keep_ms, &channel];
             let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
             match integer(&reply) {

@@ -1,14 +1,28 @@
 -- Acquire, or recognise a retry by the same owner.
--- KEYS[1] lock key, KEYS[2] fencing counter key (same hash slot)
--- ARGV[1] owner token, ARGV[2] lease in ms
--- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key.
+-- KEYS[1] lock key, KEYS[2] fencing counter key, KEYS[3] turn reservation (same hash slot)
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] ms to reserve the next free turn for
+-- this owner if the key is held (a starving waiter), 0 for none
+-- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key or
+-- a starving waiter has reserved its next free turn.
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
   if again then
     return again
   end
-elseif holder then
-  return {0, redis.call('PTTL', KEYS[1])}
+  holder = false
 end
-return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+local reserved = redis.call('GET', KEYS[3])
+if not holder then
+  if reserved and reserved ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[3])}
+  end
+  if reserved then
+    redis.call('DEL', KEYS[3])
+  end
+  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+end
+if ARGV[3] ~= '0' and (not reserved or reserved == ARGV[1]) then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+end
+return {0, redis.call('PTTL', KEYS[1])}
