@@ -27,6 +27,7 @@ pub async fn run(client: &LockClient, namespace: &str) {
     releases_are_announced(client, &format!("{namespace}:announce")).await;
     fair_queue_grants_in_arrival_order(client, &format!("{namespace}:fair")).await;
     a_lapsed_place_leaves_the_queue(client, &format!("{namespace}:lapsed")).await;
+    a_reserved_turn_goes_to_the_starving_waiter(client, &format!("{namespace}:reserve")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -386,6 +387,78 @@ pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
     );
     backend
         .release(&waiter, Duration::ZERO)
+        .await
+        .expect("backend answers");
+}
+
+/// A waiter that reserved the next free turn gets it before the holder or a newcomer can
+/// take the key again; the reservation lapses if that waiter stops attempting.
+pub async fn a_reserved_turn_goes_to_the_starving_waiter(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let [holder, starving, newcomer] = ["holder", "starving", "newcomer"].map(|n| owner(key, n));
+    let granted = backend
+        .acquire(&holder, Turn::Barge)
+        .await
+        .expect("backend answers");
+    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    let reserve = Turn::Reserve(Duration::from_millis(SHORT_TTL_MS));
+    let held = backend
+        .acquire(&starving, reserve)
+        .await
+        .expect("backend answers");
+    assert!(matches!(held, Acquire::Held { .. }), "{held:?}");
+    backend
+        .release(&holder, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    for other in [&holder, &newcomer] {
+        let refused = backend
+            .acquire(other, Turn::Barge)
+            .await
+            .expect("backend answers");
+        assert!(
+            matches!(refused, Acquire::Held { .. }),
+            "the turn is reserved: {refused:?}"
+        );
+    }
+    let turn = backend
+        .acquire(&starving, reserve)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(turn, Acquire::Granted { .. }),
+        "the reserving waiter's turn: {turn:?}"
+    );
+    backend
+        .release(&starving, Duration::ZERO)
+        .await
+        .expect("backend answers");
+
+    let held = backend
+        .acquire(&holder, Turn::Barge)
+        .await
+        .expect("backend answers");
+    assert!(matches!(held, Acquire::Granted { .. }), "{held:?}");
+    let held = backend
+        .acquire(&starving, reserve)
+        .await
+        .expect("backend answers");
+    assert!(matches!(held, Acquire::Held { .. }), "{held:?}");
+    backend
+        .release(&holder, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
+    let lapsed = backend
+        .acquire(&newcomer, Turn::Barge)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(lapsed, Acquire::Granted { .. }),
+        "the reservation lapsed: {lapsed:?}"
+    );
+    backend
+        .release(&newcomer, Duration::ZERO)
         .await
         .expect("backend answers");
 }
