@@ -1,7 +1,9 @@
 //! Test support (feature `testing`): private `redis-server` processes, a TCP proxy that
-//! cuts clients off, and the conformance suite every backend must pass.
+//! cuts clients off, the conformance suite every backend must pass, and the history checker
+//! that proves mutual exclusion on recorded runs.
 
 pub mod conformance;
+pub mod history;
 mod proxy;
 mod redis_server;
 
