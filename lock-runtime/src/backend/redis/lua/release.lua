@@ -4,7 +4,8 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
 -- ARGV[3] the channel on which waiters hear of releases.
--- Returns 1 if released, 0 if not ours.
+-- Returns 1 if released, 0 if not ours. PUBLISH goes through pcall: a user whose ACL grants
+-- no channels (Redis 7's default) must still release; its waiters poll instead.
 local left = false
 if redis.call('LREM', KEYS[2], 0, ARGV[1]) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -18,13 +19,13 @@ local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
   -- A waiter that leaves may have been the one whose turn it was.
   if left and not holder then
-    redis.call('PUBLISH', ARGV[3], 'left')
+    redis.pcall('PUBLISH', ARGV[3], 'left')
   end
   return 0
 end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], 'released')
+  redis.pcall('PUBLISH', ARGV[3], 'released')
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
