@@ -81,3 +81,49 @@ async fn a_wrong_password_is_a_backend_error_that_says_so() {
         other => panic!("expected a Backend error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_server_that_may_evict_locks_is_refused_unless_allowed() {
+    let server =
+        fencelock::testing::RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"])
+            .unwrap();
+    match LockClient::connect(&server.url()).await {
+        Err(LockError::InvalidConfig { reason, .. }) => {
+            assert!(
+                reason.contains("volatile-lru") && reason.contains("noeviction"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    let allowed = LockClient::builder(&server.url())
+        .allow_eviction(true)
+        .connect()
+        .await;
+    allowed.expect("the risk can be accepted explicitly");
+}
+
+#[tokio::test]
+async fn a_key_holding_foreign_data_is_reported_at_once_not_waited_for() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis.hset("lock:{hash}", "field", "value").await.unwrap();
+    let _: () = redis
+        .set("lock:{forever}", "someone else's value")
+        .await
+        .unwrap();
+    for (key, what) in [("hash", "a hash"), ("forever", "without a TTL")] {
+        let started = Instant::now();
+        match locks.lock(key).wait_ms(30_000).acquire().await {
+            Err(LockError::KeyInUse { reason, .. }) => assert!(reason.contains(what), "{reason}"),
+            other => panic!("{key}: expected KeyInUse, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{key}: not waited for"
+        );
+    }
+    let untouched: String = redis.hget("lock:{hash}", "field").await.unwrap();
+    assert_eq!(untouched, "value", "the foreign data is left alone");
+}

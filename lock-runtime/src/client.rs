@@ -54,6 +54,7 @@ impl LockClient {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             release_notifications: true,
+            allow_eviction: false,
         }
     }
 
@@ -171,6 +172,7 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     release_notifications: bool,
+    allow_eviction: bool,
 }
 
 impl LockClientBuilder {
@@ -202,7 +204,15 @@ impl LockClientBuilder {
         self
     }
 
-    /// Connects and checks the server with `PING`.
+    /// Accept a server whose `maxmemory-policy` may evict keys (default `false`: `connect`
+    /// fails, because eviction silently deletes held locks).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// Connects, checks the server with `PING`, and (unless allowed) refuses a server that
+    /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let backend = RedisBackend::connect(
             &self.url,
@@ -211,6 +221,9 @@ impl LockClientBuilder {
             self.response_timeout,
         )
         .await?;
+        if !self.allow_eviction {
+            backend.check_eviction_policy().await?;
+        }
         Ok(LockClient::with_background(
             Arc::new(backend),
             Background::Driver,

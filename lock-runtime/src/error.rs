@@ -47,6 +47,16 @@ pub enum LockError {
          `fencelock::with_client`, or pass `client = ...` to `#[redis_lock]`"
     )]
     NoClient,
+    /// The key is taken by data that is not a lock of this library (another program's value,
+    /// a key without a TTL): nobody would ever release it, so the request does not wait.
+    #[error("lock key `{key}` is in use by something else: {reason}; use another key or prefix")]
+    #[non_exhaustive]
+    KeyInUse {
+        /// The lock key, as the caller wrote it.
+        key: String,
+        /// What the backend found there.
+        reason: String,
+    },
     /// The key cannot be used as a lock key.
     #[error("invalid lock key {key:?}: {reason}")]
     #[non_exhaustive]

@@ -100,6 +100,32 @@ impl RedisBackend {
         Ok(backend)
     }
 
+    /// Refuses a server whose `maxmemory-policy` may evict keys: every policy but
+    /// `noeviction` can delete a held lock under memory pressure (the `volatile-*` ones pick
+    /// exactly the keys with a TTL, i.e. locks). A server that hides its configuration
+    /// (`CONFIG` renamed or not allowed) passes.
+    pub async fn check_eviction_policy(&self) -> Result<(), LockError> {
+        let route = Route::here();
+        let mut connection = self
+            .connection
+            .get(route)
+            .await
+            .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
+        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut connection)
+            .await;
+        match reply.as_deref() {
+            Ok([_, policy]) if policy != "noeviction" => Err(LockError::config(format!(
+                "the server's maxmemory-policy is {policy}: under memory pressure it can evict \
+                 held locks; set `maxmemory-policy noeviction` (or use a separate Redis for \
+                 locks), or accept the risk with `LockClientBuilder::allow_eviction(true)`"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn connection_addr(&self) -> String {
         self.connection.addr()
     }
@@ -250,6 +276,14 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
     let Value::Array(items) = reply else {
         return Err(unexpected(key, "acquire", reply));
     };
+    if let [status, Value::BulkString(why)] = items.as_slice()
+        && integer(status) == Some(2)
+    {
+        return Err(LockError::KeyInUse {
+            key: key.to_owned(),
+            reason: String::from_utf8_lossy(why).into_owned(),
+        });
+    }
     let parsed = match items.as_slice() {
         [status, value] => integer(status).zip(integer(value)),
         _ => None,

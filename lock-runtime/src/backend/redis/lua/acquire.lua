@@ -3,8 +3,13 @@
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] ms to reserve the next free turn for
 -- this owner if the key is held (a starving waiter), 0 for none
 -- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key or
--- a starving waiter has reserved its next free turn.
-local holder = redis.call('GET', KEYS[1])
+-- a starving waiter has reserved its next free turn, {2, why} when the key holds something
+-- that is not a lock (see foreign_holder).
+local holder = redis.pcall('GET', KEYS[1])
+local foreign = foreign_holder(KEYS[1], holder)
+if foreign then
+  return {2, foreign}
+end
 if holder == ARGV[1] then
   local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
   if again then

@@ -3,7 +3,8 @@
 -- KEYS[4] queue deadlines (zset: owner -> ms after which its place is given up)
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long this waiter's place lasts, ms
 -- Returns {1, token} when granted; {0, remaining ms} while another owner holds the key;
--- {0, -3} when the key is free but an earlier waiter's turn.
+-- {0, -3} when the key is free but an earlier waiter's turn; {2, why} when the key holds
+-- something that is not a lock.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Waiters that stopped renewing their place (died, or gave up without a word) leave.
@@ -11,7 +12,11 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
   redis.call('LREM', KEYS[3], 0, gone)
   redis.call('ZREM', KEYS[4], gone)
 end
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.pcall('GET', KEYS[1])
+local foreign = foreign_holder(KEYS[1], holder)
+if foreign then
+  return {2, foreign}
+end
 if holder == ARGV[1] then
   local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
   if again then

@@ -24,3 +24,16 @@ local function grant_again(lock_key, fence_key, lease_ms)
   end
   return nil
 end
+
+-- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
+-- or nil: a value of another type, or a string without a TTL (every lease has one). Such a
+-- key would never be released by anyone, so waiting for it is pointless.
+local function foreign_holder(lock_key, holder)
+  if type(holder) == 'table' and holder.err then
+    return 'it holds a ' .. redis.call('TYPE', lock_key).ok .. ', not a lock'
+  end
+  if holder and redis.call('PTTL', lock_key) == -1 then
+    return 'it holds a string without a TTL, which no lock leaves behind'
+  end
+  return nil
+end
