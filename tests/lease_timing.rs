@@ -21,6 +21,7 @@ use tokio::time::Instant;
 struct Partitionable {
     memory: Arc<MemoryBackend>,
     cut_off: Arc<AtomicBool>,
+    hang_renewals: Arc<AtomicBool>,
 }
 
 impl Partitionable {
@@ -56,6 +57,9 @@ impl LockBackend for Partitionable {
     }
 
     fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        if self.hang_renewals.load(Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         match self.unreachable() {
             Some(error) => Box::pin(std::future::ready(error)),
             None => self.memory.extend(leases),
@@ -366,4 +370,24 @@ async fn min_hold_keeps_a_finished_job_locked_for_the_rest_of_its_tick() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(started.elapsed(), Duration::from_millis(900));
     scheduled_tick(&client).await.expect("the next tick runs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_round_that_hangs_does_not_delay_another_lease_s_loss() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let started = Instant::now();
+    let long = client.lock("long").ttl_ms(30_000).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let short = client.lock("short").ttl_ms(12_000).acquire().await.unwrap();
+    // At 10 s the long lease's round goes out alone (the short one is due at 13 s) and hangs.
+    backend.hang_renewals.store(true, Ordering::SeqCst);
+    let lost = within_a_minute(short.lost()).await;
+    expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(9_000 + 12_000 - 122),
+        "lost at its own deadline, not when the hanging round gave up"
+    );
+    drop(long);
 }

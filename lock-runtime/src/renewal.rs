@@ -177,14 +177,24 @@ impl Tracked {
         self.lease.ttl / 3
     }
 
+    /// Records that the lease was granted or extended by a request sent at `sent_at`.
+    fn confirm(&mut self, sent_at: Instant) {
+        self.valid_until = sent_at + self.lease.ttl - drift(self.lease.ttl);
+        self.next_due = sent_at + self.interval();
+    }
+
+    /// When the lease is lost unless a renewal gets through first.
+    fn loss_deadline(&self) -> Instant {
+        self.stop_at
+            .map_or(self.valid_until, |stop| stop.min(self.valid_until))
+    }
+
     fn next_wake(&self) -> Instant {
-        let renewal = if self.renew {
-            self.next_due
+        if self.renew {
+            self.next_due.min(self.loss_deadline())
         } else {
-            self.valid_until
-        };
-        let wake = renewal.min(self.valid_until);
-        self.stop_at.map_or(wake, |stop| wake.min(stop))
+            self.loss_deadline()
+        }
     }
 
     fn loss_at(&self, now: Instant) -> Option<LossCause> {
@@ -203,9 +213,10 @@ impl Tracked {
 }
 
 /// How long before the server's expiry the client already counts a lease as gone: clock
-/// drift between client and server (Redlock's `ttl × 1% + 2 ms`).
+/// drift between client and server (Redlock's `ttl × 1% + 2 ms`), at most half the lease so
+/// that even a 1 ms lease is not lost the moment it is granted.
 pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+    (ttl / 100 + Duration::from_millis(2)).min(ttl / 2)
 }
 
 impl Shared {
@@ -253,14 +264,15 @@ impl Renewer {
         options: &LockOptions,
     ) -> Result<Tracking, LockError> {
         let signal = Arc::new(LossSignal::new());
-        let tracked = Tracked {
-            next_due: sent_at + lease.ttl / 3,
-            valid_until: sent_at + lease.ttl - drift(lease.ttl),
+        let mut tracked = Tracked {
+            next_due: sent_at,
+            valid_until: sent_at,
             stop_at: options.max_hold().map(|max| sent_at + max),
             renew: options.renews(),
             signal: signal.clone(),
             lease,
         };
+        tracked.confirm(sent_at);
         let first_event = tracked.next_wake();
         let mut registry = self.shared.registry();
         if !registry.loop_running {
@@ -289,6 +301,12 @@ const LINGER: Duration = Duration::from_secs(1);
 /// The loop: runs while the client tracks leases, ends when it has tracked none for
 /// `LINGER` (a client taking locks one after another keeps one loop).
 async fn run(shared: Arc<Shared>) {
+    // If the loop ends in any way but its own return (a backend panicked), the next lease
+    // starts a new one instead of trusting a dead loop.
+    let mut running = LoopRunning {
+        shared: &shared,
+        ended_normally: false,
+    };
     let mut empty_since = None;
     loop {
         let now = Instant::now();
@@ -333,7 +351,9 @@ async fn run(shared: Arc<Shared>) {
                 None => {
                     let since = *empty_since.get_or_insert(now);
                     if now >= since + LINGER {
+                        // Under the registry's lock: a lease tracked after this starts a loop.
                         registry.loop_running = false;
+                        running.ended_normally = true;
                         return;
                     }
                     since + LINGER
@@ -349,31 +369,59 @@ async fn run(shared: Arc<Shared>) {
     }
 }
 
+struct LoopRunning<'a> {
+    shared: &'a Shared,
+    ended_normally: bool,
+}
+
+impl Drop for LoopRunning<'_> {
+    fn drop(&mut self) {
+        if !self.ended_normally {
+            let mut registry = self.shared.registry();
+            registry.loop_running = false;
+            registry.asleep_until = None;
+        }
+    }
+}
+
 /// One renewal round: extends `due` in one backend call and records what it found.
 async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
     let leases: Vec<Lease> = due.iter().map(|(_, lease)| lease.clone()).collect();
-    // Waiting past the earliest loss deadline is pointless: that lease is lost by then, and
-    // the next round retries the rest.
-    let deadline = {
-        let registry = shared.registry();
-        due.iter()
-            .filter_map(|(id, _)| registry.leases.get(id).map(|t| t.valid_until))
-            .min()
-    };
+    // While a round is out, no other lease is checked: the round must end by the earliest
+    // loss deadline of all tracked leases, not only of those in it.
+    let deadline = shared
+        .registry()
+        .leases
+        .values()
+        .map(Tracked::loss_deadline)
+        .min();
+    let Some(deadline) = deadline else { return };
     let sent_at = Instant::now();
     shared.rounds.fetch_add(1, Ordering::Relaxed);
-    let outcome = match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, shared.backend.extend(&leases))
-            .await
-            .unwrap_or_else(|_| {
+    let outcome = tokio::time::timeout_at(deadline, shared.backend.extend(&leases))
+        .await
+        .unwrap_or_else(|_| {
+            Err(LockError::backend(
+                None,
+                "renewal round outlasted the earliest lease deadline",
+                None,
+            ))
+        })
+        .and_then(|extended| {
+            if extended.len() == leases.len() {
+                Ok(extended)
+            } else {
                 Err(LockError::backend(
                     None,
-                    "renewal timed out before the lease deadline",
+                    format!(
+                        "the backend answered {} of {} extends",
+                        extended.len(),
+                        leases.len()
+                    ),
                     None,
                 ))
-            }),
-        None => return,
-    };
+            }
+        });
     let now = Instant::now();
     let mut registry = shared.registry();
     match outcome {
@@ -382,9 +430,7 @@ async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
                 if still_ours {
                     shared.leases_extended.fetch_add(1, Ordering::Relaxed);
                     if let Some(tracked) = registry.leases.get_mut(id) {
-                        tracked.valid_until =
-                            sent_at + tracked.lease.ttl - drift(tracked.lease.ttl);
-                        tracked.next_due = sent_at + tracked.interval();
+                        tracked.confirm(sent_at);
                     }
                 } else if let Some(tracked) = registry.leases.remove(id) {
                     shared.lose(&tracked, LossCause::NotOwner);

@@ -14,13 +14,13 @@ use crate::LockError;
 use crate::notify::ReleaseHub;
 
 /// Locks held in this process's memory.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct MemoryBackend {
     state: Mutex<State>,
     releases: Arc<ReleaseHub>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct State {
     holders: HashMap<String, Holder>,
     /// Fair waiters per key, oldest first, with the time their place lapses.
@@ -32,7 +32,6 @@ struct State {
     last_token: u64,
 }
 
-#[derive(Debug)]
 struct Holder {
     owner: String,
     token: u64,
@@ -99,15 +98,15 @@ impl State {
     /// Whether `owner` may take the free `key` now: not while another waiter has reserved
     /// the turn; in fair mode only as the oldest waiter (its place is then used up).
     fn takes_turn(&mut self, key: &str, owner: &str, turn: Turn, now: Instant) -> bool {
-        match self.reservation(key, now) {
-            Some((reserver, _)) if reserver != owner => return false,
-            Some(_) => {
-                self.reservations.remove(key);
-            }
-            None => {}
-        }
         let Turn::Queue(place) = turn else {
-            return true;
+            return match self.reservation(key, now) {
+                Some((reserver, _)) if reserver != owner => false,
+                Some(_) => {
+                    self.reservations.remove(key);
+                    true
+                }
+                None => true,
+            };
         };
         self.keep_place(key, owner, place, now);
         let queue = self.queues.entry(key.to_owned()).or_default();
@@ -209,18 +208,39 @@ impl State {
         }
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
-                if keep.is_zero() {
+                // As in Redis, whose lease has millisecond resolution.
+                if keep.as_millis() == 0 {
                     self.holders.remove(&lease.key);
                     (Release::Released, true)
                 } else {
+                    // Marked released: an extend can no longer find it ours.
+                    holder.owner = released_mark(&lease.owner);
                     holder.expires_at = now + keep;
                     (Release::Released, false)
                 }
+            }
+            Some(holder) if holder.owner == released_mark(&lease.owner) => {
+                (Release::Released, false)
             }
             Some(_) => (Release::NotOwner, false),
             None => (Release::NotOwner, left_queue || left_reservation),
         }
     }
+}
+
+// Debug output counts the locks; it never shows owner tokens.
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.with_state(|state| state.holders.len());
+        f.debug_struct("MemoryBackend")
+            .field("held", &held)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token.
+fn released_mark(owner: &str) -> String {
+    format!("{owner}:released")
 }
 
 impl LockBackend for MemoryBackend {

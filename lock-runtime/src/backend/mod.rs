@@ -21,7 +21,7 @@ pub use crate::notify::ReleaseWatch;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One acquisition's identity: which key, which owner, how long.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The lock key as the caller wrote it (backends add their own prefix or layout).
     pub key: String,
@@ -29,6 +29,16 @@ pub struct Lease {
     pub owner: String,
     /// The lease length.
     pub ttl: Duration,
+}
+
+// The owner token stays out of Debug output: whoever has it can release the lock.
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The answer to one acquire attempt.

@@ -236,8 +236,38 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     );
     let released = backend.release(&mine, Duration::ZERO).await;
     assert_eq!(released.expect("backend answers"), Release::Released);
-    let extended = backend.extend(&[mine]).await.expect("backend answers");
+    let extended = backend
+        .extend(&[mine.clone()])
+        .await
+        .expect("backend answers");
     assert_eq!(extended, vec![false], "a released lease cannot be extended");
+
+    // Kept after release (min_hold_ms): a renewal already on its way must not revive it,
+    // and the same release sent again still finds it released.
+    let granted = backend
+        .acquire(&mine, Turn::Barge)
+        .await
+        .expect("backend answers");
+    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    let keep = Duration::from_millis(SHORT_TTL_MS);
+    for _ in 0..2 {
+        let released = backend.release(&mine, keep).await.expect("backend answers");
+        assert_eq!(released, Release::Released);
+    }
+    let extended = backend.extend(&[mine]).await.expect("backend answers");
+    assert_eq!(
+        extended,
+        vec![false],
+        "a kept lease is not extended after its release"
+    );
+    let other = backend
+        .acquire(&other, Turn::Barge)
+        .await
+        .expect("backend answers");
+    assert!(
+        matches!(other, Acquire::Held { .. }),
+        "the key stays taken while kept: {other:?}"
+    );
 }
 
 /// `min_hold_ms`: a release before the minimum hold shortens the lease instead of deleting

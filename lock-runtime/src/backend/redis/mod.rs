@@ -167,7 +167,7 @@ impl RedisBackend {
         keys: &[String],
         args: &[&str],
         key: &str,
-    ) -> Result<Value, LockError> {
+    ) -> Result<Sent, LockError> {
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -188,7 +188,7 @@ impl RedisBackend {
             }
             .await;
             match result {
-                Ok(value) => return Ok(value),
+                Ok(reply) => return Ok(Sent { reply, resent }),
                 Err(error) => {
                     let broken = self.connection.note_error(route, &error);
                     if !broken || resent {
@@ -250,6 +250,12 @@ fn check_tls_ready() -> Result<(), LockError> {
     Err(LockError::config(
         "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
     ))
+}
+
+/// A script's reply, and whether the script was sent twice (after a broken connection).
+struct Sent {
+    reply: Value,
+    resent: bool,
 }
 
 fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
@@ -319,14 +325,16 @@ impl LockBackend for RedisBackend {
                     let reservation_key = Self::reservation_key(&lock_key);
                     let keys = [lock_key, fence_key, reservation_key];
                     let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
-                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?
+                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?.reply
                 }
                 Turn::Queue(place) => {
                     let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
                     let keys = [lock_key, fence_key, queue_key, deadlines_key];
                     let place_ms = place.as_millis().to_string();
                     let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
-                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
+                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key)
+                        .await?
+                        .reply
                 }
             };
             parse_acquire(&lease.key, &reply)
@@ -380,11 +388,13 @@ impl LockBackend for RedisBackend {
             let reservation_key = Self::reservation_key(&lock_key);
             let keys = [lock_key, queue_key, deadlines_key, reservation_key];
             let args = [lease.owner.as_str(), &keep_ms, &channel];
-            let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
-            match integer(&reply) {
+            let sent = self.run(&RELEASE, &keys, &args, &lease.key).await?;
+            match integer(&sent.reply) {
                 Some(1) => Ok(Release::Released),
-                Some(0) => Ok(Release::NotOwner),
-                _ => Err(unexpected(&lease.key, "release", &reply)),
+                // A key gone after a resend: the first send, whose reply was lost, deleted it.
+                Some(-1) if sent.resent => Ok(Release::Released),
+                Some(0 | -1) => Ok(Release::NotOwner),
+                _ => Err(unexpected(&lease.key, "release", &sent.reply)),
             }
         })
     }

@@ -2,10 +2,12 @@
 //!
 //! The release script publishes on `<lock key>:released`. A channel is subscribed while some
 //! waiter of this client waits for its key, and for a second after the last one left (so a
-//! busy key is not subscribed and unsubscribed at every hand-off). If the connection drops,
-//! every waiter wakes to try again, and the next wait subscribes anew: correctness never
-//! depends on a notification arriving, only the speed of the hand-off does.
+//! busy key is not subscribed and unsubscribed at every hand-off). When the connection fails
+//! (an error, a timeout, or its end), it is closed for good, every waiter wakes to try again,
+//! and the next wait subscribes on a new one: correctness never depends on a notification
+//! arriving, only the speed of the hand-off does.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use redis::{Client, RedisError};
 use tokio::sync::{Mutex, mpsc};
+use tokio::task::AbortHandle;
 
 use crate::LockError;
 use crate::driver::Background;
@@ -28,16 +31,46 @@ pub(crate) struct Notifier {
     hub: Arc<ReleaseHub>,
     /// The subscription connection, opened on first use. Its lock also orders subscribes and
     /// unsubscribes of one channel.
-    sink: Arc<Mutex<Option<PubSubSink>>>,
+    current: Arc<Mutex<Option<Subscriptions>>>,
+    generations: AtomicU64,
+}
+
+/// One subscription connection: where to send (un)subscribes, and the task that reads its
+/// messages (aborting it closes the connection).
+struct Subscriptions {
+    sink: PubSubSink,
+    generation: u64,
+    reader: AbortHandle,
+}
+
+/// Closes the current connection (if it is `generation`, or whichever it is) and wakes every
+/// waiter: channels must be subscribed again on the next connection.
+fn close(current: &mut Option<Subscriptions>, generation: Option<u64>, hub: &ReleaseHub) {
+    if current
+        .as_ref()
+        .is_some_and(|c| generation.is_none_or(|g| g == c.generation))
+        && let Some(closed) = current.take()
+    {
+        closed.reader.abort();
+        hub.subscriptions_lost();
+    }
+}
+
+fn io_error(message: impl Into<String>) -> RedisError {
+    RedisError::from(std::io::Error::other(message.into()))
 }
 
 impl Notifier {
     pub(crate) fn new(client: Client, response_timeout: Duration) -> Self {
         let (idle, idle_channels) = mpsc::unbounded_channel();
         let hub = Arc::new(ReleaseHub::with_idle_reports(idle));
-        let sink = Arc::new(Mutex::new(None));
-        let unsubscriber =
-            unsubscribe_idle(idle_channels, Arc::downgrade(&hub), Arc::downgrade(&sink));
+        let current = Arc::new(Mutex::new(None));
+        let unsubscriber = unsubscribe_idle(
+            idle_channels,
+            Arc::downgrade(&hub),
+            Arc::downgrade(&current),
+            response_timeout,
+        );
         if let Err(error) = Background::Driver.spawn(unsubscriber) {
             tracing::warn!(%error, "release notifications will not unsubscribe idle channels");
         }
@@ -45,7 +78,8 @@ impl Notifier {
             client,
             response_timeout,
             hub,
-            sink,
+            current,
+            generations: AtomicU64::new(0),
         }
     }
 
@@ -54,84 +88,96 @@ impl Notifier {
         let (watch, subscribed) = self.hub.watch(channel);
         subscribed
             .get_or_try_init(|| async {
-                let mut sink = self.sink.lock().await;
+                // Everything, waiting for the lock included, within the response timeout: a
+                // half-open connection must not hold waiters past their `wait_ms`.
                 let subscribing = async {
-                    if sink.is_none() {
-                        *sink = Some(self.connect().await?);
+                    let mut current = self.current.lock().await;
+                    if current.is_none() {
+                        *current = Some(self.connect().await?);
                     }
-                    match sink.as_mut() {
-                        Some(sink) => sink.subscribe(channel).await,
-                        None => Err(RedisError::from(std::io::Error::other(
-                            "no subscription connection",
-                        ))),
+                    let Some(subscriptions) = current.as_mut() else {
+                        return Err(io_error("no subscription connection"));
+                    };
+                    let generation = subscriptions.generation;
+                    let subscribed = subscriptions.sink.subscribe(channel).await;
+                    if subscribed.is_err() {
+                        close(&mut current, Some(generation), &self.hub);
+                    }
+                    subscribed
+                };
+                let error = match tokio::time::timeout(self.response_timeout, subscribing).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(error)) => error,
+                    Err(_) => {
+                        if let Ok(mut current) = self.current.try_lock() {
+                            close(&mut current, None, &self.hub);
+                        }
+                        io_error("subscribing timed out")
                     }
                 };
-                match tokio::time::timeout(self.response_timeout, subscribing).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(error)) => {
-                        *sink = None;
-                        Err(LockError::backend(
-                            None,
-                            format!("cannot subscribe to release notifications: {error}"),
-                            Some(Arc::new(error)),
-                        ))
-                    }
-                    Err(_) => {
-                        *sink = None;
-                        Err(LockError::backend(
-                            None,
-                            "subscribing to release notifications timed out",
-                            None,
-                        ))
-                    }
-                }
+                Err(LockError::backend(
+                    None,
+                    format!("cannot subscribe to release notifications: {error}"),
+                    Some(Arc::new(error)),
+                ))
             })
             .await?;
         Ok(watch)
     }
 
-    /// Opens the subscription connection on the driver, with a task there that turns its
+    /// Opens a subscription connection on the driver, with a task there that turns its
     /// messages into wake-ups.
-    async fn connect(&self) -> Result<PubSubSink, RedisError> {
+    async fn connect(&self) -> Result<Subscriptions, RedisError> {
         let client = self.client.clone();
         let hub = Arc::downgrade(&self.hub);
-        let sink = Arc::downgrade(&self.sink);
-        let opened = Background::Driver
+        let current = Arc::downgrade(&self.current);
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
+        let mut opening = Background::Driver
             .spawn(async move {
-                let (subscriptions, messages) = client.get_async_pubsub().await?.split();
-                tokio::spawn(announce(messages, hub, sink));
-                Ok::<_, RedisError>(subscriptions)
+                let (sink, messages) = client.get_async_pubsub().await?.split();
+                let reader = tokio::spawn(announce(messages, hub, current, generation));
+                Ok::<_, RedisError>((sink, reader.abort_handle()))
             })
-            .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))?;
-        match tokio::time::timeout(self.response_timeout, opened).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join_error)) => Err(RedisError::from(std::io::Error::other(
-                join_error.to_string(),
-            ))),
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "opening the subscription connection timed out",
-            ))),
+            .map_err(|e| io_error(e.to_string()))?;
+        match tokio::time::timeout(self.response_timeout, &mut opening).await {
+            Ok(Ok(Ok((sink, reader)))) => Ok(Subscriptions {
+                sink,
+                generation,
+                reader,
+            }),
+            Ok(Ok(Err(error))) => Err(error),
+            Ok(Err(join_error)) => Err(io_error(join_error.to_string())),
+            Err(_) => {
+                // Not left to finish later with a connection nobody would close.
+                opening.abort();
+                Err(io_error("opening the subscription connection timed out"))
+            }
         }
     }
 }
 
-/// Wakes the waiters of each channel a message arrives on; when the connection ends, forgets
-/// it and wakes everyone.
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.current.try_lock() {
+            close(&mut current, None, &self.hub);
+        }
+    }
+}
+
+/// Wakes the waiters of each channel a message arrives on; when its connection ends,
+/// closes it (if it is still the current one).
 async fn announce(
     mut messages: redis::aio::PubSubStream,
     hub: Weak<ReleaseHub>,
-    sink: Weak<Mutex<Option<PubSubSink>>>,
+    current: Weak<Mutex<Option<Subscriptions>>>,
+    generation: u64,
 ) {
     while let Some(message) = messages.next().await {
         let Some(hub) = hub.upgrade() else { return };
         hub.released(message.get_channel_name());
     }
-    if let Some(sink) = sink.upgrade() {
-        *sink.lock().await = None;
-    }
-    if let Some(hub) = hub.upgrade() {
-        hub.subscriptions_lost();
+    if let (Some(current), Some(hub)) = (current.upgrade(), hub.upgrade()) {
+        close(&mut *current.lock().await, Some(generation), &hub);
     }
 }
 
@@ -139,24 +185,31 @@ async fn announce(
 async fn unsubscribe_idle(
     mut idle_channels: mpsc::UnboundedReceiver<String>,
     hub: Weak<ReleaseHub>,
-    sink: Weak<Mutex<Option<PubSubSink>>>,
+    current: Weak<Mutex<Option<Subscriptions>>>,
+    response_timeout: Duration,
 ) {
     while let Some(channel) = idle_channels.recv().await {
-        let (hub, sink) = (hub.clone(), sink.clone());
+        let (hub, current) = (hub.clone(), current.clone());
         tokio::spawn(async move {
             tokio::time::sleep(LINGER).await;
-            let (Some(hub), Some(sink)) = (hub.upgrade(), sink.upgrade()) else {
+            let (Some(hub), Some(current)) = (hub.upgrade(), current.upgrade()) else {
                 return;
             };
-            let mut sink = sink.lock().await;
-            // Checked under the sink's lock: a waiter that came back meanwhile subscribes
-            // under the same lock, after this.
-            if hub.retire_if_idle(&channel)
-                && let Some(connection) = sink.as_mut()
-                && connection.unsubscribe(&channel).await.is_err()
-            {
-                *sink = None;
-            }
+            let unsubscribing = async {
+                let mut current = current.lock().await;
+                // Checked under the connection's lock: a waiter that came back meanwhile
+                // subscribes under the same lock, after this.
+                if hub.retire_if_idle(&channel)
+                    && let Some(subscriptions) = current.as_mut()
+                {
+                    let generation = subscriptions.generation;
+                    if subscriptions.sink.unsubscribe(&channel).await.is_err() {
+                        close(&mut current, Some(generation), &hub);
+                    }
+                }
+            };
+            // A connection that does not answer is left for the next subscribe to replace.
+            let _ = tokio::time::timeout(response_timeout, unsubscribing).await;
         });
     }
 }

@@ -11,11 +11,7 @@ if foreign then
   return {2, foreign}
 end
 if holder == ARGV[1] then
-  local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
-  if again then
-    return again
-  end
-  holder = false
+  return grant_again(KEYS[1], KEYS[2], ARGV[2]) or grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 end
 local reserved = redis.call('GET', KEYS[3])
 if not holder then

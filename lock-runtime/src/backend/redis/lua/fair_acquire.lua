@@ -18,12 +18,9 @@ if foreign then
   return {2, foreign}
 end
 if holder == ARGV[1] then
-  local again = grant_again(KEYS[1], KEYS[2], ARGV[2])
-  if again then
-    return again
-  end
+  return grant_again(KEYS[1], KEYS[2], ARGV[2]) or grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 end
-if not holder or holder == ARGV[1] then
+if not holder then
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head or head == ARGV[1] then
     if head then
@@ -37,9 +34,11 @@ if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])
 end
 redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), ARGV[1])
--- The queue vanishes once its last waiter's place has lapsed.
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
+-- The queue vanishes once the last of its waiters' places has lapsed.
+local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+local lasts_ms = math.max(tonumber(latest[2]) - now_ms, 1)
+redis.call('PEXPIRE', KEYS[3], lasts_ms)
+redis.call('PEXPIRE', KEYS[4], lasts_ms)
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end

@@ -15,7 +15,8 @@ local function grant(lock_key, fence_key, owner, lease_ms)
 end
 
 -- The owner asks again (a retry whose reply was lost): refresh the lease, same token.
--- nil if the fencing counter is gone, in which case the caller grants anew.
+-- nil if the fencing counter is gone (evicted, deleted), in which case the caller grants
+-- anew, since the key is ours anyway.
 local function grant_again(lock_key, fence_key, lease_ms)
   local token = redis.call('GET', fence_key)
   if token then

@@ -4,8 +4,10 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
 -- ARGV[3] the channel on which waiters hear of releases.
--- Returns 1 if released, 0 if not ours. PUBLISH goes through pcall: a user whose ACL grants
--- no channels (Redis 7's default) must still release; its waiters poll instead.
+-- Returns 1 if released, 0 if another owner holds the key, -1 if nobody does. A kept key
+-- (min_hold_ms) is marked released, so that a renewal already on its way cannot extend it
+-- again, and a resent release still finds it ours. PUBLISH goes through pcall: a user
+-- whose ACL grants no channels (Redis 7's default) must still release; its waiters poll.
 local left = false
 if redis.call('LREM', KEYS[2], 0, ARGV[1]) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -16,17 +18,23 @@ if redis.call('GET', KEYS[4]) == ARGV[1] then
   left = true
 end
 local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] .. ':released' then
+  return 1
+end
 if holder ~= ARGV[1] then
+  if holder then
+    return 0
+  end
   -- A waiter that leaves may have been the one whose turn it was.
-  if left and not holder then
+  if left then
     redis.pcall('PUBLISH', ARGV[3], 'left')
   end
-  return 0
+  return -1
 end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
   redis.pcall('PUBLISH', ARGV[3], 'released')
 else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 end
 return 1
