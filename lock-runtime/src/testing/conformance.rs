@@ -237,7 +237,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     let released = backend.release(&mine, Duration::ZERO).await;
     assert_eq!(released.expect("backend answers"), Release::Released);
     let extended = backend
-        .extend(&[mine.clone()])
+        .extend(std::slice::from_ref(&mine))
         .await
         .expect("backend answers");
     assert_eq!(extended, vec![false], "a released lease cannot be extended");
