@@ -22,9 +22,12 @@ thread_local! {
     static ON_DRIVER: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the current thread is the driver's.
-pub(crate) fn on_driver() -> bool {
-    ON_DRIVER.with(Cell::get)
+/// The runtime of the calling task, unless there is none or it is the driver's.
+pub(crate) fn caller_runtime() -> Option<Handle> {
+    if ON_DRIVER.with(Cell::get) {
+        return None;
+    }
+    Handle::try_current().ok()
 }
 
 fn start() -> Result<Handle, String> {

@@ -142,10 +142,7 @@ pub(crate) fn release_in_background(
     in_doubt: bool,
 ) {
     let backend = client.backend().clone();
-    if in_doubt
-        && !crate::driver::on_driver()
-        && let Ok(caller) = tokio::runtime::Handle::try_current()
-    {
+    if in_doubt && let Some(caller) = crate::driver::caller_runtime() {
         caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),

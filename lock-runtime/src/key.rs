@@ -17,19 +17,22 @@ pub enum KeyPart<'a> {
 }
 
 /// Renders a key template: literal text as written, values escaped with [`escape_into`].
-pub fn render_key(parts: &[KeyPart<'_>]) -> String {
+/// A value whose `Display` fails gives an error, never a truncated key that another value
+/// could share.
+pub fn render_key(parts: &[KeyPart<'_>]) -> Result<String, LockError> {
     let mut key = String::new();
     for part in parts {
         match part {
             KeyPart::Text(text) => key.push_str(text),
             KeyPart::Value(value) => {
-                // Writing into a String only fails if the value's Display impl does; the
-                // key then ends where the value stopped, which `validate` still checks.
-                let _ = write!(EscapingWriter(&mut key), "{value}");
+                write!(EscapingWriter(&mut key), "{value}").map_err(|_| LockError::InvalidKey {
+                    key: key.clone(),
+                    reason: "formatting an argument value with Display failed".into(),
+                })?;
             }
         }
     }
-    key
+    Ok(key)
 }
 
 /// Appends `value` to `key` with `\`, `:`, `{` and `}` preceded by a backslash, so that a
@@ -86,13 +89,13 @@ mod tests {
     fn values_are_escaped_and_text_is_kept() {
         let sku = "a:b{c}\\d";
         let key = render_key(&[KeyPart::Text("stock:"), KeyPart::Value(&sku)]);
-        assert_eq!(key, r"stock:a\:b\{c\}\\d");
+        assert_eq!(key.unwrap(), r"stock:a\:b\{c\}\\d");
     }
 
     #[test]
     fn a_value_cannot_forge_a_separator() {
         let render = |a: &str, b: &str| {
-            render_key(&[KeyPart::Value(&a), KeyPart::Text(":"), KeyPart::Value(&b)])
+            render_key(&[KeyPart::Value(&a), KeyPart::Text(":"), KeyPart::Value(&b)]).unwrap()
         };
         assert_ne!(render("1:2", "3"), render("1", "2:3"));
         assert_ne!(render("1\\", ":3"), render("1\\:", "3"));
@@ -102,8 +105,24 @@ mod tests {
     fn numbers_render_like_literal_keys() {
         let sku = 42;
         assert_eq!(
-            render_key(&[KeyPart::Text("stock:"), KeyPart::Value(&sku)]),
+            render_key(&[KeyPart::Text("stock:"), KeyPart::Value(&sku)]).unwrap(),
             "stock:42"
+        );
+    }
+
+    #[test]
+    fn a_failing_display_is_an_error_not_a_shorter_key() {
+        struct Broken;
+        impl Display for Broken {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("partial")?;
+                Err(fmt::Error)
+            }
+        }
+        let rendered = render_key(&[KeyPart::Text("k:"), KeyPart::Value(&Broken)]);
+        assert!(
+            matches!(rendered, Err(LockError::InvalidKey { .. })),
+            "{rendered:?}"
         );
     }
 

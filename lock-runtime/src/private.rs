@@ -75,12 +75,12 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
 /// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
 pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
     client: Result<LockClient, LockError>,
-    key: String,
+    key: Result<String, LockError>,
     options: LockOptions,
     body: F,
 ) -> R {
-    let client = match client {
-        Ok(client) => client,
+    let (client, key) = match client.and_then(|client| Ok((client, key?))) {
+        Ok(found) => found,
         Err(error) => return R::from_lock_error(error),
     };
     let held = |token| Held {

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::Id;
 
 use crate::LockError;
 use crate::driver::{self, Background};
@@ -38,9 +38,9 @@ impl Route {
     /// The route for a command issued here: the caller's runtime if there is one (and it
     /// is not the driver), else the driver.
     pub(crate) fn here() -> Route {
-        match Handle::try_current() {
-            Ok(handle) if !driver::on_driver() => Route::Foreground(handle.id()),
-            _ => Route::Background,
+        match driver::caller_runtime() {
+            Some(handle) => Route::Foreground(handle.id()),
+            None => Route::Background,
         }
     }
 }
@@ -49,8 +49,11 @@ pub(crate) struct Connection {
     client: Client,
     config: AsyncConnectionConfig,
     open: Mutex<Vec<(Route, MultiplexedConnection)>>,
-    /// Serialises reconnects, so a burst of callers after an outage opens one connection.
-    connecting: tokio::sync::Mutex<()>,
+    /// Serialise reconnects, so that a burst of callers after an outage opens one connection;
+    /// one for the background and one for callers, so that a caller stuck connecting never
+    /// holds up renewals.
+    connecting_background: tokio::sync::Mutex<()>,
+    connecting_foreground: tokio::sync::Mutex<()>,
 }
 
 impl Connection {
@@ -59,7 +62,8 @@ impl Connection {
             client,
             config,
             open: Mutex::new(Vec::new()),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting_background: tokio::sync::Mutex::new(()),
+            connecting_foreground: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -84,7 +88,10 @@ impl Connection {
         if let Some(connection) = self.cached(route) {
             return Ok(connection);
         }
-        let _connecting = self.connecting.lock().await;
+        let _connecting = match route {
+            Route::Background => self.connecting_background.lock().await,
+            Route::Foreground(_) => self.connecting_foreground.lock().await,
+        };
         if let Some(connection) = self.cached(route) {
             return Ok(connection);
         }
