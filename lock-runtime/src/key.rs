@@ -126,6 +126,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Distinct argument tuples never render to the same key, whatever the values
+        /// contain (separators, backslashes, braces): the template `k:{a}:{b}` is injective.
+        #[test]
+        fn distinct_argument_tuples_give_distinct_keys(
+            a in r"[a-z:\\{}]{0,6}", b in r"[a-z:\\{}]{0,6}",
+            c in r"[a-z:\\{}]{0,6}", d in r"[a-z:\\{}]{0,6}",
+        ) {
+            let render = |x: &str, y: &str| {
+                let parts = [KeyPart::Text("k:"), KeyPart::Value(&x), KeyPart::Text(":"), KeyPart::Value(&y)];
+                render_key(&parts).unwrap()
+            };
+            proptest::prop_assert_eq!(render(&a, &b) == render(&c, &d), (&a, &b) == (&c, &d));
+        }
+    }
+
     #[test]
     fn limits_are_enforced() {
         assert!(validate("").is_err());
