@@ -4,7 +4,8 @@
 //! token older than the newest it has seen. Every section is recorded (CLOCK_MONOTONIC entry
 //! and exit, token); the checker then looks for two sections on one key at once and for
 //! tokens that do not increase, and the resource's counters show whether an update was lost.
-//! Short runs here; each scenario prints its figures (docs/RELIABILITY.md collects them).
+//! Short runs here (3 s each); each scenario prints its figures, which docs/RELIABILITY.md
+//! collects, with the command for the long run.
 
 mod support;
 
@@ -23,7 +24,14 @@ const PROCESSES: usize = 4;
 const TASKS: u32 = 8;
 const KEYS: u32 = 2;
 const TTL_MS: u64 = 1_000;
-const RUN_MS: u64 = 3_000;
+/// How long each scenario runs, in ms: 3 s here; the torture run sets
+/// `FENCELOCK_FAULT_RUN_MS` (see docs/RELIABILITY.md).
+fn run_ms() -> u64 {
+    std::env::var("FENCELOCK_FAULT_RUN_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(3_000)
+}
 const URL: &str = "FENCELOCK_FAULT_URL";
 const RESOURCE: &str = "FENCELOCK_FAULT_RESOURCE";
 const HISTORY: &str = "FENCELOCK_FAULT_HISTORY";
@@ -125,7 +133,7 @@ async fn fault_worker() {
         body: Duration::from_millis(env(BODY_MS).parse().unwrap()),
     }));
     let locks = LockClient::connect(&env(URL)).await.unwrap();
-    let until = Instant::now() + Duration::from_millis(RUN_MS);
+    let until = Instant::now() + Duration::from_millis(run_ms());
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let locks = locks.clone();
@@ -293,7 +301,7 @@ fn no_faults() {
 #[test]
 fn a_holder_killed_with_sigkill_stops_no_one_for_longer_than_its_ttl() {
     let mut run = Run::start("holder SIGKILL", 3);
-    std::thread::sleep(Duration::from_millis(RUN_MS / 3));
+    std::thread::sleep(Duration::from_millis(run_ms() / 3));
     run.workers[0].kill().unwrap();
     let killed_at = monotonic_ns();
     let sections = run.finish(Promise::Exclusion, Some(0), 100);
@@ -313,7 +321,7 @@ fn killed_client_connections_keep_exclusion() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let mut admin = support::inspector(&run.lock_server).await;
-        for _ in 0..(RUN_MS / 300) {
+        for _ in 0..(run_ms() / 300) {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let _: redis::RedisResult<()> = redis::cmd("CLIENT")
                 .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
@@ -329,7 +337,7 @@ fn redis_frozen_longer_than_the_ttl_keeps_exclusion() {
     // Bodies outlast the freeze: a holder that did not stop at its loss deadline would still
     // run when Redis, back, hands its expired key to the next waiter.
     let run = Run::start("Redis SIGSTOP 2 x TTL", 2_500);
-    std::thread::sleep(Duration::from_millis(RUN_MS / 4));
+    std::thread::sleep(Duration::from_millis(run_ms() / 4));
     run.lock_server.pause().unwrap();
     std::thread::sleep(Duration::from_millis(TTL_MS * 2));
     run.lock_server.resume().unwrap();
@@ -339,7 +347,7 @@ fn redis_frozen_longer_than_the_ttl_keeps_exclusion() {
 #[test]
 fn a_redis_restart_that_loses_the_locks_is_caught_by_fencing() {
     let mut run = Run::start("Redis restart (data lost)", 200);
-    std::thread::sleep(Duration::from_millis(RUN_MS / 2));
+    std::thread::sleep(Duration::from_millis(run_ms() / 2));
     run.lock_server.restart().unwrap();
     run.finish(Promise::FencingOnly, None, 20);
 }
