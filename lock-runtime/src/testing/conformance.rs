@@ -2,9 +2,10 @@
 //! backend under test. Each check uses keys of its own under `namespace`, and panics with a
 //! message naming the broken rule.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Acquire, Lease, Release, Turn};
+use crate::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use crate::{LockClient, LockError, LossCause};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
@@ -46,6 +47,33 @@ async fn hold(client: &LockClient, key: &str) -> crate::LockGuard {
         .acquire()
         .await;
     guard.unwrap_or_else(|e| panic!("the free key {key} must be granted: {e}"))
+}
+
+/// One attempt straight at the backend (the checks of waiting semantics bypass the client);
+/// panics with `rule` unless it is granted.
+async fn expect_granted(backend: &Arc<dyn LockBackend>, lease: &Lease, turn: Turn, rule: &str) {
+    let outcome = backend.acquire(lease, turn).await.expect("backend answers");
+    assert!(
+        matches!(outcome, Acquire::Granted { .. }),
+        "{rule}: {outcome:?}"
+    );
+}
+
+/// As [`expect_granted`], for an attempt that must find the key taken.
+async fn expect_held(backend: &Arc<dyn LockBackend>, lease: &Lease, turn: Turn, rule: &str) {
+    let outcome = backend.acquire(lease, turn).await.expect("backend answers");
+    assert!(
+        matches!(outcome, Acquire::Held { .. }),
+        "{rule}: {outcome:?}"
+    );
+}
+
+/// Releases `lease` straight at the backend, whatever the outcome.
+async fn release_now(backend: &Arc<dyn LockBackend>, lease: &Lease) {
+    backend
+        .release(lease, Duration::ZERO)
+        .await
+        .expect("backend answers");
 }
 
 /// A held key refuses other owners until its holder releases it.
@@ -223,11 +251,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         ttl: Duration::from_millis(LONG_TTL_MS),
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
-    let granted = backend
-        .acquire(&mine, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
     let extended = backend.extend(&[mine.clone(), other.clone()]).await;
     assert_eq!(
         extended.expect("backend answers"),
@@ -244,11 +268,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
 
     // Kept after release (min_hold_ms): a renewal already on its way must not revive it,
     // and the same release sent again still finds it released.
-    let granted = backend
-        .acquire(&mine, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
     let keep = Duration::from_millis(SHORT_TTL_MS);
     for _ in 0..2 {
         let released = backend.release(&mine, keep).await.expect("backend answers");
@@ -260,14 +280,13 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         vec![false],
         "a kept lease is not extended after its release"
     );
-    let other = backend
-        .acquire(&other, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(other, Acquire::Held { .. }),
-        "the key stays taken while kept: {other:?}"
-    );
+    expect_held(
+        backend,
+        &other,
+        Turn::Barge,
+        "the key stays taken while kept",
+    )
+    .await;
 }
 
 /// `min_hold_ms`: a release before the minimum hold shortens the lease instead of deleting
@@ -325,63 +344,24 @@ pub async fn fair_queue_grants_in_arrival_order(client: &LockClient, key: &str) 
     let backend = client.backend();
     let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
     let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
-    let granted = backend
-        .acquire(&holder, place)
-        .await
-        .expect("backend answers");
-    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    expect_granted(backend, &holder, place, "the free key is granted").await;
     for waiter in [&first, &second] {
-        let queued = backend
-            .acquire(waiter, place)
-            .await
-            .expect("backend answers");
-        assert!(matches!(queued, Acquire::Held { .. }), "{queued:?}");
+        expect_held(backend, waiter, place, "the key is taken").await;
     }
-    backend
-        .release(&holder, Duration::ZERO)
-        .await
-        .expect("backend answers");
-    let jumped = backend
-        .acquire(&second, place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(jumped, Acquire::Held { .. }),
-        "the second waiter must not jump the queue: {jumped:?}"
-    );
-    let newcomer = backend
-        .acquire(&owner(key, "newcomer"), place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(newcomer, Acquire::Held { .. }),
-        "nor a newcomer: {newcomer:?}"
-    );
-    let turn = backend
-        .acquire(&first, place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(turn, Acquire::Granted { .. }),
-        "the oldest waiter's turn: {turn:?}"
-    );
-    backend
-        .release(&first, Duration::ZERO)
-        .await
-        .expect("backend answers");
-    let turn = backend
-        .acquire(&second, place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(turn, Acquire::Granted { .. }),
-        "then the next: {turn:?}"
-    );
+    release_now(backend, &holder).await;
+    expect_held(
+        backend,
+        &second,
+        place,
+        "the second waiter must not jump the queue",
+    )
+    .await;
+    expect_held(backend, &owner(key, "newcomer"), place, "nor a newcomer").await;
+    expect_granted(backend, &first, place, "the oldest waiter's turn").await;
+    release_now(backend, &first).await;
+    expect_granted(backend, &second, place, "then the next").await;
     for lease in [&second, &owner(key, "newcomer")] {
-        backend
-            .release(lease, Duration::ZERO)
-            .await
-            .expect("backend answers");
+        release_now(backend, lease).await;
     }
 }
 
@@ -391,34 +371,13 @@ pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
     let [ghost, waiter] = ["ghost", "waiter"].map(|name| owner(key, name));
     let holder = hold(client, key).await;
     let short_place = Turn::Queue(Duration::from_millis(SHORT_TTL_MS));
-    let queued = backend
-        .acquire(&ghost, short_place)
-        .await
-        .expect("backend answers");
-    assert!(matches!(queued, Acquire::Held { .. }), "{queued:?}");
+    expect_held(backend, &ghost, short_place, "the free key is granted").await;
     holder.release().await.expect("release");
     let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
-    let blocked = backend
-        .acquire(&waiter, place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(blocked, Acquire::Held { .. }),
-        "the ghost's turn first: {blocked:?}"
-    );
+    expect_held(backend, &waiter, place, "the ghost's turn first").await;
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
-    let turn = backend
-        .acquire(&waiter, place)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(turn, Acquire::Granted { .. }),
-        "the ghost's place lapsed: {turn:?}"
-    );
-    backend
-        .release(&waiter, Duration::ZERO)
-        .await
-        .expect("backend answers");
+    expect_granted(backend, &waiter, place, "the ghost's place lapsed").await;
+    release_now(backend, &waiter).await;
 }
 
 /// A waiter that reserved the next free turn gets it before the holder or a newcomer can
@@ -426,71 +385,22 @@ pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
 pub async fn a_reserved_turn_goes_to_the_starving_waiter(client: &LockClient, key: &str) {
     let backend = client.backend();
     let [holder, starving, newcomer] = ["holder", "starving", "newcomer"].map(|n| owner(key, n));
-    let granted = backend
-        .acquire(&holder, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+    expect_granted(backend, &holder, Turn::Barge, "the free key is granted").await;
     let reserve = Turn::Reserve(Duration::from_millis(SHORT_TTL_MS));
-    let held = backend
-        .acquire(&starving, reserve)
-        .await
-        .expect("backend answers");
-    assert!(matches!(held, Acquire::Held { .. }), "{held:?}");
-    backend
-        .release(&holder, Duration::ZERO)
-        .await
-        .expect("backend answers");
+    expect_held(backend, &starving, reserve, "the key is taken").await;
+    release_now(backend, &holder).await;
     for other in [&holder, &newcomer] {
-        let refused = backend
-            .acquire(other, Turn::Barge)
-            .await
-            .expect("backend answers");
-        assert!(
-            matches!(refused, Acquire::Held { .. }),
-            "the turn is reserved: {refused:?}"
-        );
+        expect_held(backend, other, Turn::Barge, "the turn is reserved").await;
     }
-    let turn = backend
-        .acquire(&starving, reserve)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(turn, Acquire::Granted { .. }),
-        "the reserving waiter's turn: {turn:?}"
-    );
-    backend
-        .release(&starving, Duration::ZERO)
-        .await
-        .expect("backend answers");
+    expect_granted(backend, &starving, reserve, "the reserving waiter's turn").await;
+    release_now(backend, &starving).await;
 
-    let held = backend
-        .acquire(&holder, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(matches!(held, Acquire::Granted { .. }), "{held:?}");
-    let held = backend
-        .acquire(&starving, reserve)
-        .await
-        .expect("backend answers");
-    assert!(matches!(held, Acquire::Held { .. }), "{held:?}");
-    backend
-        .release(&holder, Duration::ZERO)
-        .await
-        .expect("backend answers");
+    expect_granted(backend, &holder, Turn::Barge, "the free key is granted").await;
+    expect_held(backend, &starving, reserve, "the key is taken").await;
+    release_now(backend, &holder).await;
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
-    let lapsed = backend
-        .acquire(&newcomer, Turn::Barge)
-        .await
-        .expect("backend answers");
-    assert!(
-        matches!(lapsed, Acquire::Granted { .. }),
-        "the reservation lapsed: {lapsed:?}"
-    );
-    backend
-        .release(&newcomer, Duration::ZERO)
-        .await
-        .expect("backend answers");
+    expect_granted(backend, &newcomer, Turn::Barge, "the reservation lapsed").await;
+    release_now(backend, &newcomer).await;
 }
 
 /// Bad keys and options are refused before anything reaches the backend.
