@@ -26,12 +26,14 @@ pub enum OnLost {
     Continue,
 }
 
-/// Lease, retry policy and hold bounds of one lock request.
+/// Lease, waiting policy and hold bounds of one lock request.
 ///
-/// `GiveUp` makes one attempt. `Continue` (the default) makes up to `1 + retry` attempts,
-/// pausing between two of them for a random time between `sleep_ms / 2` and `sleep_ms`
-/// (never longer than the holder's remaining lease), so the total wait is at most
-/// `retry × sleep_ms`. Only contention and backend failures are retried.
+/// `GiveUp` makes one attempt. `Continue` (the default) waits after a failed attempt for a
+/// release notification, at most `sleep_ms` (jittered in `[sleep_ms / 2, sleep_ms]`) or until
+/// the holder's lease ends, and tries again: at most `retry` attempts may follow a pause that
+/// no notification ended (so without notifications, `1 + retry` attempts), and the whole
+/// wait lasts at most `wait_ms` (default `retry × sleep_ms`). Only contention and backend
+/// failures are retried.
 ///
 /// While the lock is held the lease is renewed every `ttl_ms / 3` (unless `renew(false)`),
 /// for at most `max_hold_ms`; `min_hold_ms` keeps the key taken after an early release.
