@@ -36,6 +36,8 @@ const URL: &str = "FENCELOCK_FAULT_URL";
 const RESOURCE: &str = "FENCELOCK_FAULT_RESOURCE";
 const HISTORY: &str = "FENCELOCK_FAULT_HISTORY";
 const BODY_MS: &str = "FENCELOCK_FAULT_BODY_MS";
+/// Set for one worker of a scenario: it creates this file as it enters a critical section.
+const ENTRY_MARK: &str = "FENCELOCK_FAULT_ENTRY_MARK";
 
 /// The fencing check of the protected resource: a read (no ARGV[2]) or write (ARGV[2] the new
 /// value) of KEYS[1] succeeds only with a token at least the newest seen (KEYS[2]); accepted
@@ -108,6 +110,9 @@ async fn critical_section(worker: &Worker, task: u32, key: u32) -> Result<(), Lo
             exited_ns: 0,
         },
     };
+    if let Ok(mark) = std::env::var(ENTRY_MARK) {
+        let _ = std::fs::write(mark, b"entered");
+    }
     let Some(value) = worker.fenced(key, token, None).await else {
         return Ok(());
     };
@@ -185,7 +190,7 @@ enum Promise {
 
 impl Run {
     /// Starts a lock server, a resource server and the workers; each section's body runs
-    /// `body_ms`.
+    /// `body_ms`. Worker 0 marks its entries in `entry_mark` of the run's folder.
     fn start(name: &'static str, body_ms: u64) -> Run {
         let (lock_server, resource) = (support::redis_server(), support::redis_server());
         let dir =
@@ -200,6 +205,7 @@ impl Run {
                     .env(RESOURCE, resource.url())
                     .env(HISTORY, dir.join(format!("worker-{i}.history")))
                     .env(BODY_MS, body_ms.to_string())
+                    .envs((i == 0).then(|| (ENTRY_MARK, dir.join("entry_mark"))))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -350,4 +356,39 @@ fn a_redis_restart_that_loses_the_locks_is_caught_by_fencing() {
     std::thread::sleep(Duration::from_millis(run_ms() / 2));
     run.lock_server.restart().unwrap();
     run.finish(Promise::FencingOnly, None, 20);
+}
+
+#[test]
+fn redis_paused_with_client_pause_longer_than_the_ttl_keeps_exclusion() {
+    let run = Run::start("CLIENT PAUSE 2 x TTL", 2_500);
+    std::thread::sleep(Duration::from_millis(run_ms() / 4));
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut admin = support::inspector(&run.lock_server).await;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(TTL_MS * 2)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    });
+    run.finish(Promise::Exclusion, None, 2);
+}
+
+#[test]
+fn a_holder_stopped_longer_than_its_ttl_is_fenced_off_and_stops_when_resumed() {
+    let run = Run::start("holder SIGSTOP 2 x TTL", 500);
+    // Stop worker 0 inside a critical section: once it has marked an entry.
+    let mark = run.dir.join("entry_mark");
+    let started = Instant::now();
+    while !mark.exists() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(mark.exists(), "worker 0 entered a critical section");
+    let worker = run.workers[0].id();
+    fencelock::testing::stop_process(worker).unwrap();
+    std::thread::sleep(Duration::from_millis(TTL_MS * 2));
+    fencelock::testing::continue_process(worker).unwrap();
+    // A stopped process cannot be kept from holding: its section overlaps the next holder's.
+    // The resource refuses its late write, and its body stops at the next await.
+    run.finish(Promise::FencingOnly, None, 10);
 }

@@ -8,4 +8,4 @@ mod proxy;
 mod redis_server;
 
 pub use proxy::TcpProxy;
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisServer, continue_process, stop_process};

@@ -109,13 +109,7 @@ impl RedisServer {
         let pid = self
             .pid()
             .ok_or_else(|| io::Error::other("the server is not running"))?;
-        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-        // SAFETY: kill(2) has no memory effects; `pid` is our own child, not yet reaped.
-        if unsafe { libc::kill(pid, signal) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        send_signal(pid, signal)
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -189,6 +183,26 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Freezes process `pid` with `SIGSTOP` (a GC pause, a stalled VM, as the process sees it).
+pub fn stop_process(pid: u32) -> io::Result<()> {
+    send_signal(pid, libc::SIGSTOP)
+}
+
+/// Thaws a process frozen by [`stop_process`] (`SIGCONT`).
+pub fn continue_process(pid: u32) -> io::Result<()> {
+    send_signal(pid, libc::SIGCONT)
+}
+
+fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+    // SAFETY: kill(2) has no memory effects; the caller names a process of its own.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
