@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use fencelock::testing::RedisServer;
 use fencelock::testing::history::{HistoryWriter, Section, check, monotonic_ns, read_histories};
+use fencelock::testing::{RedisServer, TcpProxy};
 use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -173,6 +173,8 @@ async fn fault_worker() {
 struct Run {
     name: &'static str,
     lock_server: RedisServer,
+    /// Between the workers and the lock server, when the scenario disturbs the network.
+    proxy: Option<TcpProxy>,
     resource: RedisServer,
     dir: PathBuf,
     workers: Vec<Child>,
@@ -192,7 +194,20 @@ impl Run {
     /// Starts a lock server, a resource server and the workers; each section's body runs
     /// `body_ms`. Worker 0 marks its entries in `entry_mark` of the run's folder.
     fn start(name: &'static str, body_ms: u64) -> Run {
+        Run::start_with(name, body_ms, false)
+    }
+
+    /// As [`Run::start`], with the workers reaching the lock server through a proxy if
+    /// `through_proxy`.
+    fn start_with(name: &'static str, body_ms: u64, through_proxy: bool) -> Run {
         let (lock_server, resource) = (support::redis_server(), support::redis_server());
+        let proxy = through_proxy.then(|| {
+            let upstream = format!("127.0.0.1:{}", lock_server.port());
+            TcpProxy::start(upstream.parse().unwrap()).unwrap()
+        });
+        let lock_url = proxy
+            .as_ref()
+            .map_or_else(|| lock_server.url(), TcpProxy::url);
         let dir =
             std::env::temp_dir().join(format!("fencelock-faults-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -201,7 +216,7 @@ impl Run {
             .map(|i| {
                 Command::new(std::env::current_exe().unwrap())
                     .args(["--ignored", "--exact", "fault_worker", "--nocapture"])
-                    .env(URL, lock_server.url())
+                    .env(URL, &lock_url)
                     .env(RESOURCE, resource.url())
                     .env(HISTORY, dir.join(format!("worker-{i}.history")))
                     .env(BODY_MS, body_ms.to_string())
@@ -215,6 +230,7 @@ impl Run {
         Run {
             name,
             lock_server,
+            proxy,
             resource,
             dir,
             workers,
@@ -391,4 +407,17 @@ fn a_holder_stopped_longer_than_its_ttl_is_fenced_off_and_stops_when_resumed() {
     // A stopped process cannot be kept from holding: its section overlaps the next holder's.
     // The resource refuses its late write, and its body stops at the next await.
     run.finish(Promise::FencingOnly, None, 10);
+}
+
+#[test]
+fn latency_and_dropped_connections_keep_exclusion() {
+    let run = Run::start_with("20 ms latency, connections cut every 500 ms", 3, true);
+    let proxy = run.proxy.as_ref().expect("started through the proxy");
+    proxy.set_latency(Duration::from_millis(20));
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(run_ms()) {
+        std::thread::sleep(Duration::from_millis(500));
+        proxy.sever();
+    }
+    run.finish(Promise::Exclusion, None, 20);
 }

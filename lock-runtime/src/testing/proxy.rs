@@ -12,14 +12,16 @@ use tokio::sync::watch;
 struct State {
     /// Bytes are held back in both directions (connections stay open).
     frozen: bool,
+    /// How long each chunk of bytes waits before it is passed on, in each direction.
+    latency: std::time::Duration,
     /// Bumped by `sever`: connections of an older generation are closed.
     generation: u64,
 }
 
 /// Forwards TCP connections from a free loopback port to `upstream`, on a thread and
 /// runtime of its own. [`TcpProxy::freeze`] holds all bytes back (a partition that keeps
-/// sockets open, as a dead network does); [`TcpProxy::sever`] closes every open connection.
-/// Stops when dropped.
+/// sockets open, as a dead network does); [`TcpProxy::set_latency`] slows every exchange;
+/// [`TcpProxy::sever`] closes every open connection. Stops when dropped.
 #[derive(Debug)]
 pub struct TcpProxy {
     addr: SocketAddr,
@@ -38,6 +40,7 @@ impl TcpProxy {
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(State {
             frozen: false,
+            latency: std::time::Duration::ZERO,
             generation: 0,
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel();
@@ -75,6 +78,11 @@ impl TcpProxy {
     /// Forwards again, including what was held back.
     pub fn thaw(&self) {
         self.state.send_modify(|s| s.frozen = false);
+    }
+
+    /// Delays every chunk of bytes by `latency` in each direction (zero: none).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.state.send_modify(|s| s.latency = latency);
     }
 
     /// Closes every open connection; new ones are accepted.
@@ -138,6 +146,10 @@ async fn pump(
             read = from.read(&mut buffer) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
+                    let latency = state.borrow().latency;
+                    if !latency.is_zero() {
+                        tokio::time::sleep(latency).await;
+                    }
                     if to.write_all(&buffer[..n]).await.is_err() {
                         return;
                     }
