@@ -122,6 +122,9 @@ impl LockRequest {
         let mut releases: Option<ReleaseWatch> = None;
         let mut may_subscribe = pending.client.notifies();
         let (mut attempts, mut unnotified_waits) = (0, 0);
+        // Once an attempt's reply was lost, it may still be applied later (behind a later
+        // attempt on another connection): the cleanup stays due whatever comes after.
+        let mut reply_lost = false;
         loop {
             attempts += 1;
             let sent_at = Instant::now();
@@ -135,7 +138,7 @@ impl LockRequest {
                 Ok(Acquire::Held { remaining }) => {
                     waiting_since.get_or_insert(sent_at);
                     // A fair place or a reserved turn stays until the waiter leaves.
-                    pending.leaves_traces = turn != Turn::Barge;
+                    pending.leaves_traces = reply_lost || turn != Turn::Barge;
                     let error = LockError::NotAcquired {
                         key: pending.lease.key.clone(),
                         attempts,
@@ -144,7 +147,10 @@ impl LockRequest {
                 }
                 // The attempt may have been applied: stay in doubt, so that a retry with the
                 // same owner token is recognised, and giving up deletes the grant.
-                Err(error) if error.is_backend() => (error, None),
+                Err(error) if error.is_backend() => {
+                    reply_lost = true;
+                    (error, None)
+                }
                 Err(error) => return Err(error),
             };
             let now = Instant::now();
@@ -152,7 +158,7 @@ impl LockRequest {
                 || now >= deadline
                 || unnotified_waits >= options.unnotified_retries()
             {
-                pending.withdraw().await;
+                pending.withdraw(reply_lost).await;
                 return Err(error);
             }
             // Subscribe before the attempt after which we wait: a release between the failed
@@ -248,21 +254,21 @@ impl PendingAcquire {
             tracking,
         ))
     }
-}
 
-impl PendingAcquire {
     /// Gives back the place in a fair queue or the reserved turn before giving up, so that
-    /// the next request does not find the key held for a waiter that has left. Whatever
-    /// fails here is left to the background cleanup.
-    async fn withdraw(&mut self) {
+    /// the next request does not find the key held for a waiter that has left. A lost reply
+    /// keeps the background cleanup due (its attempt may still arrive); whatever fails here
+    /// is left to it too.
+    async fn withdraw(&mut self, reply_lost: bool) {
         if self.leaves_traces
-            && let Ok(_) = self
+            && self
                 .client
                 .backend()
                 .release(&self.lease, Duration::ZERO)
                 .await
+                .is_ok()
         {
-            self.leaves_traces = false;
+            self.leaves_traces = reply_lost;
         }
     }
 }
