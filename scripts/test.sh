@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
-# Installs redis-server with apt when it is missing and we are root; the tests start their
-# own private redis-server processes on free loopback ports.
+# Installs redis-server (and openssl) with apt when missing and we are root; the tests start
+# their own private redis-server processes on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
+# redis-server for every integration test; openssl makes the TLS test's certificates.
+missing=()
+command -v "${FENCELOCK_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || missing+=(redis-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing redis-server"
+    echo "== installing ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "redis-server is not on PATH: install it (sudo apt-get install redis-server)," \
-      "or set FENCELOCK_REDIS_SERVER to its path" >&2
+    echo "missing: ${missing[*]}: install them (sudo apt-get install ${missing[*]})," \
+      "or set FENCELOCK_REDIS_SERVER to redis-server's path" >&2
     exit 1
   fi
 fi
-redis-server --version
+"${FENCELOCK_REDIS_SERVER:-redis-server}" --version
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -127,3 +127,117 @@ async fn a_key_holding_foreign_data_is_reported_at_once_not_waited_for() {
     let untouched: String = redis.hget("lock:{hash}", "field").await.unwrap();
     assert_eq!(untouched, "value", "the foreign data is left alone");
 }
+
+/// A CA and a server certificate for 127.0.0.1, made with the `openssl` command.
+fn test_certificates(dir: &std::path::Path) -> std::path::PathBuf {
+    let run = |args: &[&str]| {
+        let status = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl is installed");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=fencelock test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+    ]);
+    dir.to_path_buf()
+}
+
+#[tokio::test]
+async fn rediss_works_with_a_trusted_certificate_and_fails_clearly_with_an_unknown_one() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("fencelock-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = test_certificates(&dir);
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    let server = fencelock::testing::RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.crt"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ])
+    .unwrap();
+    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let ca = std::fs::read(certs.join("ca.crt")).unwrap();
+    let locks = LockClient::builder(&url)
+        .tls_root_certificate(ca)
+        .connect()
+        .await
+        .unwrap();
+    locks
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    match LockClient::connect(&url).await {
+        Err(LockError::Backend { message, .. }) => {
+            assert!(
+                message.to_lowercase().contains("certificate"),
+                "the cause is named: {message}"
+            );
+        }
+        other => panic!("a server certificate from an unknown CA must be refused: {other:?}"),
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -55,6 +55,7 @@ impl LockClient {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             release_notifications: true,
             allow_eviction: false,
+            tls_root_certificate: None,
         }
     }
 
@@ -164,7 +165,7 @@ pub async fn with_client<F: Future>(client: LockClient, future: F) -> F::Output 
 }
 
 /// Settings of a Redis [`LockClient`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct LockClientBuilder {
     url: String,
@@ -173,6 +174,18 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     release_notifications: bool,
     allow_eviction: bool,
+    tls_root_certificate: Option<Vec<u8>>,
+}
+
+// The URL may carry a password: Debug output leaves it out.
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LockClientBuilder {
@@ -211,11 +224,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// For `rediss://`: trust this root certificate (PEM) instead of the system's roots, e.g.
+    /// a private CA's. Needs the `tls-rustls` feature.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Connects, checks the server with `PING`, and (unless allowed) refuses a server that
     /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        let backend = RedisBackend::connect(
-            &self.url,
+        let client = crate::backend::redis::open(&self.url, self.tls_root_certificate)?;
+        let backend = RedisBackend::from_client(
+            client,
             self.prefix,
             self.connect_timeout,
             self.response_timeout,

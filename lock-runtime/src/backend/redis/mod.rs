@@ -76,15 +76,17 @@ impl RedisBackend {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
-        if url.starts_with("rediss://") {
-            check_tls_ready()?;
-        }
-        let client = Client::open(url).map_err(|e| {
-            LockError::config(format!(
-                "cannot use Redis URL: {e}; expected redis://[user:password@]host[:port][/db] \
-                 or rediss://..."
-            ))
-        })?;
+        RedisBackend::from_client(open(url, None)?, prefix, connect_timeout, response_timeout).await
+    }
+
+    /// A backend over a `redis::Client` built by the caller (custom TLS settings, for
+    /// instance), checked with `PING`.
+    pub async fn from_client(
+        client: Client,
+        prefix: String,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Self, LockError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
@@ -230,6 +232,32 @@ impl RedisBackend {
         }
         result
     }
+}
+
+/// Opens a client for `url`; for `rediss://`, trusting `tls_root` (PEM) instead of the
+/// system's roots when given.
+pub(crate) fn open(url: &str, tls_root: Option<Vec<u8>>) -> Result<Client, LockError> {
+    let bad_url = |e: RedisError| {
+        LockError::config(format!(
+            "cannot use Redis URL: {e}; expected redis://[user:password@]host[:port][/db] \
+             or rediss://..."
+        ))
+    };
+    if !url.starts_with("rediss://") {
+        return Client::open(url).map_err(bad_url);
+    }
+    check_tls_ready()?;
+    #[cfg(feature = "tls-rustls")]
+    if let Some(root_cert) = tls_root {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        };
+        return Client::build_with_tls(url, certificates).map_err(bad_url);
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    let _ = tls_root;
+    Client::open(url).map_err(bad_url)
 }
 
 /// A `rediss://` URL needs the `tls-rustls` feature, and rustls needs a process-wide crypto
