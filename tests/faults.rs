@@ -200,7 +200,17 @@ impl Run {
     /// As [`Run::start`], with the workers reaching the lock server through a proxy if
     /// `through_proxy`.
     fn start_with(name: &'static str, body_ms: u64, through_proxy: bool) -> Run {
-        let (lock_server, resource) = (support::redis_server(), support::redis_server());
+        Run::start_on(support::redis_server(), name, body_ms, through_proxy)
+    }
+
+    /// As [`Run::start_with`], on a lock server the scenario prepared.
+    fn start_on(
+        lock_server: RedisServer,
+        name: &'static str,
+        body_ms: u64,
+        through_proxy: bool,
+    ) -> Run {
+        let resource = support::redis_server();
         let proxy = through_proxy.then(|| {
             let upstream = format!("127.0.0.1:{}", lock_server.port());
             TcpProxy::start(upstream.parse().unwrap()).unwrap()
@@ -420,4 +430,32 @@ fn latency_and_dropped_connections_keep_exclusion() {
         proxy.sever();
     }
     run.finish(Promise::Exclusion, None, 20);
+}
+
+#[test]
+fn a_forward_jump_of_the_server_clock_is_caught_by_fencing() {
+    let dir = std::env::temp_dir().join(format!("fencelock-clockshift-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shim = dir.join("clockshift.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/clockshift.c");
+    let built = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .status()
+        .expect("gcc is installed");
+    assert!(built.success(), "the clock shim compiles");
+    let offset = dir.join("offset_ms");
+    std::fs::write(&offset, "0").unwrap();
+    let (shim, offset_path) = (shim.to_string_lossy(), offset.to_string_lossy());
+    let env = [("LD_PRELOAD", &*shim), ("CLOCKSHIFT_FILE", &*offset_path)];
+    let lock_server = RedisServer::start_with_env(&[], &env).unwrap();
+    let run = Run::start_on(lock_server, "server clock +1 h", 200, false);
+    std::thread::sleep(Duration::from_millis(run_ms() / 2));
+    // Every lease expires at once on the server: a second holder enters while the first
+    // still runs. The tokens (server time) jump with the clock, so the resource refuses the
+    // first holder's writes; a body that runs on is stopped by its next renewal.
+    std::fs::write(&offset, "3600000").unwrap();
+    run.finish(Promise::FencingOnly, None, 20);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,6 +22,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl RedisServer {
@@ -33,11 +34,21 @@ impl RedisServer {
     /// Starts a server with extra command-line arguments (e.g. `["--maxmemory-policy",
     /// "volatile-lru"]`).
     pub fn start_with(extra_args: &[&str]) -> io::Result<RedisServer> {
-        let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
-        RedisServer::start_binary(binary, extra_args)
+        RedisServer::start_with_env(extra_args, &[])
     }
 
-    fn start_binary(binary: String, extra_args: &[&str]) -> io::Result<RedisServer> {
+    /// Starts a server with extra arguments and environment variables (e.g. `LD_PRELOAD`
+    /// of a clock shim).
+    pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> io::Result<RedisServer> {
+        let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
+        RedisServer::start_binary(binary, extra_args, env)
+    }
+
+    fn start_binary(
+        binary: String,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> io::Result<RedisServer> {
         static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "fencelock-redis-{}-{}",
@@ -51,6 +62,10 @@ impl RedisServer {
             port: 0,
             dir,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         let mut last_error = None;
         // A free port can be taken between our probe and the server's bind: try another.
@@ -123,6 +138,7 @@ impl RedisServer {
             .arg("--logfile")
             .arg(&log)
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -229,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_named_in_the_error() {
-        let error = RedisServer::start_binary("/nonexistent/redis-server".into(), &[])
+        let error = RedisServer::start_binary("/nonexistent/redis-server".into(), &[], &[])
             .expect_err("there is no such binary");
         assert_eq!(error.kind(), io::ErrorKind::NotFound);
         let message = error.to_string();
