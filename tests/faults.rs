@@ -459,3 +459,23 @@ fn a_forward_jump_of_the_server_clock_is_caught_by_fencing() {
     run.finish(Promise::FencingOnly, None, 20);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn redis_blocked_by_debug_sleep_longer_than_the_ttl_keeps_exclusion() {
+    let lock_server = RedisServer::start_with(&["--enable-debug-command", "local"]).unwrap();
+    let run = Run::start_on(lock_server, "DEBUG SLEEP 2 x TTL", 2_500, false);
+    std::thread::sleep(Duration::from_millis(run_ms() / 4));
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut admin = support::inspector(&run.lock_server).await;
+        // The server sleeps once it reads the command; the reply (after the sleep) outlasts
+        // the inspector's response timeout, which does not matter here.
+        let seconds = (TTL_MS * 2) as f64 / 1000.0;
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(seconds)
+            .query_async(&mut admin)
+            .await;
+    });
+    std::thread::sleep(Duration::from_millis(TTL_MS * 2));
+    run.finish(Promise::Exclusion, None, 2);
+}
