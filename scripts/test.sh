@@ -2,8 +2,14 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 # Installs redis-server (and openssl) with apt when missing and we are root; the tests start
 # their own private redis-server processes on free loopback ports.
+#
+# `scripts/test.sh --extended` then also fuzzes the key-template parser and the attribute
+# (cargo-fuzz, 60 s each; installs cargo-fuzz when missing) and runs the fault scenarios for
+# 20 s each (docs/RELIABILITY.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+extended=false
+[ "${1:-}" = "--extended" ] && extended=true
 
 # redis-server for every integration test; openssl makes the TLS test's certificates.
 missing=()
@@ -28,3 +34,16 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+
+if $extended; then
+  echo "== fuzzing (60 s per target)"
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+  # cargo-fuzz passes nightly flags; RUSTC_BOOTSTRAP lets the one stable toolchain take them.
+  for target in key_template attribute; do
+    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none "$target" \
+      "corpus/$target" "seeds/$target" -- -max_total_time=60)
+  done
+  echo "== fault scenarios, 20 s each"
+  FENCELOCK_FAULT_RUN_MS=20000 cargo test --release --all-features --test faults -- \
+    --nocapture --test-threads=1
+fi

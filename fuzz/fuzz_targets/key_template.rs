@@ -1,0 +1,5 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|text: &str| {
+    fencelock_fuzz::key_template(text);
+});
