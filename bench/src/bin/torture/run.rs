@@ -1,0 +1,190 @@
+//! One scenario's run: a lock server under test, a resource server, worker processes; and
+//! what the history and the resource say afterwards.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fencelock::testing::history::{Violation, check, read_histories};
+use fencelock::testing::{RedisServer, TcpProxy};
+use redis::AsyncCommands;
+
+use crate::worker::{self, KEYS};
+
+pub const PROCESSES: usize = 4;
+
+/// What a scenario promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promise {
+    /// No two holders at once.
+    Exclusion,
+    /// Holders may overlap (the lock server lost its data, its clock jumped, a holder was
+    /// frozen), but the resource's fencing check refuses every stale write.
+    FencingOnly,
+}
+
+/// What a run found.
+pub struct Report {
+    pub scenario: &'static str,
+    pub promise: Promise,
+    pub sections: usize,
+    pub violations: Vec<Violation>,
+    pub accepted: i64,
+    pub counted: i64,
+    /// Errors surfaced to callers, summed over the workers: lost, not acquired, backend,
+    /// other.
+    pub errors: [u32; 4],
+    /// Workers that failed (other than one the scenario killed), with their output.
+    pub failed_workers: Vec<String>,
+}
+
+impl Report {
+    /// Whether the run kept the scenario's promise.
+    pub fn kept(&self) -> bool {
+        self.failed_workers.is_empty()
+            && self.accepted == self.counted
+            && (self.promise == Promise::FencingOnly || self.violations.is_empty())
+    }
+}
+
+pub struct Run {
+    pub scenario: &'static str,
+    pub lock_server: RedisServer,
+    /// Between the workers and the lock server, when the scenario disturbs the network.
+    pub proxy: Option<TcpProxy>,
+    resource: RedisServer,
+    pub dir: PathBuf,
+    pub workers: Vec<Child>,
+}
+
+impl Run {
+    /// Starts a resource server and the workers against `lock_server` (through a proxy if
+    /// `through_proxy`); each section's body runs `body_ms`, the run `run_ms`. Worker 0
+    /// marks its entries in `entry_mark` of the run's folder.
+    pub fn start(
+        scenario: &'static str,
+        lock_server: RedisServer,
+        body_ms: u64,
+        run_ms: u64,
+        through_proxy: bool,
+    ) -> std::io::Result<Run> {
+        let resource = RedisServer::start()?;
+        let proxy = if through_proxy {
+            let upstream = ([127, 0, 0, 1], lock_server.port()).into();
+            Some(TcpProxy::start(upstream)?)
+        } else {
+            None
+        };
+        let lock_url = proxy
+            .as_ref()
+            .map_or_else(|| lock_server.url(), TcpProxy::url);
+        let dir = std::env::temp_dir().join(format!(
+            "fencelock-torture-{}-{}",
+            std::process::id(),
+            scenario.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let exe = std::env::current_exe()?;
+        let workers = (0..PROCESSES)
+            .map(|i| {
+                let mut command = Command::new(&exe);
+                command
+                    .arg("worker")
+                    .env(worker::URL, &lock_url)
+                    .env(worker::RESOURCE, resource.url())
+                    .env(worker::HISTORY, dir.join(format!("worker-{i}.history")))
+                    .env(worker::BODY_MS, body_ms.to_string())
+                    .env(worker::RUN_MS, run_ms.to_string())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                if i == 0 {
+                    command.env(worker::ENTRY_MARK, dir.join("entry_mark"));
+                }
+                command.spawn()
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(Run {
+            scenario,
+            lock_server,
+            proxy,
+            resource,
+            dir,
+            workers,
+        })
+    }
+
+    /// Waits (bounded) until worker 0 has entered a critical section.
+    pub fn wait_for_first_entry(&self) -> bool {
+        let mark = self.dir.join("entry_mark");
+        let started = std::time::Instant::now();
+        while !mark.exists() && started.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        mark.exists()
+    }
+
+    /// Waits for the workers, then checks the history and the resource.
+    pub fn finish(
+        self,
+        promise: Promise,
+        killed: Option<usize>,
+    ) -> Result<Report, Box<dyn std::error::Error>> {
+        let mut errors = [0u32; 4];
+        let mut failed_workers = Vec::new();
+        for (i, worker) in self.workers.into_iter().enumerate() {
+            let output = worker.wait_with_output()?;
+            if Some(i) == killed {
+                continue;
+            }
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            if !output.status.success() {
+                failed_workers.push(format!(
+                    "worker {i}: {}\n{stdout}\n{}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            let counts = stdout
+                .lines()
+                .filter_map(|line| line.strip_prefix("errors "))
+                .flat_map(|counts| counts.split(' ').map(|n| n.parse::<u32>().unwrap_or(0)));
+            for (total, count) in errors.iter_mut().zip(counts) {
+                *total += count;
+            }
+        }
+        let files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|e| e == "history"))
+            .collect();
+        let history = check(&read_histories(&files)?);
+        let (accepted, counted) = tokio::runtime::Runtime::new()?.block_on(async {
+            let mut resource = redis::Client::open(self.resource.url())?
+                .get_multiplexed_async_connection()
+                .await?;
+            let (mut accepted, mut counted) = (0i64, 0i64);
+            for key in 0..KEYS {
+                accepted += resource
+                    .get::<_, Option<i64>>(format!("accepted:{key}"))
+                    .await?
+                    .unwrap_or(0);
+                counted += resource
+                    .get::<_, Option<i64>>(format!("counter:{key}"))
+                    .await?
+                    .unwrap_or(0);
+            }
+            Ok::<_, redis::RedisError>((accepted, counted))
+        })?;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(Report {
+            scenario: self.scenario,
+            promise,
+            sections: history.sections,
+            violations: history.violations,
+            accepted,
+            counted,
+            errors,
+            failed_workers,
+        })
+    }
+}

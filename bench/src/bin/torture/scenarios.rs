@@ -1,0 +1,238 @@
+//! The fault scenarios. Each starts a run, applies its fault while the workers work, and
+//! returns what the history and the resource say.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fencelock::testing::{RedisServer, continue_process, stop_process};
+
+use crate::run::{Promise, Report, Run};
+use crate::worker::TTL_MS;
+
+type Outcome = Result<Report, Box<dyn std::error::Error>>;
+
+/// A scenario: its name on the command line and in the table, and how to run it for
+/// `run_ms`.
+pub struct Scenario {
+    pub name: &'static str,
+    pub run: fn(u64) -> Outcome,
+}
+
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "no-faults",
+        run: no_faults,
+    },
+    Scenario {
+        name: "holder-sigkill",
+        run: holder_sigkill,
+    },
+    Scenario {
+        name: "client-kill",
+        run: client_kill,
+    },
+    Scenario {
+        name: "latency-and-cuts",
+        run: latency_and_cuts,
+    },
+    Scenario {
+        name: "redis-sigstop",
+        run: redis_sigstop,
+    },
+    Scenario {
+        name: "client-pause",
+        run: client_pause,
+    },
+    Scenario {
+        name: "debug-sleep",
+        run: debug_sleep,
+    },
+    Scenario {
+        name: "holder-sigstop",
+        run: holder_sigstop,
+    },
+    Scenario {
+        name: "clock-jump",
+        run: clock_jump,
+    },
+    Scenario {
+        name: "redis-restart",
+        run: redis_restart,
+    },
+];
+
+/// Bodies that outlast a 2 × TTL outage: a holder that did not stop at its loss deadline
+/// would still run when the server, back, hands its expired key to the next waiter.
+const OUTLASTING_BODY_MS: u64 = 2_500;
+
+fn sleep_ms(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// Runs `command` on a connection of its own to `server` (the reply may never come in time:
+/// the command is what matters).
+fn send(server: &RedisServer, command: redis::Cmd) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let mut admin = redis::Client::open(server.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let _: redis::RedisResult<()> = command.query_async(&mut admin).await;
+        Ok(())
+    })
+}
+
+fn no_faults(run_ms: u64) -> Outcome {
+    let run = Run::start("no faults", RedisServer::start()?, 3, run_ms, false)?;
+    run.finish(Promise::Exclusion, None)
+}
+
+fn holder_sigkill(run_ms: u64) -> Outcome {
+    let mut run = Run::start("holder SIGKILL", RedisServer::start()?, 3, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    run.workers[0].kill()?;
+    run.finish(Promise::Exclusion, Some(0))
+}
+
+fn client_kill(run_ms: u64) -> Outcome {
+    let run = Run::start(
+        "CLIENT KILL every 300 ms",
+        RedisServer::start()?,
+        3,
+        run_ms,
+        false,
+    )?;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(run_ms) {
+        sleep_ms(300);
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        send(&run.lock_server, kill)?;
+    }
+    run.finish(Promise::Exclusion, None)
+}
+
+fn latency_and_cuts(run_ms: u64) -> Outcome {
+    let name = "20 ms latency, connections cut every 500 ms";
+    let run = Run::start(name, RedisServer::start()?, 3, run_ms, true)?;
+    if let Some(proxy) = &run.proxy {
+        proxy.set_latency(Duration::from_millis(20));
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(run_ms) {
+            sleep_ms(500);
+            proxy.sever();
+        }
+    }
+    run.finish(Promise::Exclusion, None)
+}
+
+fn redis_sigstop(run_ms: u64) -> Outcome {
+    let run = Run::start(
+        "Redis SIGSTOP 2 x TTL",
+        RedisServer::start()?,
+        OUTLASTING_BODY_MS,
+        run_ms,
+        false,
+    )?;
+    sleep_ms(run_ms / 4);
+    run.lock_server.pause()?;
+    sleep_ms(TTL_MS * 2);
+    run.lock_server.resume()?;
+    run.finish(Promise::Exclusion, None)
+}
+
+fn client_pause(run_ms: u64) -> Outcome {
+    let run = Run::start(
+        "CLIENT PAUSE 2 x TTL",
+        RedisServer::start()?,
+        OUTLASTING_BODY_MS,
+        run_ms,
+        false,
+    )?;
+    sleep_ms(run_ms / 4);
+    let mut pause = redis::cmd("CLIENT");
+    pause.arg("PAUSE").arg(TTL_MS * 2);
+    send(&run.lock_server, pause)?;
+    run.finish(Promise::Exclusion, None)
+}
+
+fn debug_sleep(run_ms: u64) -> Outcome {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"])?;
+    let run = Run::start(
+        "DEBUG SLEEP 2 x TTL",
+        server,
+        OUTLASTING_BODY_MS,
+        run_ms,
+        false,
+    )?;
+    sleep_ms(run_ms / 4);
+    let mut sleep = redis::cmd("DEBUG");
+    sleep.arg("SLEEP").arg((TTL_MS * 2) as f64 / 1000.0);
+    // The reply comes only after the sleep, past the admin connection's response timeout.
+    send(&run.lock_server, sleep)?;
+    sleep_ms(TTL_MS * 2);
+    run.finish(Promise::Exclusion, None)
+}
+
+fn holder_sigstop(run_ms: u64) -> Outcome {
+    let run = Run::start(
+        "holder SIGSTOP 2 x TTL",
+        RedisServer::start()?,
+        500,
+        run_ms,
+        false,
+    )?;
+    if !run.wait_for_first_entry() {
+        return Err("worker 0 never entered a critical section".into());
+    }
+    // Frozen inside its section: nothing can keep a frozen process from holding, so its
+    // section overlaps the next holder's; the resource refuses its late write, and its body
+    // stops at its first await after it thaws.
+    let worker = run.workers[0].id();
+    stop_process(worker)?;
+    sleep_ms(TTL_MS * 2);
+    continue_process(worker)?;
+    run.finish(Promise::FencingOnly, None)
+}
+
+fn clock_jump(run_ms: u64) -> Outcome {
+    let dir = std::env::temp_dir().join(format!("fencelock-clockshift-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let shim = dir.join("clockshift.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/torture/clockshift.c");
+    let built = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .status()?;
+    if !built.success() {
+        return Err("the clock shim does not compile".into());
+    }
+    let offset = dir.join("offset_ms");
+    std::fs::write(&offset, "0")?;
+    let (shim, offset_path) = (shim.to_string_lossy(), offset.to_string_lossy());
+    let env = [("LD_PRELOAD", &*shim), ("CLOCKSHIFT_FILE", &*offset_path)];
+    let server = RedisServer::start_with_env(&[], &env)?;
+    let run = Run::start("server clock +1 h", server, 200, run_ms, false)?;
+    sleep_ms(run_ms / 2);
+    // Every lease expires at once on the server: a second holder enters while the first
+    // still runs. Tokens follow the server clock, so the resource refuses the first holder's
+    // writes; a body that runs on is stopped by its next renewal.
+    std::fs::write(&offset, "3600000")?;
+    let report = run.finish(Promise::FencingOnly, None);
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+fn redis_restart(run_ms: u64) -> Outcome {
+    let mut run = Run::start(
+        "Redis restart (data lost)",
+        RedisServer::start()?,
+        200,
+        run_ms,
+        false,
+    )?;
+    sleep_ms(run_ms / 2);
+    run.lock_server.restart()?;
+    run.finish(Promise::FencingOnly, None)
+}

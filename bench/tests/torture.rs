@@ -1,0 +1,68 @@
+//! The short version of every fault scenario (3 s each): the torture binary exits non-zero
+//! when a scenario breaks its promise, and prints its figures either way.
+
+use std::process::Command;
+
+fn scenario(name: &str) {
+    let output = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args(["--seconds", "3", name])
+        .output()
+        .expect("the torture binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        output.status.success(),
+        "scenario {name} broke its promise:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn no_faults() {
+    scenario("no-faults");
+}
+
+#[test]
+fn a_holder_killed_with_sigkill() {
+    scenario("holder-sigkill");
+}
+
+#[test]
+fn client_connections_killed() {
+    scenario("client-kill");
+}
+
+#[test]
+fn latency_and_cut_connections() {
+    scenario("latency-and-cuts");
+}
+
+#[test]
+fn redis_frozen_longer_than_the_ttl() {
+    scenario("redis-sigstop");
+}
+
+#[test]
+fn redis_paused_longer_than_the_ttl() {
+    scenario("client-pause");
+}
+
+#[test]
+fn redis_blocked_by_debug_sleep() {
+    scenario("debug-sleep");
+}
+
+#[test]
+fn a_holder_frozen_inside_its_section() {
+    scenario("holder-sigstop");
+}
+
+#[test]
+fn the_server_clock_jumping_forward() {
+    scenario("clock-jump");
+}
+
+#[test]
+fn redis_restarted_without_its_data() {
+    scenario("redis-restart");
+}
