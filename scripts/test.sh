@@ -44,6 +44,5 @@ if $extended; then
       "corpus/$target" "seeds/$target" -- -max_total_time=60)
   done
   echo "== fault scenarios, 20 s each"
-  FENCELOCK_FAULT_RUN_MS=20000 cargo test --release --all-features --test faults -- \
-    --nocapture --test-threads=1
+  cargo run --release -p lock-bench --bin torture
 fi

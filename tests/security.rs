@@ -241,3 +241,25 @@ async fn rediss_works_with_a_trusted_certificate_and_fails_clearly_with_an_unkno
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn debug_output_shows_neither_owner_tokens_nor_passwords() {
+    let server = redis_server();
+    let mut redis = inspector(&server).await;
+    let locks = support::client(&server).await;
+    let guard = locks.lock("k").acquire().await.unwrap();
+    let owner: String = redis.get("lock:{k}").await.unwrap();
+    for debug in [
+        format!("{guard:?}"),
+        format!("{locks:?}"),
+        format!("{:?}", locks.lock("k")),
+    ] {
+        assert!(
+            !debug.contains(&owner),
+            "an owner token in Debug output: {debug}"
+        );
+    }
+    let builder = LockClient::builder("redis://user:hunter2@127.0.0.1:1/");
+    assert!(!format!("{builder:?}").contains("hunter2"));
+    guard.release().await.unwrap();
+}
