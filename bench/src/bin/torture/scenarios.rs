@@ -175,10 +175,11 @@ fn debug_sleep(run_ms: u64) -> Outcome {
 }
 
 fn holder_sigstop(run_ms: u64) -> Outcome {
+    // Its body outlasts the freeze, so that after thawing it still runs and must be stopped.
     let run = Run::start(
         "holder SIGSTOP 2 x TTL",
         RedisServer::start()?,
-        500,
+        OUTLASTING_BODY_MS,
         run_ms,
         false,
     )?;
