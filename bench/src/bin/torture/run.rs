@@ -59,8 +59,8 @@ pub struct Run {
 
 impl Run {
     /// Starts a resource server and the workers against `lock_server` (through a proxy if
-    /// `through_proxy`); each section's body runs `body_ms`, the run `run_ms`. Worker 0
-    /// marks its entries in `entry_mark` of the run's folder.
+    /// `through_proxy`); each section's body runs `body_ms`, the run `run_ms`. Workers mark
+    /// their entries in the run's folder.
     pub fn start(
         scenario: &'static str,
         lock_server: RedisServer,
@@ -96,11 +96,9 @@ impl Run {
                     .env(worker::HISTORY, dir.join(format!("worker-{i}.history")))
                     .env(worker::BODY_MS, body_ms.to_string())
                     .env(worker::RUN_MS, run_ms.to_string())
+                    .env(worker::ENTRY_MARKS, &dir)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
-                if i == 0 {
-                    command.env(worker::ENTRY_MARK, dir.join("entry_mark"));
-                }
                 command.spawn()
             })
             .collect::<std::io::Result<_>>()?;
@@ -114,14 +112,18 @@ impl Run {
         })
     }
 
-    /// Waits (bounded) until worker 0 has entered a critical section.
-    pub fn wait_for_first_entry(&self) -> bool {
-        let mark = self.dir.join("entry_mark");
+    /// Waits (bounded, 30 s) until some worker has entered a critical section; its index.
+    pub fn first_to_enter(&self) -> Option<usize> {
         let started = std::time::Instant::now();
-        while !mark.exists() && started.elapsed() < Duration::from_secs(30) {
+        while started.elapsed() < Duration::from_secs(30) {
+            for (i, worker) in self.workers.iter().enumerate() {
+                if self.dir.join(format!("entered-{}", worker.id())).exists() {
+                    return Some(i);
+                }
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        mark.exists()
+        None
     }
 
     /// Waits for the workers, then checks the history and the resource.

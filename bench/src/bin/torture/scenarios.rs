@@ -126,52 +126,57 @@ fn latency_and_cuts(run_ms: u64) -> Outcome {
     run.finish(Promise::Exclusion, None)
 }
 
-fn redis_sigstop(run_ms: u64) -> Outcome {
-    let run = Run::start(
-        "Redis SIGSTOP 2 x TTL",
-        RedisServer::start()?,
-        OUTLASTING_BODY_MS,
-        run_ms,
-        false,
-    )?;
+/// A server outage of 2 × TTL a quarter into the run, applied by `fault`, with bodies that
+/// outlast it.
+fn server_outage(
+    scenario: &'static str,
+    server: RedisServer,
+    run_ms: u64,
+    fault: impl FnOnce(&RedisServer) -> Result<(), Box<dyn std::error::Error>>,
+) -> Outcome {
+    let run = Run::start(scenario, server, OUTLASTING_BODY_MS, run_ms, false)?;
     sleep_ms(run_ms / 4);
-    run.lock_server.pause()?;
-    sleep_ms(TTL_MS * 2);
-    run.lock_server.resume()?;
+    fault(&run.lock_server)?;
     run.finish(Promise::Exclusion, None)
 }
 
+fn redis_sigstop(run_ms: u64) -> Outcome {
+    server_outage(
+        "Redis SIGSTOP 2 x TTL",
+        RedisServer::start()?,
+        run_ms,
+        |server| {
+            server.pause()?;
+            sleep_ms(TTL_MS * 2);
+            Ok(server.resume()?)
+        },
+    )
+}
+
 fn client_pause(run_ms: u64) -> Outcome {
-    let run = Run::start(
+    server_outage(
         "CLIENT PAUSE 2 x TTL",
         RedisServer::start()?,
-        OUTLASTING_BODY_MS,
         run_ms,
-        false,
-    )?;
-    sleep_ms(run_ms / 4);
-    let mut pause = redis::cmd("CLIENT");
-    pause.arg("PAUSE").arg(TTL_MS * 2);
-    send(&run.lock_server, pause)?;
-    run.finish(Promise::Exclusion, None)
+        |server| {
+            let mut pause = redis::cmd("CLIENT");
+            pause.arg("PAUSE").arg(TTL_MS * 2);
+            send(server, pause)
+        },
+    )
 }
 
 fn debug_sleep(run_ms: u64) -> Outcome {
     let server = RedisServer::start_with(&["--enable-debug-command", "local"])?;
-    let run = Run::start(
-        "DEBUG SLEEP 2 x TTL",
-        server,
-        OUTLASTING_BODY_MS,
-        run_ms,
-        false,
-    )?;
-    sleep_ms(run_ms / 4);
-    let mut sleep = redis::cmd("DEBUG");
-    sleep.arg("SLEEP").arg((TTL_MS * 2) as f64 / 1000.0);
-    // The reply comes only after the sleep, past the admin connection's response timeout.
-    send(&run.lock_server, sleep)?;
-    sleep_ms(TTL_MS * 2);
-    run.finish(Promise::Exclusion, None)
+    server_outage("DEBUG SLEEP 2 x TTL", server, run_ms, |server| {
+        let mut sleep = redis::cmd("DEBUG");
+        sleep.arg("SLEEP").arg((TTL_MS * 2) as f64 / 1000.0);
+        // The reply comes only after the sleep, past the admin connection's response
+        // timeout: wait out the sleep here.
+        send(server, sleep)?;
+        sleep_ms(TTL_MS * 2);
+        Ok(())
+    })
 }
 
 fn holder_sigstop(run_ms: u64) -> Outcome {
@@ -183,13 +188,13 @@ fn holder_sigstop(run_ms: u64) -> Outcome {
         run_ms,
         false,
     )?;
-    if !run.wait_for_first_entry() {
-        return Err("worker 0 never entered a critical section".into());
-    }
+    let Some(holder) = run.first_to_enter() else {
+        return Err("no worker entered a critical section".into());
+    };
     // Frozen inside its section: nothing can keep a frozen process from holding, so its
     // section overlaps the next holder's; the resource refuses its late write, and its body
     // stops at its first await after it thaws.
-    let worker = run.workers[0].id();
+    let worker = run.workers[holder].id();
     stop_process(worker)?;
     sleep_ms(TTL_MS * 2);
     continue_process(worker)?;

@@ -20,8 +20,8 @@ pub const RESOURCE: &str = "FENCELOCK_TORTURE_RESOURCE";
 pub const HISTORY: &str = "FENCELOCK_TORTURE_HISTORY";
 pub const BODY_MS: &str = "FENCELOCK_TORTURE_BODY_MS";
 pub const RUN_MS: &str = "FENCELOCK_TORTURE_RUN_MS";
-/// Set for one worker of a scenario: it creates this file as it enters a critical section.
-pub const ENTRY_MARK: &str = "FENCELOCK_TORTURE_ENTRY_MARK";
+/// A folder in which each worker creates `entered-<pid>` as it enters a critical section.
+pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
 
 /// The fencing check of the protected resource: a read (no ARGV[2]) or write (ARGV[2] the new
 /// value) of KEYS[1] succeeds only with a token at least the newest seen (KEYS[2]); accepted
@@ -42,7 +42,7 @@ struct Worker {
     history: Mutex<HistoryWriter>,
     resource: MultiplexedConnection,
     body: Duration,
-    entry_mark: Option<String>,
+    entry_mark: Option<std::path::PathBuf>,
 }
 
 impl Worker {
@@ -122,7 +122,9 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         history: Mutex::new(history),
         resource: resource.get_multiplexed_async_connection().await?,
         body: Duration::from_millis(env(BODY_MS)?.parse()?),
-        entry_mark: std::env::var(ENTRY_MARK).ok(),
+        entry_mark: std::env::var(ENTRY_MARKS)
+            .ok()
+            .map(|dir| Path::new(&dir).join(format!("entered-{}", std::process::id()))),
     }));
     let locks = LockClient::connect(&env(URL)?).await?;
     let until = Instant::now() + Duration::from_millis(env(RUN_MS)?.parse()?);

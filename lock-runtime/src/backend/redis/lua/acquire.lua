@@ -5,13 +5,9 @@
 -- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key or
 -- a starving waiter has reserved its next free turn, {2, why} when the key holds something
 -- that is not a lock (see foreign_holder).
-local holder = redis.pcall('GET', KEYS[1])
-local foreign = foreign_holder(KEYS[1], holder)
-if foreign then
-  return {2, foreign}
-end
-if holder == ARGV[1] then
-  return grant_again(KEYS[1], KEYS[2], ARGV[2]) or grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+local reply, holder = read_holder(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if reply then
+  return reply
 end
 local reserved = redis.call('GET', KEYS[3])
 if not holder then

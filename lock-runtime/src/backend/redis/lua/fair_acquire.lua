@@ -12,13 +12,9 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
   redis.call('LREM', KEYS[3], 0, gone)
   redis.call('ZREM', KEYS[4], gone)
 end
-local holder = redis.pcall('GET', KEYS[1])
-local foreign = foreign_holder(KEYS[1], holder)
-if foreign then
-  return {2, foreign}
-end
-if holder == ARGV[1] then
-  return grant_again(KEYS[1], KEYS[2], ARGV[2]) or grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+local reply, holder = read_holder(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if reply then
+  return reply
 end
 if not holder then
   local head = redis.call('LINDEX', KEYS[3], 0)

@@ -38,3 +38,17 @@ local function foreign_holder(lock_key, holder)
   end
   return nil
 end
+
+-- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
+-- the owner asks again), or nil and the holder (false when the key is free).
+local function read_holder(lock_key, fence_key, owner, lease_ms)
+  local holder = redis.pcall('GET', lock_key)
+  local foreign = foreign_holder(lock_key, holder)
+  if foreign then
+    return {2, foreign}
+  end
+  if holder == owner then
+    return grant_again(lock_key, fence_key, lease_ms) or grant(lock_key, fence_key, owner, lease_ms)
+  end
+  return nil, holder
+end
