@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fencelock::testing::TcpProxy;
 use fencelock::{LockClient, LockError, LossCause, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
-use support::{client, expect_lost, inspector, redis_server};
+use support::{client, expect_lost, inspector, lock_once, redis_server, script_calls};
 
 const CONTENDER_URL: &str = "FENCELOCK_CONTENDER_URL";
 const CONTENDER_MS: u64 = 2_500;
@@ -230,38 +230,12 @@ async fn balance(locks: &LockClient, id: u32) -> Result<u64, LockError> {
     Ok(current_token().unwrap_or(0))
 }
 
-async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(redis)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test]
 async fn a_nested_call_re_enters_without_a_round_trip_and_the_outer_holder_releases() {
     let server = redis_server();
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
-    locks
-        .lock("warm-up")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_once(&locks, "warm-up").await;
     let before = script_calls(&mut redis).await;
     let (outer, inner) = transfer(&locks, 7)
         .await

@@ -128,14 +128,7 @@ async fn rediss_urls_need_the_tls_feature() {
 async fn scripts_are_reloaded_after_script_flush() {
     let server = redis_server();
     let client = client(&server).await;
-    client
-        .lock("k")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::lock_once(&client, "k").await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut inspector(&server).await)
@@ -156,14 +149,7 @@ async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
     let redis = inspector(&server).await;
     // Load the scripts first: a first EVALSHA answers NOSCRIPT, and a cancelled caller never
     // sends the EVALSHA that follows the load.
-    client
-        .lock("warm-up")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::lock_once(&client, "warm-up").await;
     server.pause().unwrap();
     // The request is on the wire when the caller gives up; Redis runs it once resumed.
     let attempt = client.lock("orphan").ttl_ms(60_000).give_up().acquire();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
-use support::{inspector, redis_server};
+use support::{eventually, inspector, redis_server, script_calls};
 
 fn url_as(server: &fencelock::testing::RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port())
@@ -34,6 +34,7 @@ async fn a_user_limited_to_the_lock_prefix_and_no_channels_can_lock_and_wait() {
         .await
         .unwrap();
     let holder = locks.lock("k").ttl_ms(60_000).acquire().await.unwrap();
+    let calls_before_waiter = script_calls(&mut admin).await;
     let waiter = tokio::spawn({
         let locks = locks.clone();
         async move {
@@ -45,7 +46,13 @@ async fn a_user_limited_to_the_lock_prefix_and_no_channels_can_lock_and_wait() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Release only once the waiter has tried, and failed, at least once.
+    let tried = eventually(Duration::from_secs(10), || {
+        let mut admin = admin.clone();
+        async move { script_calls(&mut admin).await > calls_before_waiter }
+    })
+    .await;
+    assert!(tried, "the waiter made its first attempt");
     let released_at = Instant::now();
     // The release script's PUBLISH is refused (no channels): the release itself must stand.
     holder
@@ -220,14 +227,7 @@ async fn rediss_works_with_a_trusted_certificate_and_fails_clearly_with_an_unkno
         .connect()
         .await
         .unwrap();
-    locks
-        .lock("k")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    support::lock_once(&locks, "k").await;
 
     match LockClient::connect(&url).await {
         Err(LockError::Backend { message, .. }) => {

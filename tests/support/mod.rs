@@ -51,3 +51,33 @@ pub fn expect_lost<T: std::fmt::Debug>(
         other => panic!("expected Lost ({cause:?}), got {other:?}"),
     }
 }
+
+/// Takes and releases `key` once (on a fresh server, this also loads the scripts).
+pub async fn lock_once(client: &LockClient, key: &str) {
+    let guard = client
+        .lock(key)
+        .acquire()
+        .await
+        .expect("a free key is granted");
+    guard.release().await.expect("its holder releases it");
+}
+
+/// How many `EVALSHA` the server has run so far (`INFO commandstats`).
+pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
