@@ -230,3 +230,74 @@ fn a_guard_dropped_outside_any_runtime_is_released() {
         "the drop outside a runtime released the lock: {free:?}"
     );
 }
+
+/// Finding 8: every key of one lock must hash to one Redis Cluster slot whatever the key
+/// text, also when it starts with `}` (which used to give the empty hash tag `{}`, so that
+/// Redis hashed each whole key and `:fence`, `:queue` and `:turn` landed in other slots). A
+/// one-node cluster owning every slot refuses scripts whose keys span slots (`CROSSSLOT`), so
+/// the conformance suite run on it with keys starting with `}` proves the layout.
+#[tokio::test]
+async fn keys_starting_with_a_brace_keep_every_key_of_a_lock_in_one_cluster_slot() {
+    let server = fencelock::testing::RedisServer::start_with(&["--cluster-enabled", "yes"])
+        .expect("a cluster-enabled redis-server");
+    let mut redis = inspector(&server).await;
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let ready = eventually(Duration::from_secs(10), || async {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        info.contains("cluster_state:ok")
+    })
+    .await;
+    assert!(ready, "the one-node cluster serves every slot");
+    let locks = client(&server).await;
+    for namespace in ["}", "}}", "{", "plain"] {
+        conformance::run(&locks, namespace).await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_prefix_with_braces_is_refused() {
+    for prefix in ["a{", "a}", "{x}:"] {
+        match LockClient::builder("redis://127.0.0.1:1/")
+            .key_prefix(prefix)
+            .connect()
+            .await
+        {
+            Err(LockError::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("brace"), "{prefix}: {reason}")
+            }
+            other => panic!("{prefix}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}
+
+/// Finding 11: the fencing counter of a lock nobody takes any more must not stay forever.
+/// It expires a fixed time after the token it holds (tokens are server time in µs, so the
+/// counter is only needed while it may lead the clock).
+#[tokio::test]
+async fn fencing_counters_expire_after_their_last_grant() {
+    let server = redis_server();
+    let client = client(&server).await;
+    let mut redis = inspector(&server).await;
+    for session in 0..1_000 {
+        support::lock_once(&client, &format!("session:{session}")).await;
+    }
+    let keys: Vec<String> = redis.keys("*").await.unwrap();
+    assert_eq!(keys.len(), 1_000, "only the counters stay for now");
+    for key in keys {
+        let ttl: i64 = redis.pttl(&key).await.unwrap();
+        assert!(
+            ttl > 0 && ttl <= 61_000,
+            "{key} expires about a minute after its grant, PTTL {ttl}"
+        );
+    }
+}

@@ -263,3 +263,94 @@ async fn debug_output_shows_neither_owner_tokens_nor_passwords() {
     assert!(!format!("{builder:?}").contains("hunter2"));
     guard.release().await.unwrap();
 }
+
+/// Finding 3: one lease key replaced by a hash must cost that lease only; before, the batch
+/// extend script failed as a whole and every lease of the client was counted lost.
+#[tokio::test]
+async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let mut guards = Vec::new();
+    for key in ["a", "b", "c"] {
+        guards.push(locks.lock(key).ttl_ms(900).acquire().await.unwrap());
+    }
+    let _: () = redis.del("lock:{b}").await.unwrap();
+    let _: () = redis.hset("lock:{b}", "field", "value").await.unwrap();
+    let rounds = locks.renewal_stats().rounds;
+    let lost = tokio::time::timeout(Duration::from_secs(10), guards[1].lost())
+        .await
+        .expect("the renewal after the swap finds the hash");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: fencelock::LossCause::NotOwner,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    // Three more rounds, i.e. well past the 900 ms lease of any lease they failed to renew.
+    let renewed = eventually(Duration::from_secs(10), || async {
+        locks.renewal_stats().rounds >= rounds + 4
+    })
+    .await;
+    assert!(renewed, "renewal goes on: {:?}", locks.renewal_stats());
+    for (guard, key) in [(&guards[0], "lock:{a}"), (&guards[2], "lock:{c}")] {
+        assert!(!guard.is_lost(), "{key} was renewed in the same batch");
+        let ttl: i64 = redis.pttl(key).await.unwrap();
+        assert!(ttl > 0, "{key} is still held: PTTL {ttl}");
+    }
+    let untouched: String = redis.hget("lock:{b}", "field").await.unwrap();
+    assert_eq!(untouched, "value");
+}
+
+/// Finding 4: what a lock keeps next to its key (`:fence`, `:turn`, `:queue`) may also be
+/// taken by foreign data. Acquiring then reports `KeyInUse` at once, naming the key, and
+/// releasing still releases; the foreign data is left as it was.
+#[tokio::test]
+async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis.set("lock:{text-fence}:fence", "abc").await.unwrap();
+    let _: () = redis
+        .hset("lock:{hash-fence}:fence", "f", "v")
+        .await
+        .unwrap();
+    let _: () = redis.rpush("lock:{list-turn}:turn", "x").await.unwrap();
+    let _: () = redis
+        .set("lock:{text-queue}:queue", "not a list")
+        .await
+        .unwrap();
+    let cases = [
+        ("text-fence", false, "fence"),
+        ("hash-fence", false, "fence"),
+        ("list-turn", false, "turn"),
+        ("text-queue", true, "queue"),
+    ];
+    for (key, fair, helper) in cases {
+        let started = Instant::now();
+        match locks.lock(key).fair(fair).wait_ms(30_000).acquire().await {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains(helper), "{key}: {reason}")
+            }
+            other => panic!("{key}: expected KeyInUse, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{key}: not retried until wait_ms"
+        );
+    }
+    let fence: String = redis.get("lock:{text-fence}:fence").await.unwrap();
+    assert_eq!(fence, "abc", "the foreign data is left alone");
+
+    // A release must not trip over a foreign queue or turn key either.
+    let guard = locks.lock("held").ttl_ms(60_000).acquire().await.unwrap();
+    let _: () = redis.set("lock:{held}:queue", "not a list").await.unwrap();
+    let _: () = redis.rpush("lock:{held}:turn", "x").await.unwrap();
+    guard.release().await.expect("the release goes through");
+    let held: bool = redis.exists("lock:{held}").await.unwrap();
+    assert!(!held, "the lock key is deleted");
+}

@@ -1,12 +1,14 @@
 //! The Redis backend: one key per lock, Lua scripts for every step.
 //!
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
-//! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, with no TTL
-//! (it must outlive the lock); fair waiters queue in `P{K}:queue` (a list) and
-//! `P{K}:queue:deadlines` (a sorted set), which expire with their last waiter's place; a
-//! starving waiter reserves the next free turn in `P{K}:turn` (with a TTL).
-//! Releases are published on the channel `P{K}:released`. The braces put every key in one
-//! Redis Cluster hash slot whatever `K` contains, and `K` stays readable for operators.
+//! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, which
+//! expires a minute after the server time its token stands for (`grant.lua`); fair waiters
+//! queue in `P{K}:queue` (a list) and `P{K}:queue:deadlines` (a sorted set), which expire with
+//! their last waiter's place; a starving waiter reserves the next free turn in `P{K}:turn`
+//! (with a TTL). Releases are published on the channel `P{K}:released`. The braces put every
+//! key in one Redis Cluster hash slot, and `K` stays readable for operators; a key starting
+//! with a brace gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for
+//! an empty tag.
 
 mod connection;
 mod notify;
@@ -87,6 +89,7 @@ impl RedisBackend {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
+        check_prefix(&prefix)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
@@ -143,7 +146,7 @@ impl RedisBackend {
     }
 
     fn lock_key(&self, key: &str) -> String {
-        format!("{}{{{key}}}", self.prefix)
+        lock_key(&self.prefix, key)
     }
 
     /// The keys of the fair queue next to `lock_key`.
@@ -232,6 +235,28 @@ impl RedisBackend {
         }
         result
     }
+}
+
+/// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
+/// of the lock (`...:fence`, `...:queue`, `...:turn`) lands in one Redis Cluster slot. Redis
+/// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
+/// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
+/// apart, does a key starting with `{`.
+fn lock_key(prefix: &str, key: &str) -> String {
+    let brace = if key.starts_with(['{', '}']) { "{" } else { "" };
+    format!("{prefix}{{{brace}{key}}}")
+}
+
+/// A prefix with a brace would move or empty the hash tag of every key.
+fn check_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.contains(['{', '}']) {
+        return Err(LockError::config(format!(
+            "the key prefix {prefix:?} contains a brace: the lock key goes into a hash tag \
+             (`<prefix>{{<key>}}`), and a brace in the prefix would split a lock's keys over \
+             Redis Cluster slots; use a prefix without braces"
+        )));
+    }
+    Ok(())
 }
 
 /// Opens a client for `url`; for `rediss://`, trusting `tls_root` (PEM) instead of the

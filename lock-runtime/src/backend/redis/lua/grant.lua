@@ -2,28 +2,50 @@
 -- Fencing tokens travel as strings: Lua numbers are doubles, exact below 2^53, but Lua
 -- prints them with 14 significant digits.
 
--- A new grant: the token exceeds both the last one and the server clock in microseconds,
--- so it keeps increasing after a restart that lost the counter (unless the clock steps back).
-local function grant(lock_key, fence_key, owner, lease_ms)
-  local time = redis.call('TIME')
-  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local last = tonumber(redis.call('GET', fence_key) or '0')
-  local token = string.format('%.0f', math.max(last + 1, now_us))
-  redis.call('SET', fence_key, token)
-  redis.call('SET', lock_key, owner, 'PX', lease_ms)
-  return {1, token}
+-- How long a fencing counter outlives the token it holds, in ms of server time. Tokens are
+-- max(last + 1, server time in µs), so once the clock has passed the last token the counter
+-- is not needed for tokens to keep increasing; keeping it this much longer also keeps them
+-- increasing across a server clock step back of up to this much.
+local FENCE_RETENTION_MS = 60000
+
+-- Reads a key that a lock keeps next to its lock key (`what` names it for the message) with
+-- `command`. Returns the value, or nil and why the key cannot be this lock's (it holds
+-- another type: another program's data, which this library must not touch).
+local function read_helper(command, key, what, ...)
+  local value = redis.pcall(command, key, ...)
+  if type(value) == 'table' and value.err then
+    return nil, 'its ' .. what .. ' `' .. key .. '` holds a ' .. redis.call('TYPE', key).ok ..
+      ', not what a lock keeps there'
+  end
+  return value
 end
 
--- The owner asks again (a retry whose reply was lost): refresh the lease, same token.
--- nil if the fencing counter is gone (evicted, deleted), in which case the caller grants
--- anew, since the key is ours anyway.
-local function grant_again(lock_key, fence_key, lease_ms)
-  local token = redis.call('GET', fence_key)
-  if token then
-    redis.call('PEXPIRE', lock_key, lease_ms)
-    return {1, token}
+-- The last fencing token of the lock (0 if none), or nil and why the counter is foreign.
+local function read_fence(fence_key)
+  local last, foreign = read_helper('GET', fence_key, 'fencing counter')
+  if foreign then
+    return nil, foreign
   end
-  return nil
+  if not last then
+    return 0
+  end
+  if not string.match(last, '^%d+$') then
+    return nil, 'its fencing counter `' .. fence_key .. '` holds a string that is not a token'
+  end
+  return tonumber(last)
+end
+
+-- A new grant after the last token `last`: the token exceeds both the last one and the
+-- server clock in microseconds, so it keeps increasing after a restart that lost the counter
+-- (unless the clock steps back).
+local function grant(lock_key, fence_key, owner, lease_ms, last)
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local token = math.max(last + 1, now_us)
+  redis.call('SET', fence_key, string.format('%.0f', token))
+  redis.call('PEXPIREAT', fence_key, string.format('%.0f', math.floor(token / 1000) + FENCE_RETENTION_MS))
+  redis.call('SET', lock_key, owner, 'PX', lease_ms)
+  return {1, string.format('%.0f', token)}
 end
 
 -- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
@@ -40,15 +62,24 @@ local function foreign_holder(lock_key, holder)
 end
 
 -- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
--- the owner asks again), or nil and the holder (false when the key is free).
+-- the owner asks again: a retry whose reply was lost, which refreshes the lease and keeps
+-- the token while the counter holds it), or nil and the holder (false when the key is free).
 local function read_holder(lock_key, fence_key, owner, lease_ms)
   local holder = redis.pcall('GET', lock_key)
   local foreign = foreign_holder(lock_key, holder)
   if foreign then
     return {2, foreign}
   end
-  if holder == owner then
-    return grant_again(lock_key, fence_key, lease_ms) or grant(lock_key, fence_key, owner, lease_ms)
+  if holder ~= owner then
+    return nil, holder
   end
-  return nil, holder
+  local last, foreign_fence = read_fence(fence_key)
+  if foreign_fence then
+    return {2, foreign_fence}
+  end
+  if last > 0 then
+    redis.call('PEXPIRE', lock_key, lease_ms)
+    return {1, string.format('%.0f', last)}
+  end
+  return grant(lock_key, fence_key, owner, lease_ms, last)
 end

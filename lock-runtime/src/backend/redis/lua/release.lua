@@ -4,20 +4,23 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
 -- ARGV[3] the channel on which waiters hear of releases.
--- Returns 1 if released, 0 if another owner holds the key, -1 if nobody does. A kept key
--- (min_hold_ms) is marked released, so that a renewal already on its way cannot extend it
--- again, and a resent release still finds it ours. PUBLISH goes through pcall: a user
--- whose ACL grants no channels (Redis 7's default) must still release; its waiters poll.
+-- Returns 1 if released, 0 if another owner (or foreign data) holds the key, -1 if nobody
+-- does. A kept key (min_hold_ms) is marked released, so that a renewal already on its way
+-- cannot extend it again, and a resent release still finds it ours. Keys next to the lock
+-- go through pcall: foreign data there must not keep the lock from being released. PUBLISH
+-- too: a user whose ACL grants no channels (Redis 7's default) must still release; its
+-- waiters poll.
 local left = false
-if redis.call('LREM', KEYS[2], 0, ARGV[1]) > 0 then
-  redis.call('ZREM', KEYS[3], ARGV[1])
+local removed = redis.pcall('LREM', KEYS[2], 0, ARGV[1])
+if type(removed) == 'number' and removed > 0 then
+  redis.pcall('ZREM', KEYS[3], ARGV[1])
   left = true
 end
-if redis.call('GET', KEYS[4]) == ARGV[1] then
+if redis.pcall('GET', KEYS[4]) == ARGV[1] then
   redis.call('DEL', KEYS[4])
   left = true
 end
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] .. ':released' then
   return 1
 end
