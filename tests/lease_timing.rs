@@ -21,12 +21,17 @@ use tokio::time::Instant;
 struct Partitionable {
     memory: Arc<MemoryBackend>,
     cut_off: Arc<AtomicBool>,
-    hang_renewals: Arc<AtomicBool>,
+    /// Renewal rounds that include one of these keys never answer.
+    hang_renewals_of: Arc<std::sync::Mutex<Vec<&'static str>>>,
 }
 
 impl Partitionable {
     fn client(&self) -> LockClient {
         LockClient::from_backend_on(self.clone(), Handle::current())
+    }
+
+    fn hang_renewals_of(&self, keys: &[&'static str]) {
+        self.hang_renewals_of.lock().unwrap().extend(keys);
     }
 
     fn cut_off(&self) {
@@ -57,7 +62,8 @@ impl LockBackend for Partitionable {
     }
 
     fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        if self.hang_renewals.load(Ordering::SeqCst) {
+        let hangs = self.hang_renewals_of.lock().unwrap();
+        if leases.iter().any(|l| hangs.contains(&l.key.as_str())) {
             return Box::pin(std::future::pending());
         }
         match self.unreachable() {
@@ -381,7 +387,7 @@ async fn a_renewal_round_that_hangs_does_not_delay_another_lease_s_loss() {
     tokio::time::sleep(Duration::from_secs(9)).await;
     let short = client.lock("short").ttl_ms(12_000).acquire().await.unwrap();
     // At 10 s the long lease's round goes out alone (the short one is due at 13 s) and hangs.
-    backend.hang_renewals.store(true, Ordering::SeqCst);
+    backend.hang_renewals_of(&["long", "short"]);
     let lost = within_a_minute(short.lost()).await;
     expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
     assert_eq!(
@@ -390,4 +396,48 @@ async fn a_renewal_round_that_hangs_does_not_delay_another_lease_s_loss() {
         "lost at its own deadline, not when the hanging round gave up"
     );
     drop(long);
+}
+
+/// Finding 1: a round that hangs must not leave a lease taken meanwhile unrenewed and
+/// unguarded. Before, the loop awaited the round, so the short lease below was neither
+/// renewed (the memory backend expired it at 13.5 s and anyone could take it) nor counted
+/// lost until the hanging round gave up at the long lease's deadline (29.7 s).
+#[tokio::test(start_paused = true)]
+async fn a_lease_taken_while_a_renewal_round_hangs_is_renewed_and_guarded() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let started = Instant::now();
+    let long = client.lock("long").ttl_ms(30_000).acquire().await.unwrap();
+    backend.hang_renewals_of(&["long"]);
+    // The long lease's round goes out at 10 s and hangs.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let short = client.lock("short").ttl_ms(TTL_MS).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(9_700)).await;
+    assert!(!short.is_lost(), "renewed while the other round hangs");
+    let intruder = Lease {
+        key: "short".into(),
+        owner: "intruder".into(),
+        ttl: Duration::from_secs(1),
+    };
+    let attempt = backend
+        .memory
+        .acquire(&intruder, Turn::Barge)
+        .await
+        .unwrap();
+    assert!(
+        matches!(attempt, Acquire::Held { .. }),
+        "the short lease is still ours three leases after it was taken: {attempt:?}"
+    );
+    // Cut off at 20.2 s: the last renewal that got through was sent at 19.5 s.
+    backend.cut_off();
+    let lost = within_a_minute(short.lost()).await;
+    expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(19_500) + LOSS_AFTER,
+        "lost at its own deadline"
+    );
+    let lost = within_a_minute(long.lost()).await;
+    expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
+    assert_eq!(started.elapsed(), Duration::from_millis(30_000 - 302));
 }

@@ -2,8 +2,10 @@
 //!
 //! The loop wakes when the earliest lease is due (every `ttl / 3`) and renews, in one backend
 //! call (one Redis pipeline), every lease due within the next half interval, so the leases
-//! of a client fall into step and 10,000 of them cost one round trip per interval. It also
-//! decides when a lease is lost:
+//! of a client fall into step and 10,000 of them cost one round trip per interval. Rounds run
+//! beside the loop, not inside it: while one is out (or hangs), the loop goes on renewing the
+//! other leases, new ones included, and enforcing every lease's deadline. It also decides
+//! when a lease is lost:
 //! - a renewal finds the key gone or owned by another token;
 //! - no renewal got through before `last confirmed send + ttl − drift`, the earliest moment
 //!   the server may hand the key to someone else (renewal failures are retried until then);
@@ -13,11 +15,13 @@
 //! Times are `tokio::time::Instant`, so a client whose background runs on a paused runtime
 //! is tested deterministically.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
@@ -152,7 +156,9 @@ struct Shared {
 
 #[derive(Default)]
 struct Registry {
-    leases: HashMap<u64, Tracked>,
+    /// Ordered by id, so that a client on a paused runtime renews and loses leases in the same
+    /// order on every run (the simulator replays seeds exactly).
+    leases: BTreeMap<u64, Tracked>,
     next_id: u64,
     loop_running: bool,
     /// While the loop sleeps: when it looks again. A new lease wakes it only if it needs
@@ -170,6 +176,8 @@ struct Tracked {
     valid_until: Instant,
     /// When renewal stops (`max_hold_ms`).
     stop_at: Option<Instant>,
+    /// A renewal round with this lease is out; it is not sent again until that round ends.
+    in_flight: bool,
 }
 
 impl Tracked {
@@ -183,6 +191,12 @@ impl Tracked {
         self.next_due = sent_at + self.interval();
     }
 
+    /// Whether the next round should take this lease: renewed, not out in another round, and
+    /// due by `by`.
+    fn due_by(&self, by: Instant) -> bool {
+        self.renew && !self.in_flight && self.next_due <= by
+    }
+
     /// When the lease is lost unless a renewal gets through first.
     fn loss_deadline(&self) -> Instant {
         self.stop_at
@@ -190,7 +204,7 @@ impl Tracked {
     }
 
     fn next_wake(&self) -> Instant {
-        if self.renew {
+        if self.renew && !self.in_flight {
             self.next_due.min(self.loss_deadline())
         } else {
             self.loss_deadline()
@@ -269,6 +283,7 @@ impl Renewer {
             valid_until: sent_at,
             stop_at: options.max_hold().map(|max| sent_at + max),
             renew: options.renews(),
+            in_flight: false,
             signal: signal.clone(),
             lease,
         };
@@ -299,7 +314,8 @@ impl Renewer {
 const LINGER: Duration = Duration::from_secs(1);
 
 /// The loop: runs while the client tracks leases, ends when it has tracked none for
-/// `LINGER` (a client taking locks one after another keeps one loop).
+/// `LINGER` (a client taking locks one after another keeps one loop). Rounds are polled here
+/// beside the timers, so one loop task drives them all.
 async fn run(shared: Arc<Shared>) {
     // If the loop ends in any way but its own return (a backend panicked), the next lease
     // starts a new one instead of trusting a dead loop.
@@ -307,10 +323,11 @@ async fn run(shared: Arc<Shared>) {
         shared: &shared,
         ended_normally: false,
     };
+    let mut rounds = FuturesUnordered::new();
     let mut empty_since = None;
     loop {
         let now = Instant::now();
-        let due = {
+        let sleep_until = {
             let mut registry = shared.registry();
             registry.asleep_until = None;
             registry
@@ -324,31 +341,26 @@ async fn run(shared: Arc<Shared>) {
                 });
             // When a round goes out anyway, leases due within half an interval join it:
             // renewing early costs nothing and puts the leases in step with each other.
-            let round_due = registry
-                .leases
-                .values()
-                .any(|t| t.renew && t.next_due <= now);
-            let due: Vec<(u64, Lease)> = registry
-                .leases
-                .iter()
-                .filter(|(_, t)| round_due && t.renew && t.next_due <= now + t.interval() / 2)
-                .map(|(id, t)| (*id, t.lease.clone()))
-                .collect();
-            due
-        };
-        if !due.is_empty() {
-            renew(&shared, due).await;
-            continue;
-        }
-        let sleep_until = {
-            let mut registry = shared.registry();
+            let round_due = registry.leases.values().any(|t| t.due_by(now));
+            if round_due {
+                let due: Vec<(u64, Lease)> = registry
+                    .leases
+                    .iter_mut()
+                    .filter(|(_, t)| t.due_by(now + t.interval() / 2))
+                    .map(|(id, t)| {
+                        t.in_flight = true;
+                        (*id, t.lease.clone())
+                    })
+                    .collect();
+                rounds.push(renew(shared.clone(), due));
+            }
             let next_wake = registry.leases.values().map(Tracked::next_wake).min();
             let sleep_until = match next_wake {
                 Some(next_wake) => {
                     empty_since = None;
                     next_wake
                 }
-                None => {
+                None if rounds.is_empty() => {
                     let since = *empty_since.get_or_insert(now);
                     if now >= since + LINGER {
                         // Under the registry's lock: a lease tracked after this starts a loop.
@@ -358,11 +370,15 @@ async fn run(shared: Arc<Shared>) {
                     }
                     since + LINGER
                 }
+                // Only rounds of released leases are out: wait for them to end.
+                None => now + LINGER,
             };
             registry.asleep_until = Some(sleep_until);
             sleep_until
         };
         tokio::select! {
+            biased;
+            Some(()) = rounds.next(), if !rounds.is_empty() => {}
             () = tokio::time::sleep_until(sleep_until) => {}
             () = shared.wake.notified() => {}
         }
@@ -384,17 +400,18 @@ impl Drop for LoopRunning<'_> {
     }
 }
 
-/// One renewal round: extends `due` in one backend call and records what it found.
-async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
+/// One renewal round: extends `due` in one backend call and records what it found. The
+/// round gives up at the earliest loss deadline of its leases: by then that lease is lost
+/// anyway, and the others are sent again.
+async fn renew(shared: Arc<Shared>, due: Vec<(u64, Lease)>) {
     let leases: Vec<Lease> = due.iter().map(|(_, lease)| lease.clone()).collect();
-    // While a round is out, no other lease is checked: the round must end by the earliest
-    // loss deadline of all tracked leases, not only of those in it.
-    let deadline = shared
-        .registry()
-        .leases
-        .values()
-        .map(Tracked::loss_deadline)
-        .min();
+    let deadline = {
+        let registry = shared.registry();
+        due.iter()
+            .filter_map(|(id, _)| registry.leases.get(id))
+            .map(Tracked::loss_deadline)
+            .min()
+    };
     let Some(deadline) = deadline else { return };
     let sent_at = Instant::now();
     shared.rounds.fetch_add(1, Ordering::Relaxed);
@@ -403,7 +420,7 @@ async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
         .unwrap_or_else(|_| {
             Err(LockError::backend(
                 None,
-                "renewal round outlasted the earliest lease deadline",
+                "renewal round outlasted the earliest deadline of its leases",
                 None,
             ))
         })
@@ -430,6 +447,7 @@ async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
                 if still_ours {
                     shared.leases_extended.fetch_add(1, Ordering::Relaxed);
                     if let Some(tracked) = registry.leases.get_mut(id) {
+                        tracked.in_flight = false;
                         tracked.confirm(sent_at);
                     }
                 } else if let Some(tracked) = registry.leases.remove(id) {
@@ -441,6 +459,7 @@ async fn renew(shared: &Shared, due: Vec<(u64, Lease)>) {
             tracing::debug!(%error, leases = due.len(), "renewal failed; retrying until the leases' deadlines");
             for (id, _) in &due {
                 if let Some(tracked) = registry.leases.get_mut(id) {
+                    tracked.in_flight = false;
                     tracked.next_due = now + retry_pause(tracked.interval());
                 }
             }
