@@ -326,3 +326,62 @@ fn annotated_futures_are_send(inventory: &Inventory, redis: redis::aio::Multiple
     assert_send(&increment(redis, "x"));
     assert_send(&panicking_body());
 }
+
+/// The error type of many applications: `Box<dyn Error>` is not `Send`.
+#[redis_lock(key = "boxed:{id}", client = locks)]
+async fn boxed_error(locks: &LockClient, id: u32) -> Result<u32, Box<dyn std::error::Error>> {
+    tokio::task::yield_now().await;
+    if id == 0 {
+        return Err("no such id".into());
+    }
+    Ok(id)
+}
+
+/// Finding 10: the annotated function's future is `Send` whenever the plain function's would
+/// be, also when its output is not `Send`. Before, `run_locked` held the output across the
+/// release, so this did not compile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_returning_a_non_send_error_can_still_be_spawned() {
+    let locks = LockClient::memory();
+    let spawned = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let ok = boxed_error(&locks, 7).await.map_err(|e| e.to_string());
+            let err = boxed_error(&locks, 0).await.map_err(|e| e.to_string());
+            (ok, err)
+        }
+    });
+    let (ok, err) = spawned.await.unwrap();
+    assert_eq!(ok, Ok(7));
+    assert_eq!(err, Err("no such id".to_owned()));
+    // The lock was released after each call, if in the background: it can be taken again.
+    let guard = locks
+        .lock("boxed:7")
+        .wait_ms(5_000)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[allow(dead_code)]
+fn a_non_send_output_keeps_the_future_send(locks: &LockClient) {
+    assert_send(&boxed_error(locks, 1));
+}
+
+/// A generic output may or may not be `Send`: it is released in the background.
+#[redis_lock(key = "echo", client = locks)]
+async fn echo<T>(locks: &LockClient, value: T) -> Result<T, LockError> {
+    tokio::task::yield_now().await;
+    Ok(value)
+}
+
+#[tokio::test]
+async fn generic_and_non_send_outputs_are_returned_and_released() {
+    let locks = LockClient::memory();
+    let shared = std::rc::Rc::new(5);
+    assert_eq!(*echo(&locks, shared.clone()).await.unwrap(), 5);
+    assert_eq!(echo(&locks, "text").await.unwrap(), "text");
+    let guard = locks.lock("echo").wait_ms(5_000).acquire().await;
+    assert!(guard.is_ok(), "released after each call: {guard:?}");
+}

@@ -441,3 +441,65 @@ async fn a_lease_taken_while_a_renewal_round_hangs_is_renewed_and_guarded() {
     expect_lost(Err::<(), _>(lost), LossCause::Unconfirmed);
     assert_eq!(started.elapsed(), Duration::from_millis(30_000 - 302));
 }
+
+#[redis_lock(key = "swept", ttl_ms = 3_000, client = locks)]
+async fn swept_job(locks: &LockClient, backend: &Partitionable) -> Result<u32, LockError> {
+    // An operator deletes the key (or Redis restarts without its data) before the first
+    // renewal could notice.
+    assert!(backend.memory.force_release("swept"));
+    Ok(7)
+}
+
+#[redis_lock(key = "swept", ttl_ms = 3_000, on_lost = Continue, client = locks)]
+async fn swept_job_continued(
+    locks: &LockClient,
+    backend: &Partitionable,
+) -> Result<u32, LockError> {
+    assert!(backend.memory.force_release("swept"));
+    Ok(7)
+}
+
+/// Finding 5: a loss that only the release finds still fails the call under `Abort`; under
+/// `Continue` the call returns the body's output. Before, both returned `Ok(7)`.
+#[tokio::test(start_paused = true)]
+async fn a_loss_found_by_the_release_fails_an_aborting_call() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    expect_lost(swept_job(&client, &backend).await, LossCause::NotOwner);
+    assert_eq!(swept_job_continued(&client, &backend).await.unwrap(), 7);
+}
+
+#[redis_lock(key = "careful", ttl_ms = 3_000, on_lost = Continue, client = locks)]
+async fn careful_job(
+    locks: &LockClient,
+    backend: &Partitionable,
+) -> Result<(bool, Option<LossCause>, bool), LockError> {
+    let lost_before = fencelock::is_lost();
+    backend.cut_off();
+    let cause = match fencelock::lost().await {
+        Some(LockError::Lost { cause, .. }) => Some(cause),
+        _ => None,
+    };
+    Ok((lost_before, cause, fencelock::is_lost()))
+}
+
+/// Finding 12: under `on_lost = Continue` the body can ask whether its lock was lost, and
+/// wait for it, as a guard's holder can.
+#[tokio::test(start_paused = true)]
+async fn a_continuing_body_can_ask_whether_its_lock_was_lost() {
+    let backend = Partitionable::default();
+    let client = backend.client();
+    let started = Instant::now();
+    let (lost_before, cause, lost_after) = within_a_minute(careful_job(&client, &backend))
+        .await
+        .unwrap();
+    assert!(!lost_before);
+    assert_eq!(cause, Some(LossCause::Unconfirmed));
+    assert!(lost_after);
+    assert_eq!(started.elapsed(), LOSS_AFTER, "told at the loss deadline");
+    assert!(!fencelock::is_lost(), "outside a body nothing is lost");
+    assert!(
+        fencelock::lost().await.is_none(),
+        "outside a body: None at once"
+    );
+}

@@ -1,7 +1,7 @@
 //! Code generation: the locked function, or the function as written followed
 //! by the errors.
 
-use proc_macro2::{Literal, Span, TokenStream};
+use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
@@ -49,6 +49,12 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     let client_var = format_ident!("__fencelock_client", span = Span::mixed_site());
     let key_var = format_ident!("__fencelock_key", span = Span::mixed_site());
     let options_var = format_ident!("__fencelock_options", span = Span::mixed_site());
+    // Shown at the return type, like the call on it: an unsuitable return type is then
+    // reported there only.
+    let ending_var = format_ident!(
+        "__fencelock_ending",
+        span = Span::mixed_site().located_at(spec.return_type.span())
+    );
     let client = match &spec.client {
         Some(expr) => client_of(krate, expr),
         None => quote!(#krate::__private::scoped_client()),
@@ -62,9 +68,10 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
             { #body }
         }
     };
+    let ending = ending(krate, &spec.return_type);
     let run_locked = run_locked(
-        krate,
         &spec.return_type,
+        &ending_var,
         quote!(#client_var, #key_var, #options_var, #body),
     );
     quote! {
@@ -74,6 +81,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
             let #client_var = #client;
             let #key_var = #key;
             let #options_var = #options;
+            let #ending_var = #ending;
             #run_locked
         }
     }
@@ -176,13 +184,32 @@ fn client_of(krate: &Path, expr: &Expr) -> TokenStream {
     quote_spanned!(span=> #krate::__private::client_of(&(#expr)))
 }
 
-/// `run_locked(args).await`, located at the return type: its `R: LockResult`
-/// bound then reports a return type that is not a suitable `Result` there,
-/// once, rather than at the attribute.
-fn run_locked(krate: &Path, return_type: &Type, args: TokenStream) -> TokenStream {
+/// How the lock ends after the body, chosen by the return type: the release is
+/// awaited (and a loss it finds reported) when the output is `Send`, else left to
+/// the background so that the function's future stays `Send` (autoref
+/// specialisation, see `__private::Ending`). A return type with `impl Trait` in
+/// it cannot be named in the body; its release is awaited.
+fn ending(krate: &Path, return_type: &Type) -> TokenStream {
+    let mut output = return_type.clone();
+    let mut eraser = ImplTraitEraser::default();
+    eraser.visit_type_mut(&mut output);
+    if eraser.erased {
+        return quote!(#krate::__private::AwaitRelease);
+    }
+    quote! {
+        {
+            use #krate::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+            (&&#krate::__private::Ending::<#output>::new()).ending()
+        }
+    }
+}
+
+/// `ending.run_locked(args).await`, located at the return type: its
+/// `R: LockResult` bound then reports a return type that is not a suitable
+/// `Result` there, once, rather than at the attribute.
+fn run_locked(return_type: &Type, ending: &Ident, args: TokenStream) -> TokenStream {
     let span = Span::call_site().located_at(return_type.span());
-    let krate = located_at(krate, span);
-    quote_spanned!(span=> #krate::__private::run_locked(#args).await)
+    quote_spanned!(span=> #ending.run_locked(#args).await)
 }
 
 /// The crate path, shown at `span` but resolved as written, for diagnostics
@@ -205,7 +232,7 @@ fn located_at(krate: &Path, span: Span) -> TokenStream {
 fn fake_return(return_type: &Type) -> TokenStream {
     let span = return_type.span();
     let mut return_type = return_type.clone();
-    ImplTraitEraser.visit_type_mut(&mut return_type);
+    ImplTraitEraser::default().visit_type_mut(&mut return_type);
     quote_spanned! {span=>
         #[allow(
             unknown_lints,
@@ -224,11 +251,16 @@ fn fake_return(return_type: &Type) -> TokenStream {
 }
 
 /// Replaces `impl Trait` with `_`: it is not allowed in a `let` type.
-struct ImplTraitEraser;
+#[derive(Default)]
+struct ImplTraitEraser {
+    /// Whether it replaced any.
+    erased: bool,
+}
 
 impl VisitMut for ImplTraitEraser {
     fn visit_type_mut(&mut self, ty: &mut Type) {
         if let Type::ImplTrait(impl_trait) = ty {
+            self.erased = true;
             *ty = Type::Infer(TypeInfer {
                 attrs: Vec::new(),
                 underscore_token: syn::Token![_](impl_trait.impl_token.span),

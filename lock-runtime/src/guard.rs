@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Lease, Release};
-use crate::renewal::{LossCause, Tracking};
+use crate::backend::{Lease, Release, resend_once};
+use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::{LockClient, LockError};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
@@ -20,6 +20,9 @@ pub struct LockGuard {
     min_hold: Duration,
     tracking: Tracking,
     released: bool,
+    /// A reply to one of the acquire attempts was lost: after the release, one more cleanup
+    /// is due, in case a backend that cannot settle lost calls runs that attempt late.
+    in_doubt: bool,
 }
 
 impl LockGuard {
@@ -30,6 +33,7 @@ impl LockGuard {
         acquired_at: Instant,
         min_hold: Duration,
         tracking: Tracking,
+        in_doubt: bool,
     ) -> Self {
         LockGuard {
             client,
@@ -39,6 +43,7 @@ impl LockGuard {
             min_hold,
             tracking,
             released: false,
+            in_doubt,
         }
     }
 
@@ -66,6 +71,11 @@ impl LockGuard {
         self.tracking.signal().cause().is_some()
     }
 
+    /// The loss signal, for the scope of a `#[redis_lock]` body.
+    pub(crate) fn loss_signal(&self) -> std::sync::Arc<LossSignal> {
+        self.tracking.signal().clone()
+    }
+
     fn lost_error(&self, cause: LossCause) -> LockError {
         LockError::Lost {
             key: self.lease.key.clone(),
@@ -82,26 +92,39 @@ impl LockGuard {
     /// is left of it instead). Renewal stops first.
     ///
     /// Returns [`LockError::Lost`] if the key was no longer ours (it expired, or another owner
-    /// holds it; that owner's lock is left alone). On a backend error the release is retried
-    /// in the background until the lease would have ended anyway.
+    /// holds it; that owner's lock is left alone). A release whose reply is lost is sent once
+    /// more; if the second finds the key gone or taken, the first one released it when the
+    /// lease was certainly still ours at that point, else the outcome is unknown and reported
+    /// as lost (`LossCause::Unconfirmed`). On a backend error the release is retried in the
+    /// background until the lease would have ended anyway.
     ///
     /// # Cancel safety
     /// Dropping this future before it completes leaves the release to the background, as
     /// dropping the guard does: the lock is never left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.tracking.stop();
+        let valid_until = self.tracking.stop();
         let keep = self.hold_until().saturating_duration_since(Instant::now());
-        match self.client.backend().release(&self.lease, keep).await? {
-            Release::Released => {
-                self.released = true;
-                Ok(())
-            }
+        let backend = self.client.backend().clone();
+        let (outcome, resent) = resend_once(|| backend.release(&self.lease, keep)).await;
+        let first_send_released =
+            resent && valid_until.is_some_and(|valid_until| Instant::now() < valid_until);
+        match outcome? {
+            Release::Released => {}
+            Release::NotOwner if first_send_released => {}
             Release::NotOwner => {
                 self.released = true;
-                self.tracking.signal().lose(LossCause::NotOwner);
-                Err(self.lost_error(LossCause::NotOwner))
+                let cause = if resent {
+                    LossCause::Unconfirmed
+                } else {
+                    LossCause::NotOwner
+                };
+                let signal = self.tracking.signal();
+                signal.lose(cause);
+                return Err(self.lost_error(signal.cause().unwrap_or(cause)));
             }
         }
+        self.released = true;
+        Ok(())
     }
 }
 
@@ -119,10 +142,15 @@ impl std::fmt::Debug for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.released {
+        if !self.released || self.in_doubt {
             // Stop renewal before the release is sent, so no extend can follow it.
             self.tracking.stop();
-            release_in_background(&self.client, self.lease.clone(), self.hold_until(), false);
+            release_in_background(
+                &self.client,
+                self.lease.clone(),
+                self.hold_until(),
+                self.in_doubt,
+            );
         }
     }
 }

@@ -33,4 +33,4 @@ pub use options::{
 };
 pub use renewal::{LossCause, RenewalStats};
 pub use request::LockRequest;
-pub use scope::current_token;
+pub use scope::{current_token, is_lost, lost};

@@ -2,13 +2,14 @@
 //! module change together.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
 pub use crate::key::{KeyPart, render_key};
 pub use crate::options::{LockOptions, OnLost};
 use crate::scope::{self, Held};
-use crate::{LockClient, LockError};
+use crate::{LockClient, LockError, LockGuard};
 
 /// The client of the enclosing `with_client` scope, else the global one.
 pub fn scoped_client() -> Result<LockClient, LockError> {
@@ -65,49 +66,155 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
     }
 }
 
-/// The body of every `#[redis_lock]` function: acquire, run `body` under the lock, release.
+/// How a `#[redis_lock]` call ends its lock after the body, chosen by the type `R` of the
+/// body's output. The expansion calls `(&&Ending::<R>::new()).ending()` with
+/// [`AwaitsRelease`] and [`ReleasesInBackground`] in scope: method lookup takes the first
+/// that applies (autoref specialisation), so a `Send` output gets [`AwaitRelease`], any
+/// other [`ReleaseInBackground`].
+pub struct Ending<R>(PhantomData<fn() -> R>);
+
+impl<R> Ending<R> {
+    /// The marker for output type `R`.
+    pub const fn new() -> Self {
+        Ending(PhantomData)
+    }
+}
+
+impl<R> Default for Ending<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Chosen when the output is `Send`.
+pub trait AwaitsRelease {
+    /// [`AwaitRelease`].
+    fn ending(&self) -> AwaitRelease {
+        AwaitRelease
+    }
+}
+
+impl<R: Send> AwaitsRelease for &Ending<R> {}
+
+/// Chosen when the output is not `Send`.
+pub trait ReleasesInBackground {
+    /// [`ReleaseInBackground`].
+    fn ending(&self) -> ReleaseInBackground {
+        ReleaseInBackground
+    }
+}
+
+impl<R> ReleasesInBackground for Ending<R> {}
+
+/// Awaits the release after the body, and reports a loss that only the release found: the
+/// call's future holds the output meanwhile, so it is `Send` only if the output is.
+#[derive(Debug, Clone, Copy)]
+pub struct AwaitRelease;
+
+/// Returns the output as soon as the body ends and releases in the background, so that the
+/// call's future holds no output across an `.await` and stays `Send` whenever the body's
+/// future is (a plain `async fn` returning `Result<T, Box<dyn Error>>` is). A loss that only
+/// the release finds cannot change the result any more: it is logged.
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseInBackground;
+
+impl AwaitRelease {
+    /// The body of every `#[redis_lock]` function with a `Send` output: see [`enter`].
+    /// With `OnLost::Abort`, a release that finds the key gone or taken (deleted by hand,
+    /// Redis restarted without its data, before any renewal noticed) fails the call with
+    /// `LockError::Lost`; with `OnLost::Continue`, the output is returned and a warning
+    /// logged.
+    pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
+        self,
+        client: Result<LockClient, LockError>,
+        key: Result<String, LockError>,
+        options: LockOptions,
+        body: F,
+    ) -> R {
+        let (output, guard) = match enter(client, key, options, body).await {
+            Ran::Done(output) => return output,
+            Ran::Held(output, guard) => (output, guard),
+        };
+        let key = guard.key().to_owned();
+        match guard.release().await {
+            Ok(()) => output,
+            Err(lost) if lost.is_lost() && options.lost_policy() == OnLost::Abort => {
+                R::from_lock_error(lost)
+            }
+            Err(error) => {
+                tracing::warn!(%key, %error, "lock release after the body failed; returning the body's output");
+                output
+            }
+        }
+    }
+}
+
+impl ReleaseInBackground {
+    /// The body of every `#[redis_lock]` function whose output is not `Send`: see [`enter`].
+    pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
+        self,
+        client: Result<LockClient, LockError>,
+        key: Result<String, LockError>,
+        options: LockOptions,
+        body: F,
+    ) -> R {
+        match enter(client, key, options, body).await {
+            Ran::Done(output) => output,
+            // Dropping the guard hands its release to the background.
+            Ran::Held(output, _guard) => output,
+        }
+    }
+}
+
+/// How the body ran: to an output that needs no release (a failed acquisition, a reentrant
+/// call, an aborted body), or under a guard still to be released.
+enum Ran<R> {
+    Done(R),
+    Held(R, LockGuard),
+}
+
+/// Acquire, then run `body` under the lock.
 ///
 /// - Failing to acquire returns the error without running `body`.
 /// - If the body already runs under `key` through the same client (a nested call), it is
-///   re-entered: no round trip, the holder's token, and only the outermost holder releases.
+///   re-entered: no round trip, the holder's token and loss signal, and only the outermost
+///   holder releases.
 /// - With `OnLost::Abort`, a lost lease drops `body` at its next `.await` and returns
 ///   `LockError::Lost`.
 /// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
-pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
+async fn enter<R: LockResult, F: Future<Output = R>>(
     client: Result<LockClient, LockError>,
     key: Result<String, LockError>,
     options: LockOptions,
     body: F,
-) -> R {
+) -> Ran<R> {
     let (client, key) = match client.and_then(|client| Ok((client, key?))) {
         Ok(found) => found,
-        Err(error) => return R::from_lock_error(error),
+        Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
-    let held = |token| Held {
-        client_id: client.id(),
-        key: key.clone(),
-        token,
-    };
-    if let Some(token) = scope::held_token(client.id(), &key) {
-        return scope::holding(held(token), body).await;
+    if let Some(held) = scope::held(client.id(), &key) {
+        return Ran::Done(scope::holding(held, body).await);
     }
     let guard = match client.lock(key.clone()).options(options).acquire().await {
         Ok(guard) => guard,
-        Err(error) => return R::from_lock_error(error),
+        Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
-    let body = scope::holding(held(guard.token()), body);
+    let held = Held {
+        client_id: client.id(),
+        key,
+        token: guard.token(),
+        signal: guard.loss_signal(),
+    };
+    let body = scope::holding(held, body);
     let output = match options.lost_policy() {
         OnLost::Abort => {
             tokio::select! {
                 biased;
-                lost = guard.lost() => return R::from_lock_error(lost),
+                lost = guard.lost() => return Ran::Done(R::from_lock_error(lost)),
                 output = body => output,
             }
         }
         OnLost::Continue => body.await,
     };
-    if let Err(error) = guard.release().await {
-        tracing::warn!(%key, %error, "lock release after the body failed");
-    }
-    output
+    Ran::Held(output, guard)
 }

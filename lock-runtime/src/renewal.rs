@@ -105,13 +105,16 @@ pub(crate) struct Tracking {
 }
 
 impl Tracking {
-    pub(crate) fn signal(&self) -> &LossSignal {
+    pub(crate) fn signal(&self) -> &Arc<LossSignal> {
         &self.signal
     }
 
-    /// Stops renewal and loss detection of this lease (idempotent).
-    pub(crate) fn stop(&self) {
-        self.renewer.registry().leases.remove(&self.id);
+    /// Stops renewal and loss detection of this lease (idempotent). Returns until when the
+    /// server certainly keeps the key for its owner, unless the lease was lost or stopped
+    /// before.
+    pub(crate) fn stop(&self) -> Option<Instant> {
+        let tracked = self.renewer.registry().leases.remove(&self.id)?;
+        Some(tracked.valid_until)
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Lease, ReleaseWatch, Turn};
+use crate::backend::{Acquire, Lease, ReleaseWatch, Turn, resend_once};
 use crate::guard::release_in_background;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
@@ -122,18 +122,20 @@ impl LockRequest {
         let mut releases: Option<ReleaseWatch> = None;
         let mut may_subscribe = pending.client.notifies();
         let (mut attempts, mut unnotified_waits) = (0, 0);
-        // Once an attempt's reply was lost, it may still be applied later (behind a later
-        // attempt on another connection): the cleanup stays due whatever comes after.
+        // Once an attempt's reply was lost, it may have been applied: the cleanup stays due
+        // whatever comes after, until after the guard's release.
         let mut reply_lost = false;
         loop {
             attempts += 1;
             let sent_at = Instant::now();
             pending.leaves_traces = true;
             let turn = turn(&options, waiting_since);
-            let outcome = pending.client.backend().acquire(&pending.lease, turn).await;
+            let backend = pending.client.backend().clone();
+            let (outcome, resent) = resend_once(|| backend.acquire(&pending.lease, turn)).await;
+            reply_lost |= resent;
             let (error, holder_remaining) = match outcome {
                 Ok(Acquire::Granted { token }) => {
-                    return pending.into_guard(token, sent_at, &options);
+                    return pending.into_guard(token, sent_at, &options, reply_lost);
                 }
                 Ok(Acquire::Held { remaining }) => {
                     waiting_since.get_or_insert(sent_at);
@@ -233,12 +235,14 @@ struct PendingAcquire {
 
 impl PendingAcquire {
     /// The guard of a grant: from now on the lease is renewed and watched for loss. If that
-    /// cannot start, `self` is dropped with traces and the grant deleted again.
+    /// cannot start, `self` is dropped with traces and the grant deleted again. After a lost
+    /// reply the guard keeps a cleanup due past its own release.
     fn into_guard(
         mut self,
         token: u64,
         sent_at: Instant,
         options: &LockOptions,
+        reply_lost: bool,
     ) -> Result<LockGuard, LockError> {
         let tracking = self
             .client
@@ -252,6 +256,7 @@ impl PendingAcquire {
             sent_at,
             options.min_hold(),
             tracking,
+            reply_lost,
         ))
     }
 

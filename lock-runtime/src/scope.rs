@@ -1,4 +1,5 @@
-//! The locks held around the running `#[redis_lock]` body: its fencing token, and reentry.
+//! The locks held around the running `#[redis_lock]` body: its fencing token, its loss
+//! signal, and reentry.
 //!
 //! A task-local scoped to each holder's body, not a thread or task id: only code nested in
 //! the body's future sees it. Two branches of one `join!` are polled outside each other's
@@ -6,6 +7,10 @@
 //! else.
 
 use std::future::Future;
+use std::sync::Arc;
+
+use crate::LockError;
+use crate::renewal::LossSignal;
 
 tokio::task_local! {
     static HELD: Vec<Held>;
@@ -17,22 +22,50 @@ pub(crate) struct Held {
     pub(crate) client_id: u64,
     pub(crate) key: String,
     pub(crate) token: u64,
+    pub(crate) signal: Arc<LossSignal>,
+}
+
+impl Held {
+    fn lost_error(&self) -> Option<LockError> {
+        self.signal.cause().map(|cause| LockError::Lost {
+            key: self.key.clone(),
+            cause,
+        })
+    }
+}
+
+fn innermost() -> Option<Held> {
+    HELD.try_with(|held| held.last().cloned()).ok().flatten()
 }
 
 /// Inside the body of a `#[redis_lock]` function, the fencing token of the innermost lock
 /// held; `None` elsewhere (including in tasks spawned from the body).
 pub fn current_token() -> Option<u64> {
-    HELD.try_with(|held| held.last().map(|h| h.token))
-        .ok()
-        .flatten()
+    innermost().map(|held| held.token)
 }
 
-/// The token of `key` if the current body runs under it, taken through the same client.
-pub(crate) fn held_token(client_id: u64, key: &str) -> Option<u64> {
+/// Inside the body of a `#[redis_lock]` function, whether the innermost lock held has been
+/// lost; `false` elsewhere. With `on_lost = Continue` a body runs on after a loss: this is
+/// how it learns that what it does next may overlap with another holder.
+pub fn is_lost() -> bool {
+    innermost().is_some_and(|held| held.signal.cause().is_some())
+}
+
+/// Inside the body of a `#[redis_lock]` function, completes when the innermost lock held is
+/// lost (at once if it already was), with the [`LockError::Lost`] that says why; `None` at
+/// once elsewhere. `select!` on it to stop work that must not go on without the lock.
+pub async fn lost() -> Option<LockError> {
+    let held = innermost()?;
+    held.signal.lost().await;
+    held.lost_error()
+}
+
+/// The lock `key` if the current body runs under it, taken through the same client.
+pub(crate) fn held(client_id: u64, key: &str) -> Option<Held> {
     HELD.try_with(|held| {
         held.iter()
             .find(|h| h.client_id == client_id && h.key == key)
-            .map(|h| h.token)
+            .cloned()
     })
     .ok()
     .flatten()

@@ -9,7 +9,12 @@ async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new();
-    ::fencelock::__private::run_locked(
+    let __fencelock_ending = {
+        use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&::fencelock::__private::Ending::<AppResult<Shipment>>::new()).ending()
+    };
+    __fencelock_ending
+        .run_locked(
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,

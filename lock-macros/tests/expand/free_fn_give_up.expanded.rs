@@ -11,7 +11,12 @@ pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
         .ttl_ms(10000)
         .give_up();
-    ::fencelock::__private::run_locked(
+    let __fencelock_ending = {
+        use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&::fencelock::__private::Ending::<Result<u32, AppError>>::new()).ending()
+    };
+    __fencelock_ending
+        .run_locked(
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,

@@ -16,7 +16,12 @@ where
         ],
     );
     let __fencelock_options = my_locks::__private::LockOptions::new().ttl_ms(86400000);
-    my_locks::__private::run_locked(
+    let __fencelock_ending = {
+        use my_locks::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&my_locks::__private::Ending::<anyhow::Result<Report<'a, K>>>::new()).ending()
+    };
+    __fencelock_ending
+        .run_locked(
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,

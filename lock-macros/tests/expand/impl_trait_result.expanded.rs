@@ -10,7 +10,9 @@ impl Report {
             ],
         );
         let __fencelock_options = my_locks::reexport::__private::LockOptions::new();
-        my_locks::reexport::__private::run_locked(
+        let __fencelock_ending = my_locks::reexport::__private::AwaitRelease;
+        __fencelock_ending
+            .run_locked(
                 __fencelock_client,
                 __fencelock_key,
                 __fencelock_options,

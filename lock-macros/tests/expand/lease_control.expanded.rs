@@ -13,7 +13,12 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
         .on_lost(::fencelock::__private::OnLost::Continue)
         .min_hold_ms(60000)
         .max_hold_ms(3600000);
-    ::fencelock::__private::run_locked(
+    let __fencelock_ending = {
+        use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&::fencelock::__private::Ending::<Result<(), JobError>>::new()).ending()
+    };
+    __fencelock_ending
+        .run_locked(
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,

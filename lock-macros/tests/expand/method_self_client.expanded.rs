@@ -17,7 +17,12 @@ impl Account {
         let __fencelock_options = ::fencelock::__private::LockOptions::new()
             .retry(3)
             .sleep_ms(50);
-        ::fencelock::__private::run_locked(
+        let __fencelock_ending = {
+            use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+            (&&::fencelock::__private::Ending::<Result<(), BankError>>::new()).ending()
+        };
+        __fencelock_ending
+            .run_locked(
                 __fencelock_client,
                 __fencelock_key,
                 __fencelock_options,

@@ -11,7 +11,13 @@ async fn book(event: EventId) -> Result<Ticket, BookingError> {
         .sleep_ms(100)
         .wait_ms(5000)
         .fair(true);
-    ::fencelock::__private::run_locked(
+    let __fencelock_ending = {
+        use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&::fencelock::__private::Ending::<Result<Ticket, BookingError>>::new())
+            .ending()
+    };
+    __fencelock_ending
+        .run_locked(
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,

@@ -5,6 +5,13 @@
 //! it; an acquire by the current owner is recognised (so a retry after a lost reply does not
 //! leave an orphan); release only ever deletes the caller's own grant; each grant carries a
 //! fencing token strictly greater than every token granted before for that key.
+//!
+//! Lost replies: a call that returns [`LockError::Backend`] may have taken effect, or may
+//! still take effect. A backend must settle such calls before the next one: whatever a
+//! failed call does, it does before any call that starts after it returned (the Redis
+//! backend has the server close the connection that carried it before sending anything
+//! else). The client relies on this to clean up: the owner-checked release that follows a
+//! lost acquire reply cannot be overtaken by that acquire.
 
 pub mod memory;
 pub mod redis;
@@ -78,6 +85,20 @@ pub enum Release {
     Released,
     /// The key was not ours any more (expired, or taken by someone else); nothing changed.
     NotOwner,
+}
+
+/// Runs a backend call; if its reply is lost (a backend error), sends it once more at once:
+/// every call is safe to repeat for the same owner, and a connection cut between two calls
+/// should not fail either. Also says whether a reply was lost, in which case the first send
+/// may have taken effect before the second (never after it: backends settle lost calls).
+pub(crate) async fn resend_once<T, F>(call: impl Fn() -> F) -> (Result<T, LockError>, bool)
+where
+    F: Future<Output = Result<T, LockError>>,
+{
+    match call().await {
+        Err(error) if error.is_backend() => (call().await, true),
+        outcome => (outcome, false),
+    }
 }
 
 /// A store that locks can be built on. Implementations must be cheap to share: the client

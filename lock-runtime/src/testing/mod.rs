@@ -7,5 +7,5 @@ pub mod history;
 mod proxy;
 mod redis_server;
 
-pub use proxy::TcpProxy;
+pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};

@@ -2,31 +2,89 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct State {
     /// Bytes are held back in both directions (connections stay open).
     frozen: bool,
     /// How long each chunk of bytes waits before it is passed on, in each direction.
-    latency: std::time::Duration,
+    latency: Duration,
     /// Bumped by `sever`: connections of an older generation are closed.
     generation: u64,
 }
 
+/// Which way bytes travel through the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the server: requests.
+    ToServer,
+    /// From the server to the client: replies.
+    ToClient,
+}
+
+/// What happened on the connection of a held chunk once it was delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The server sent bytes after it: it ran a held request.
+    Answered,
+    /// The connection had ended, or ended before any answer: nothing ran.
+    Closed,
+    /// Neither within 5 s (also what a delivered reply gives: a client sends nothing back).
+    Silent,
+}
+
+/// How long [`TcpProxy::deliver_held`] waits for the server's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(5);
+
 /// Forwards TCP connections from a free loopback port to `upstream`, on a thread and
 /// runtime of its own. [`TcpProxy::freeze`] holds all bytes back (a partition that keeps
 /// sockets open, as a dead network does); [`TcpProxy::set_latency`] slows every exchange;
-/// [`TcpProxy::sever`] closes every open connection. Stops when dropped.
+/// [`TcpProxy::sever`] closes every open connection; [`TcpProxy::hold_next`] keeps one chunk
+/// (a request, or a reply) back until [`TcpProxy::deliver_held`], to deliver it after the
+/// client gave up on it. Stops when dropped.
 #[derive(Debug)]
 pub struct TcpProxy {
     addr: SocketAddr,
     state: watch::Sender<State>,
+    holding: Arc<Holding>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The one chunk the proxy may hold back.
+#[derive(Debug, Default)]
+struct Holding {
+    /// Set by `hold_next`: the next chunk going this way is held.
+    armed: Mutex<Option<Direction>>,
+    /// The connection of the chunk held now, if any.
+    held: watch::Sender<Option<Arc<Link>>>,
+    /// Lets the held chunk go.
+    deliver: Notify,
+}
+
+impl Holding {
+    /// Whether a chunk going `direction` is to be held (disarms).
+    fn take(&self, direction: Direction) -> bool {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if *armed == Some(direction) {
+            *armed = None;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What a connection's server side has done: chunks sent, and whether it ended.
+#[derive(Debug, Default)]
+struct Link {
+    from_server: watch::Sender<(u64, bool)>,
 }
 
 impl TcpProxy {
@@ -40,11 +98,13 @@ impl TcpProxy {
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(State {
             frozen: false,
-            latency: std::time::Duration::ZERO,
+            latency: Duration::ZERO,
             generation: 0,
         });
+        let holding = Arc::new(Holding::default());
         let (shutdown, stopped) = tokio::sync::oneshot::channel();
         let accepting = state.clone();
+        let proxy_holding = holding.clone();
         std::thread::Builder::new()
             .name("fencelock-test-proxy".into())
             .spawn(move || {
@@ -53,7 +113,7 @@ impl TcpProxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, upstream, accepting) => {}
+                        () = accept(listener, upstream, accepting, proxy_holding) => {}
                         _ = stopped => {}
                     }
                 });
@@ -61,6 +121,7 @@ impl TcpProxy {
         Ok(TcpProxy {
             addr,
             state,
+            holding,
             shutdown: Some(shutdown),
         })
     }
@@ -81,13 +142,53 @@ impl TcpProxy {
     }
 
     /// Delays every chunk of bytes by `latency` in each direction (zero: none).
-    pub fn set_latency(&self, latency: std::time::Duration) {
+    pub fn set_latency(&self, latency: Duration) {
         self.state.send_modify(|s| s.latency = latency);
     }
 
     /// Closes every open connection; new ones are accepted.
     pub fn sever(&self) {
         self.state.send_modify(|s| s.generation += 1);
+    }
+
+    /// Holds back the next chunk of bytes going `direction`, on whichever connection, while
+    /// its connection stays open; the bytes after it on that connection wait behind it.
+    pub fn hold_next(&self, direction: Direction) {
+        *self.holding.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(direction);
+    }
+
+    /// Completes once a chunk is held.
+    pub async fn held(&self) {
+        let mut held = self.holding.held.subscribe();
+        // The sender lives in `self`: the wait ends only when something is held.
+        let _ = held.wait_for(Option::is_some).await;
+    }
+
+    /// Lets the held chunk go on, and reports what its connection's server side did next:
+    /// for a held request, whether the server ran it (answered) or had closed the
+    /// connection. Waits at most 5 s; [`Delivery::Closed`] at once if nothing is held.
+    pub async fn deliver_held(&self) -> Delivery {
+        let Some(link) = self.holding.held.send_replace(None) else {
+            return Delivery::Closed;
+        };
+        let mut server = link.from_server.subscribe();
+        let (chunks_before, closed) = *server.borrow_and_update();
+        if closed {
+            self.holding.deliver.notify_one();
+            return Delivery::Closed;
+        }
+        self.holding.deliver.notify_one();
+        let next = tokio::time::timeout(
+            ANSWER_WAIT,
+            server.wait_for(|(chunks, closed)| *closed || *chunks > chunks_before),
+        )
+        .await;
+        match next {
+            Ok(Ok(state)) if state.1 && state.0 == chunks_before => Delivery::Closed,
+            Ok(Ok(_)) => Delivery::Answered,
+            Ok(Err(_)) => Delivery::Closed,
+            Err(_) => Delivery::Silent,
+        }
     }
 }
 
@@ -99,67 +200,108 @@ impl Drop for TcpProxy {
     }
 }
 
-async fn accept(listener: TcpListener, upstream: SocketAddr, state: watch::Sender<State>) {
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    state: watch::Sender<State>,
+    holding: Arc<Holding>,
+) {
     while let Ok((client, _)) = listener.accept().await {
         let Ok(server) = TcpStream::connect(upstream).await else {
             continue;
         };
         let generation = state.borrow().generation;
+        let link = Arc::new(Link::default());
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
-        tokio::spawn(pump(
-            client_read,
-            server_write,
-            state.subscribe(),
+        let pump = |from, to, direction| Pump {
+            from,
+            to,
+            direction,
+            state: state.subscribe(),
             generation,
-        ));
-        tokio::spawn(pump(
-            server_read,
-            client_write,
-            state.subscribe(),
-            generation,
-        ));
+            holding: holding.clone(),
+            link: link.clone(),
+        };
+        tokio::spawn(pump(client_read, server_write, Direction::ToServer).run());
+        tokio::spawn(pump(server_read, client_write, Direction::ToClient).run());
     }
 }
 
-/// Copies `from` to `to` while the proxy is not frozen; ends at EOF, on an error, or when
-/// the connection's generation is severed.
-async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut state: watch::Receiver<State>,
+/// Copies one direction of one connection.
+struct Pump {
+    from: OwnedReadHalf,
+    to: OwnedWriteHalf,
+    direction: Direction,
+    state: watch::Receiver<State>,
     generation: u64,
-) {
-    let mut buffer = vec![0u8; 16 * 1024];
-    loop {
-        let Ok(current) = state
-            .wait_for(|s| !s.frozen || s.generation != generation)
-            .await
-            .map(|s| *s)
-        else {
-            return;
-        };
-        if current.generation != generation {
-            return;
+    holding: Arc<Holding>,
+    link: Arc<Link>,
+}
+
+impl Pump {
+    /// Copies while the proxy is not frozen; ends at EOF, on an error, or when the
+    /// connection's generation is severed. A server side that ends marks its link closed.
+    async fn run(mut self) {
+        self.copy().await;
+        if self.direction == Direction::ToClient {
+            self.link
+                .from_server
+                .send_modify(|(_, closed)| *closed = true);
         }
-        tokio::select! {
-            read = from.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    let latency = state.borrow().latency;
-                    if !latency.is_zero() {
-                        tokio::time::sleep(latency).await;
+    }
+
+    async fn copy(&mut self) {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let generation = self.generation;
+            let Ok(current) = self
+                .state
+                .wait_for(|s| !s.frozen || s.generation != generation)
+                .await
+                .map(|s| *s)
+            else {
+                return;
+            };
+            if current.generation != generation {
+                return;
+            }
+            tokio::select! {
+                read = self.from.read(&mut buffer) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if self.direction == Direction::ToClient {
+                            self.link.from_server.send_modify(|(chunks, _)| *chunks += 1);
+                        }
+                        if self.holding.take(self.direction) && !self.hold().await {
+                            return;
+                        }
+                        let latency = self.state.borrow().latency;
+                        if !latency.is_zero() {
+                            tokio::time::sleep(latency).await;
+                        }
+                        if self.to.write_all(&buffer[..n]).await.is_err() {
+                            return;
+                        }
                     }
-                    if to.write_all(&buffer[..n]).await.is_err() {
+                },
+                changed = self.state.changed() => {
+                    if changed.is_err() {
                         return;
                     }
                 }
-            },
-            changed = state.changed() => {
-                if changed.is_err() {
-                    return;
-                }
             }
+        }
+    }
+
+    /// Holds the chunk just read until it is delivered; `false` if the connection is
+    /// severed meanwhile.
+    async fn hold(&mut self) -> bool {
+        self.holding.held.send_replace(Some(self.link.clone()));
+        let generation = self.generation;
+        tokio::select! {
+            () = self.holding.deliver.notified() => true,
+            _ = self.state.wait_for(|s| s.generation != generation) => false,
         }
     }
 }

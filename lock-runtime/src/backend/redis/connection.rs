@@ -1,4 +1,5 @@
-//! Multiplexed Redis connections, replaced after they break.
+//! Multiplexed Redis connections, replaced after they break, and closed on the server before
+//! anything else is sent once their commands' fate is unknown.
 //!
 //! redis-rs's `MultiplexedConnection` runs a task that owns the socket, on the runtime that
 //! opened it. Two kinds are kept:
@@ -9,10 +10,16 @@
 //!   that the fast path does not hop through the driver thread (on a loaded 2-core machine a
 //!   thread hop costs as much as the round trip).
 //!
-//! A command that fails because its connection broke returns that error (the lock code
-//! decides whether to retry); the next command on that route reconnects.
+//! A command that fails because its connection broke or timed out returns that error, and
+//! the connection is given up. Its commands may still be in the network or in the server's
+//! input buffer, and would run whenever they arrive: after a later release, a late acquire
+//! would take the key for an owner nobody tracks. So the next command, on whichever
+//! connection, first has the server close the given-up ones (`CLIENT KILL ID`, with the id
+//! each connection learned when it opened): once that is answered, nothing sent on them can
+//! run any more. A user that may not run `CLIENT KILL` loses this settling (logged once).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
@@ -45,10 +52,38 @@ impl Route {
     }
 }
 
+/// An open connection, as handed to one command.
+#[derive(Clone)]
+pub(crate) struct Live {
+    route: Route,
+    /// Tells connections of one route apart, so that an error on a replaced connection does
+    /// not throw away its replacement.
+    serial: u64,
+    /// The server's id of the connection (`CLIENT ID`), to close it there once given up.
+    server_id: Option<i64>,
+    connection: MultiplexedConnection,
+}
+
+impl Live {
+    /// The connection to send on (a cheap handle to the shared one).
+    pub(crate) fn connection(&self) -> MultiplexedConnection {
+        self.connection.clone()
+    }
+}
+
 pub(crate) struct Connection {
     client: Client,
     config: AsyncConnectionConfig,
-    open: Mutex<Vec<(Route, MultiplexedConnection)>>,
+    open: Mutex<Vec<Live>>,
+    serials: AtomicU64,
+    /// Server ids of given-up connections whose commands may still run.
+    given_up: Mutex<Vec<i64>>,
+    /// Set while `given_up` is not empty: the fast path checks only this.
+    unsettled: AtomicBool,
+    /// Held while given-up connections are being closed, so that no command overtakes it.
+    settling: tokio::sync::Mutex<()>,
+    /// Cleared once the server refused `CLIENT KILL` or `CLIENT ID` (an ACL without them).
+    can_settle: AtomicBool,
     /// Serialise reconnects, so that a burst of callers after an outage opens one connection;
     /// one for the background and one for callers, so that a caller stuck connecting never
     /// holds up renewals.
@@ -62,6 +97,11 @@ impl Connection {
             client,
             config,
             open: Mutex::new(Vec::new()),
+            serials: AtomicU64::new(0),
+            given_up: Mutex::new(Vec::new()),
+            unsettled: AtomicBool::new(false),
+            settling: tokio::sync::Mutex::new(()),
+            can_settle: AtomicBool::new(true),
             connecting_background: tokio::sync::Mutex::new(()),
             connecting_foreground: tokio::sync::Mutex::new(()),
         }
@@ -72,30 +112,41 @@ impl Connection {
         self.client.get_connection_info().addr().to_string()
     }
 
-    fn open(&self) -> std::sync::MutexGuard<'_, Vec<(Route, MultiplexedConnection)>> {
+    fn open(&self) -> std::sync::MutexGuard<'_, Vec<Live>> {
+        // Every update is one push, remove or retain: a panic cannot leave it half-done.
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn cached(&self, route: Route) -> Option<MultiplexedConnection> {
-        self.open()
-            .iter()
-            .find(|(r, _)| *r == route)
-            .map(|(_, connection)| connection.clone())
+    fn given_up(&self) -> std::sync::MutexGuard<'_, Vec<i64>> {
+        self.given_up.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live connection for `route`, opening one if there is none.
-    pub(crate) async fn get(&self, route: Route) -> Result<MultiplexedConnection, RedisError> {
-        if let Some(connection) = self.cached(route) {
-            return Ok(connection);
+    fn cached(&self, route: Route) -> Option<Live> {
+        self.open().iter().find(|live| live.route == route).cloned()
+    }
+
+    /// The live connection for `route`, opening one if there is none; connections given up
+    /// before this call are closed on the server first.
+    pub(crate) async fn get(&self, route: Route) -> Result<Live, RedisError> {
+        let live = match self.cached(route) {
+            Some(live) => live,
+            None => self.reconnect(route).await?,
+        };
+        if self.unsettled.load(Ordering::Acquire) {
+            self.settle(&live).await?;
         }
+        Ok(live)
+    }
+
+    async fn reconnect(&self, route: Route) -> Result<Live, RedisError> {
         let _connecting = match route {
             Route::Background => self.connecting_background.lock().await,
             Route::Foreground(_) => self.connecting_foreground.lock().await,
         };
-        if let Some(connection) = self.cached(route) {
-            return Ok(connection);
+        if let Some(live) = self.cached(route) {
+            return Ok(live);
         }
-        let opened = match route {
+        let mut connection = match route {
             Route::Foreground(_) => {
                 self.client
                     .get_multiplexed_async_connection_with_config(&self.config)
@@ -115,29 +166,103 @@ impl Connection {
                     .map_err(|e| to_redis_error(LockError::backend(None, e.to_string(), None)))??
             }
         };
+        let server_id = match redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async::<i64>(&mut connection)
+            .await
+        {
+            Ok(id) => Some(id),
+            Err(error) if error.code() == Some("NOPERM") => {
+                self.cannot_settle("CLIENT ID", &error);
+                None
+            }
+            Err(error) => return Err(error),
+        };
+        let live = Live {
+            route,
+            serial: self.serials.fetch_add(1, Ordering::Relaxed),
+            server_id,
+            connection,
+        };
         let mut open = self.open();
-        let foreground = open.iter().filter(|(r, _)| *r != Route::Background).count();
+        let foreground = open.iter().filter(|l| l.route != Route::Background).count();
         if route != Route::Background
             && foreground >= FOREGROUND_RUNTIMES
-            && let Some(oldest) = open.iter().position(|(r, _)| *r != Route::Background)
+            && let Some(oldest) = open.iter().position(|l| l.route != Route::Background)
         {
             open.remove(oldest);
         }
-        open.push((route, opened.clone()));
-        Ok(opened)
+        open.push(live.clone());
+        Ok(live)
     }
 
-    /// Forgets the connection of `route` if `error` means it is broken, so the next call
-    /// reconnects; returns whether it did.
-    pub(crate) fn note_error(&self, route: Route, error: &RedisError) -> bool {
+    /// Closes every given-up connection on the server, through `live`.
+    async fn settle(&self, live: &Live) -> Result<(), RedisError> {
+        let _settling = self.settling.lock().await;
+        let ids = self.given_up().clone();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut pipeline = redis::pipe();
+        for id in &ids {
+            // The filter form answers how many it closed: 0 for one already gone.
+            pipeline
+                .cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .ignore();
+        }
+        match pipeline.query_async::<()>(&mut live.connection()).await {
+            Ok(()) => {}
+            Err(error) if error.code() == Some("NOPERM") => {
+                self.cannot_settle("CLIENT KILL", &error);
+            }
+            Err(error) => {
+                self.note_error(live, &error);
+                return Err(error);
+            }
+        }
+        let mut given_up = self.given_up();
+        given_up.retain(|id| !ids.contains(id));
+        self.unsettled
+            .store(!given_up.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    fn cannot_settle(&self, command: &str, error: &RedisError) {
+        if self.can_settle.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                %error,
+                "the Redis user may not run {command}: a command whose reply was lost may \
+                 still run after later ones (allow `+client|id +client|kill` to close that gap)"
+            );
+        }
+        self.given_up().clear();
+        self.unsettled.store(false, Ordering::Release);
+    }
+
+    /// Gives `live` up if `error` means it is broken or timed out, so that the next call
+    /// reconnects and first closes it on the server; returns whether it did.
+    pub(crate) fn note_error(&self, live: &Live, error: &RedisError) -> bool {
         let broken = error.is_io_error()
             || error.is_connection_dropped()
             || error.is_connection_refusal()
             || error.is_unrecoverable_error();
-        if broken {
-            self.open().retain(|(r, _)| *r != route);
+        if !broken {
+            return false;
         }
-        broken
+        let mut open = self.open();
+        let before = open.len();
+        open.retain(|l| l.serial != live.serial);
+        if open.len() < before
+            && let Some(id) = live.server_id
+            && self.can_settle.load(Ordering::Relaxed)
+        {
+            self.given_up().push(id);
+            self.unsettled.store(true, Ordering::Release);
+        }
+        true
     }
 }
 

@@ -110,16 +110,15 @@ impl RedisBackend {
     /// exactly the keys with a TTL, i.e. locks). A server that hides its configuration
     /// (`CONFIG` renamed or not allowed) passes.
     pub async fn check_eviction_policy(&self) -> Result<(), LockError> {
-        let route = Route::here();
-        let mut connection = self
+        let live = self
             .connection
-            .get(route)
+            .get(Route::here())
             .await
             .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
         let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("maxmemory-policy")
-            .query_async(&mut connection)
+            .query_async(&mut live.connection())
             .await;
         match reply.as_deref() {
             Ok([_, policy]) if policy != "noeviction" => Err(LockError::config(format!(
@@ -136,11 +135,12 @@ impl RedisBackend {
     }
 
     async fn ping(&self) -> Result<(), RedisError> {
-        let route = Route::here();
-        let mut connection = self.connection.get(route).await?;
-        let result = redis::cmd("PING").query_async::<()>(&mut connection).await;
+        let live = self.connection.get(Route::here()).await?;
+        let result = redis::cmd("PING")
+            .query_async::<()>(&mut live.connection())
+            .await;
         if let Err(e) = &result {
-            self.connection.note_error(route, e);
+            self.connection.note_error(&live, e);
         }
         result
     }
@@ -166,13 +166,16 @@ impl RedisBackend {
         format!("{lock_key}:released")
     }
 
+    /// Runs `script` once. A reply that does not come (a broken connection, a timeout) is an
+    /// error; the connection is then given up and closed on the server before the next
+    /// command, so the script either ran before that command or never will.
     async fn run(
         &self,
         script: &Script,
         keys: &[String],
         args: &[&str],
         key: &str,
-    ) -> Result<Sent, LockError> {
+    ) -> Result<Value, LockError> {
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -180,29 +183,19 @@ impl RedisBackend {
         for a in args {
             invocation.arg(*a);
         }
-        // Every script is safe to run twice for the same owner (acquire recognises its own
-        // grant, release compares before deleting), so a command that met a connection
-        // broken since its last use is resent once on a fresh one.
-        let route = Route::here();
-        let mut resent = false;
-        loop {
-            let result = async {
-                let mut connection = self.connection.get(route).await?;
-                // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
-                invocation.invoke_async::<Value>(&mut connection).await
-            }
+        let live = self
+            .connection
+            .get(Route::here())
+            .await
+            .map_err(|e| backend_error(Some(key), "cannot connect to Redis", e))?;
+        // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
+        let result = invocation
+            .invoke_async::<Value>(&mut live.connection())
             .await;
-            match result {
-                Ok(reply) => return Ok(Sent { reply, resent }),
-                Err(error) => {
-                    let broken = self.connection.note_error(route, &error);
-                    if !broken || resent {
-                        return Err(backend_error(Some(key), "Redis command failed", error));
-                    }
-                    resent = true;
-                }
-            }
-        }
+        result.map_err(|error| {
+            self.connection.note_error(&live, &error);
+            backend_error(Some(key), "Redis command failed", error)
+        })
     }
 }
 
@@ -223,15 +216,17 @@ impl RedisBackend {
             }
             pipeline.invoke_script(&invocation);
         }
-        let route = Route::here();
-        let mut connection = self.connection.get(route).await?;
+        let live = self.connection.get(Route::here()).await?;
+        let mut connection = live.connection();
         let mut result = pipeline.query_async(&mut connection).await;
         if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            EXTEND.load_async(&mut connection).await?;
-            result = pipeline.query_async(&mut connection).await;
+            result = match EXTEND.load_async(&mut connection).await {
+                Ok(_) => pipeline.query_async(&mut connection).await,
+                Err(error) => Err(error),
+            };
         }
         if let Err(error) = &result {
-            self.connection.note_error(route, error);
+            self.connection.note_error(&live, error);
         }
         result
     }
@@ -305,12 +300,6 @@ fn check_tls_ready() -> Result<(), LockError> {
     ))
 }
 
-/// A script's reply, and whether the script was sent twice (after a broken connection).
-struct Sent {
-    reply: Value,
-    resent: bool,
-}
-
 fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
     LockError::backend(key, format!("{context}: {error}"), Some(Arc::new(error)))
 }
@@ -378,16 +367,14 @@ impl LockBackend for RedisBackend {
                     let reservation_key = Self::reservation_key(&lock_key);
                     let keys = [lock_key, fence_key, reservation_key];
                     let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
-                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?.reply
+                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?
                 }
                 Turn::Queue(place) => {
                     let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
                     let keys = [lock_key, fence_key, queue_key, deadlines_key];
                     let place_ms = place.as_millis().to_string();
                     let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
-                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key)
-                        .await?
-                        .reply
+                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
                 }
             };
             parse_acquire(&lease.key, &reply)
@@ -441,13 +428,11 @@ impl LockBackend for RedisBackend {
             let reservation_key = Self::reservation_key(&lock_key);
             let keys = [lock_key, queue_key, deadlines_key, reservation_key];
             let args = [lease.owner.as_str(), &keep_ms, &channel];
-            let sent = self.run(&RELEASE, &keys, &args, &lease.key).await?;
-            match integer(&sent.reply) {
+            let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
+            match integer(&reply) {
                 Some(1) => Ok(Release::Released),
-                // A key gone after a resend: the first send, whose reply was lost, deleted it.
-                Some(-1) if sent.resent => Ok(Release::Released),
                 Some(0 | -1) => Ok(Release::NotOwner),
-                _ => Err(unexpected(&lease.key, "release", &sent.reply)),
+                _ => Err(unexpected(&lease.key, "release", &reply)),
             }
         })
     }
