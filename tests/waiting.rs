@@ -247,3 +247,136 @@ async fn a_fair_waiter_that_gives_up_leaves_the_queue() {
     holder.release().await.unwrap();
     let _: () = redis.del("unused").await.unwrap();
 }
+
+/// Finding 7: a waiter cancelled while its client opens the subscription connection must not
+/// leave that connection (and the tasks serving it) behind. Before, the task opening it ran
+/// on after the cancellation and kept the connection forever.
+#[tokio::test]
+async fn a_waiter_cancelled_while_subscribing_leaves_no_connection_behind() {
+    let server = redis_server();
+    let mut redis = inspector(&server).await;
+    let holder = client(&server).await;
+    let _held = holder.lock("busy").ttl_ms(60_000).acquire().await.unwrap();
+    let proxy = fencelock::testing::TcpProxy::start(
+        format!("127.0.0.1:{}", server.port()).parse().unwrap(),
+    )
+    .unwrap();
+    let waiter_client = LockClient::connect(&proxy.url()).await.unwrap();
+    support::lock_once(&waiter_client, "warm-up").await;
+    let connected = |redis: redis::aio::MultiplexedConnection| async move {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .unwrap()
+    };
+    let before = connected(redis.clone()).await;
+    for _ in 0..3 {
+        proxy.hold_next_connection();
+        let waiter = tokio::spawn({
+            let waiter_client = waiter_client.clone();
+            async move { waiter_client.lock("busy").wait_ms(30_000).acquire().await }
+        });
+        // The waiter's attempt failed and it is opening the subscription connection.
+        proxy.held().await;
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        proxy.deliver_held().await;
+    }
+    let back = eventually(Duration::from_secs(5), || {
+        let redis = redis.clone();
+        async move { connected(redis).await == before }
+    })
+    .await;
+    assert!(
+        back,
+        "connections: {before} before, {} after three cancelled subscriptions",
+        connected(redis.clone()).await
+    );
+    let _: () = redis.del("unused").await.unwrap();
+}
+
+/// A memory backend whose calls answer late, on the paused clock: `acquire` after
+/// `attempt_delay`, `subscribe` after `subscribe_delay`.
+#[derive(Debug, Default)]
+struct Slow {
+    memory: fencelock::backend::memory::MemoryBackend,
+    attempt_delay: Duration,
+    subscribe_delay: Duration,
+}
+
+impl LockBackend for Slow {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.attempt_delay).await;
+            self.memory.acquire(lease, turn).await
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.subscribe_delay).await;
+            self.memory.subscribe(key).await
+        })
+    }
+
+    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        self.memory.extend(leases)
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        self.memory.release(lease, keep)
+    }
+}
+
+/// Finding 9: `wait_ms` bounds the whole call, also while the backend is slow to answer an
+/// attempt or a subscription. Before, an attempt or a subscription ran to its end (a response
+/// timeout: 2 s by default) whatever was left of `wait_ms`.
+#[tokio::test(start_paused = true)]
+async fn wait_ms_bounds_the_call_while_the_backend_is_slow() {
+    let slow_attempts = Slow {
+        attempt_delay: Duration::from_secs(2),
+        ..Slow::default()
+    };
+    let slow_subscriptions = Slow {
+        subscribe_delay: Duration::from_secs(2),
+        ..Slow::default()
+    };
+    let cases = [
+        (slow_attempts, "an attempt", true),
+        (slow_subscriptions, "a subscription", false),
+    ];
+    for (backend, what, backend_error) in cases {
+        let holder = Lease {
+            key: "k".into(),
+            owner: "holder".into(),
+            ttl: Duration::from_secs(60),
+        };
+        backend.memory.acquire(&holder, Turn::Barge).await.unwrap();
+        let client = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());
+        let started = tokio::time::Instant::now();
+        let outcome = client.lock("k").sleep_ms(10).wait_ms(50).acquire().await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(50),
+            "{what} that answers in 2 s is cut at wait_ms"
+        );
+        match outcome {
+            Err(LockError::Backend { .. }) if backend_error => {}
+            Err(LockError::NotAcquired { attempts: 1, .. }) if !backend_error => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}

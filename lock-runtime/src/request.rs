@@ -108,7 +108,9 @@ impl LockRequest {
         key::validate(&self.key)?;
         self.options.validate()?;
         let options = self.options;
-        let deadline = Instant::now() + options.wait();
+        // `GiveUp` makes its one attempt whatever it takes; every other request ends by its
+        // deadline, also while an attempt or a subscription is out.
+        let deadline = (!options.gives_up()).then(|| Instant::now() + options.wait());
         let mut waiting_since = None;
         let mut pending = PendingAcquire {
             lease: Lease {
@@ -125,15 +127,23 @@ impl LockRequest {
         // Once an attempt's reply was lost, it may have been applied: the cleanup stays due
         // whatever comes after, until after the guard's release.
         let mut reply_lost = false;
+        // What the last answered attempt found: returned if the deadline cuts the next one.
+        let mut last_error: Option<LockError> = None;
         loop {
             attempts += 1;
             let sent_at = Instant::now();
             pending.leaves_traces = true;
             let turn = turn(&options, waiting_since);
             let backend = pending.client.backend().clone();
-            let (outcome, resent) = resend_once(|| backend.acquire(&pending.lease, turn)).await;
+            let attempt = resend_once(|| backend.acquire(&pending.lease, turn));
+            let Some((outcome, resent)) = until(deadline, attempt).await else {
+                // Cut at the deadline: the attempt may still be applied.
+                reply_lost = true;
+                pending.withdraw(reply_lost, deadline).await;
+                return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
+            };
             reply_lost |= resent;
-            let (error, holder_remaining) = match outcome {
+            let holder_remaining = match outcome {
                 Ok(Acquire::Granted { token }) => {
                     return pending.into_guard(token, sent_at, &options, reply_lost);
                 }
@@ -141,55 +151,72 @@ impl LockRequest {
                     waiting_since.get_or_insert(sent_at);
                     // A fair place or a reserved turn stays until the waiter leaves.
                     pending.leaves_traces = reply_lost || turn != Turn::Barge;
-                    let error = LockError::NotAcquired {
+                    last_error = Some(LockError::NotAcquired {
                         key: pending.lease.key.clone(),
                         attempts,
-                    };
-                    (error, remaining)
+                    });
+                    remaining
                 }
                 // The attempt may have been applied: stay in doubt, so that a retry with the
                 // same owner token is recognised, and giving up deletes the grant.
                 Err(error) if error.is_backend() => {
                     reply_lost = true;
-                    (error, None)
+                    last_error = Some(error);
+                    None
                 }
                 Err(error) => return Err(error),
             };
             let now = Instant::now();
             if options.gives_up()
-                || now >= deadline
+                || deadline.is_some_and(|deadline| now >= deadline)
                 || unnotified_waits >= options.unnotified_retries()
             {
-                pending.withdraw(reply_lost).await;
-                return Err(error);
+                pending.withdraw(reply_lost, deadline).await;
+                return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
             }
             // Subscribe before the attempt after which we wait: a release between the failed
             // attempt and the subscription is then seen by that attempt, and any later one is
             // announced.
             if may_subscribe && !releases.as_ref().is_some_and(ReleaseWatch::is_subscribed) {
-                match pending.client.backend().subscribe(&pending.lease.key).await {
-                    Ok(watch) => {
+                let subscribing = pending.client.backend().subscribe(&pending.lease.key);
+                match until(deadline, subscribing).await {
+                    Some(Ok(watch)) => {
                         // The attempt right after subscribing counts as a retry: without
                         // notifications a request makes exactly `1 + retry` attempts.
                         releases = Some(watch);
                         unnotified_waits += 1;
                         continue;
                     }
-                    Err(error) => {
+                    Some(Err(error)) => {
                         // Not again in this request: a failing subscription can cost a
                         // response timeout each time.
                         may_subscribe = false;
                         tracing::debug!(key = %pending.lease.key, %error, "no release notifications; polling");
                     }
+                    None => {
+                        pending.withdraw(reply_lost, deadline).await;
+                        return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
+                    }
                 }
             }
-            let pause = options.pause(holder_remaining).min(deadline - now);
-            tracing::debug!(key = %pending.lease.key, attempts, ?pause, %error, "lock not acquired; waiting");
+            let mut pause = options.pause(holder_remaining);
+            if let Some(deadline) = deadline {
+                pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+            }
+            tracing::debug!(key = %pending.lease.key, attempts, ?pause, "lock not acquired; waiting");
             let notified = wait_for_release(releases.as_mut(), pause).await;
             if !notified {
                 unnotified_waits += 1;
             }
         }
+    }
+}
+
+/// Runs `future` until `deadline` (if any); `None` if the deadline came first.
+async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
     }
 }
 
@@ -262,19 +289,28 @@ impl PendingAcquire {
 
     /// Gives back the place in a fair queue or the reserved turn before giving up, so that
     /// the next request does not find the key held for a waiter that has left. A lost reply
-    /// keeps the background cleanup due (its attempt may still arrive); whatever fails here
-    /// is left to it too.
-    async fn withdraw(&mut self, reply_lost: bool) {
-        if self.leaves_traces
-            && self
-                .client
-                .backend()
-                .release(&self.lease, Duration::ZERO)
-                .await
-                .is_ok()
-        {
+    /// keeps the background cleanup due (its attempt may still arrive); whatever fails here,
+    /// or would outlast the deadline, is left to it too.
+    async fn withdraw(&mut self, reply_lost: bool, deadline: Option<Instant>) {
+        if !self.leaves_traces {
+            return;
+        }
+        let releasing = self.client.backend().release(&self.lease, Duration::ZERO);
+        if let Some(Ok(_)) = until(deadline, releasing).await {
             self.leaves_traces = reply_lost;
         }
+    }
+
+    /// The error of a request whose attempts all went unanswered until its deadline.
+    fn no_answer(&self, options: &LockOptions) -> LockError {
+        LockError::backend(
+            Some(&self.lease.key),
+            format!(
+                "the backend did not answer within the request's wait ({} ms)",
+                options.wait().as_millis()
+            ),
+            None,
+        )
     }
 }
 

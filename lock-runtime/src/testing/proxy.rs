@@ -2,6 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +63,8 @@ pub struct TcpProxy {
 struct Holding {
     /// Set by `hold_next`: the next chunk going this way is held.
     armed: Mutex<Option<Direction>>,
+    /// Set by `hold_next_connection`: the first request of the next connection is held.
+    armed_for_connection: AtomicBool,
     /// The connection of the chunk held now, if any.
     held: watch::Sender<Option<Arc<Link>>>,
     /// Lets the held chunk go.
@@ -157,6 +160,15 @@ impl TcpProxy {
         *self.holding.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(direction);
     }
 
+    /// Holds back the first request of the next connection opened through the proxy (its
+    /// handshake, for a Redis client), so that whoever opens it waits in the middle of
+    /// connecting.
+    pub fn hold_next_connection(&self) {
+        self.holding
+            .armed_for_connection
+            .store(true, Ordering::SeqCst);
+    }
+
     /// Completes once a chunk is held.
     pub async fn held(&self) {
         let mut held = self.holding.held.subscribe();
@@ -214,10 +226,12 @@ async fn accept(
         let link = Arc::new(Link::default());
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
+        let hold_first = holding.armed_for_connection.swap(false, Ordering::SeqCst);
         let pump = |from, to, direction| Pump {
             from,
             to,
             direction,
+            hold_first: hold_first && direction == Direction::ToServer,
             state: state.subscribe(),
             generation,
             holding: holding.clone(),
@@ -233,6 +247,8 @@ struct Pump {
     from: OwnedReadHalf,
     to: OwnedWriteHalf,
     direction: Direction,
+    /// Hold the first chunk (`hold_next_connection`).
+    hold_first: bool,
     state: watch::Receiver<State>,
     generation: u64,
     holding: Arc<Holding>,
@@ -273,7 +289,9 @@ impl Pump {
                         if self.direction == Direction::ToClient {
                             self.link.from_server.send_modify(|(chunks, _)| *chunks += 1);
                         }
-                        if self.holding.take(self.direction) && !self.hold().await {
+                        let hold = std::mem::take(&mut self.hold_first)
+                            || self.holding.take(self.direction);
+                        if hold && !self.hold().await {
                             return;
                         }
                         let latency = self.state.borrow().latency;

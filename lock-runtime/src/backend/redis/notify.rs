@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use redis::{Client, RedisError};
 use tokio::sync::{Mutex, mpsc};
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::LockError;
 use crate::driver::Background;
@@ -126,33 +126,47 @@ impl Notifier {
     }
 
     /// Opens a subscription connection on the driver, with a task there that turns its
-    /// messages into wake-ups.
+    /// messages into wake-ups. If the caller gives up (a timeout, or its future is dropped
+    /// with the waiter's), the opening is aborted, and a connection it opened anyway is
+    /// closed with the unread result: the reading task starts only once the connection is
+    /// handed over.
     async fn connect(&self) -> Result<Subscriptions, RedisError> {
         let client = self.client.clone();
-        let hub = Arc::downgrade(&self.hub);
-        let current = Arc::downgrade(&self.current);
-        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
-        let mut opening = Background::Driver
-            .spawn(async move {
-                let (sink, messages) = client.get_async_pubsub().await?.split();
-                let reader = tokio::spawn(announce(messages, hub, current, generation));
-                Ok::<_, RedisError>((sink, reader.abort_handle()))
-            })
+        let opening = Background::Driver
+            .spawn(async move { client.get_async_pubsub().await })
             .map_err(|e| io_error(e.to_string()))?;
-        match tokio::time::timeout(self.response_timeout, &mut opening).await {
-            Ok(Ok(Ok((sink, reader)))) => Ok(Subscriptions {
-                sink,
-                generation,
-                reader,
-            }),
-            Ok(Ok(Err(error))) => Err(error),
-            Ok(Err(join_error)) => Err(io_error(join_error.to_string())),
-            Err(_) => {
-                // Not left to finish later with a connection nobody would close.
-                opening.abort();
-                Err(io_error("opening the subscription connection timed out"))
-            }
-        }
+        let mut opening = AbortOnDrop(opening);
+        let (sink, messages) =
+            match tokio::time::timeout(self.response_timeout, &mut opening.0).await {
+                Ok(Ok(Ok(pubsub))) => pubsub.split(),
+                Ok(Ok(Err(error))) => return Err(error),
+                Ok(Err(join_error)) => return Err(io_error(join_error.to_string())),
+                Err(_) => return Err(io_error("opening the subscription connection timed out")),
+            };
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
+        let reading = announce(
+            messages,
+            Arc::downgrade(&self.hub),
+            Arc::downgrade(&self.current),
+            generation,
+        );
+        let reader = Background::Driver
+            .spawn(reading)
+            .map_err(|e| io_error(e.to_string()))?;
+        Ok(Subscriptions {
+            sink,
+            generation,
+            reader: reader.abort_handle(),
+        })
+    }
+}
+
+/// Aborts a task when dropped (a `JoinHandle` alone lets it run on).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
