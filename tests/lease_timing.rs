@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencelock::backend::memory::MemoryBackend;
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use fencelock::backend::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+};
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
 use support::expect_lost;
 use tokio::runtime::Handle;
@@ -61,9 +63,12 @@ impl LockBackend for Partitionable {
         self.memory.subscribe(key)
     }
 
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        leases: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         let hangs = self.hang_renewals_of.lock().unwrap();
-        if leases.iter().any(|l| hangs.contains(&l.key.as_str())) {
+        if leases.iter().any(|l| hangs.contains(&l.lease.key.as_str())) {
             return Box::pin(std::future::pending());
         }
         match self.unreachable() {

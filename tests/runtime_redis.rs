@@ -30,12 +30,10 @@ async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_
         .unwrap();
     let mut redis = inspector(&server).await;
     let guard = client.lock("stock:42").acquire().await.unwrap();
-    let owner: Option<String> = redis.get("app:{stock:42}").await.unwrap();
-    assert_eq!(
-        owner.map(|o| o.len()),
-        Some(32),
-        "the owner is a 32-digit UUID"
-    );
+    let holder: String = redis.get("app:{stock:42}").await.unwrap();
+    let (owner, token) = holder.split_once(':').expect("<owner>:<token>");
+    assert_eq!(owner.len(), 32, "the owner is a 32-digit UUID");
+    assert_eq!(token, guard.token().to_string(), "then the grant's token");
     let ttl: i64 = redis.pttl("app:{stock:42}").await.unwrap();
     assert!(
         ttl > 0 && ttl <= 30_000,

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::backend::redis::RedisBackend;
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use fencelock::backend::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+};
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
 use support::{client, eventually, inspector, redis_server};
@@ -122,7 +124,10 @@ impl LockBackend for ReleaseBeforeSubscribing {
         })
     }
 
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        leases: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         self.redis.extend(leases)
     }
 
@@ -328,7 +333,10 @@ impl LockBackend for Slow {
         })
     }
 
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        leases: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         self.memory.extend(leases)
     }
 

@@ -91,7 +91,10 @@ impl LockError {
         matches!(self, LockError::Backend { .. })
     }
 
-    pub(crate) fn backend(
+    /// A [`LockError::Backend`]: what a [`crate::backend::LockBackend`] returns when its store
+    /// failed, timed out or answered something unexpected (the call's effect is then
+    /// unknown; see the trait's notes on lost replies).
+    pub fn backend(
         key: Option<&str>,
         message: impl Into<String>,
         source: Option<Arc<dyn StdError + Send + Sync>>,

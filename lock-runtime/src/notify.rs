@@ -8,22 +8,52 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OnceCell, mpsc, watch};
+use tokio::sync::{Notify, OnceCell, mpsc};
 
 /// A waiter's subscription to the releases of one key; dropping it ends the subscription.
 #[derive(Debug)]
 pub struct ReleaseWatch {
     hub: Arc<ReleaseHub>,
     key: String,
-    releases: watch::Receiver<u64>,
+    releases: Arc<Releases>,
+    /// The release count this watch has seen.
+    seen: u64,
+}
+
+/// A key's release count, and its waiters. A `Notify` rather than a `watch`: `watch` wakes
+/// its waiters in a random order, and a simulation on the paused clock must take the same
+/// path on every run of a seed.
+#[derive(Debug, Default)]
+struct Releases {
+    count: Mutex<u64>,
+    announced: Notify,
+}
+
+impl Releases {
+    fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn announce(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.announced.notify_waiters();
+    }
 }
 
 impl ReleaseWatch {
     /// Completes at the next release of the key after the watch was made or last completed.
     pub async fn released(&mut self) {
-        if self.releases.changed().await.is_err() {
-            // The hub is gone (its client with it): nothing will be announced any more.
-            std::future::pending::<()>().await;
+        loop {
+            let announced = self.releases.announced.notified();
+            tokio::pin!(announced);
+            // Registered before the check: a release right after it still wakes this waiter.
+            announced.as_mut().enable();
+            let count = self.releases.count();
+            if count > self.seen {
+                self.seen = count;
+                return;
+            }
+            announced.await;
         }
     }
 }
@@ -55,7 +85,7 @@ pub(crate) struct ReleaseHub {
 
 #[derive(Debug)]
 struct Watched {
-    releases: watch::Sender<u64>,
+    releases: Arc<Releases>,
     watchers: usize,
     /// Set once the backend confirmed its subscription to the key; replaced when the
     /// subscription connection is lost.
@@ -80,7 +110,7 @@ impl ReleaseHub {
     pub(crate) fn watch(self: &Arc<Self>, key: &str) -> (ReleaseWatch, Arc<OnceCell<()>>) {
         let mut keys = self.keys();
         let watched = keys.entry(key.to_owned()).or_insert_with(|| Watched {
-            releases: watch::channel(0).0,
+            releases: Arc::default(),
             watchers: 0,
             subscribed: Arc::new(OnceCell::new()),
         });
@@ -88,7 +118,8 @@ impl ReleaseHub {
         let watch = ReleaseWatch {
             hub: self.clone(),
             key: key.to_owned(),
-            releases: watched.releases.subscribe(),
+            seen: watched.releases.count(),
+            releases: watched.releases.clone(),
         };
         (watch, watched.subscribed.clone())
     }
@@ -124,17 +155,22 @@ impl ReleaseHub {
 
     /// Wakes the waiters of `key`.
     pub(crate) fn released(&self, key: &str) {
-        if let Some(watched) = self.keys().get(key) {
-            watched.releases.send_modify(|count| *count += 1);
+        let releases = self.keys().get(key).map(|watched| watched.releases.clone());
+        if let Some(releases) = releases {
+            releases.announce();
         }
     }
 
     /// The subscription connection was lost: every key must be subscribed again, and every
     /// waiter wakes to try once more (a release may have gone unannounced).
     pub(crate) fn subscriptions_lost(&self) {
+        let mut announce = Vec::new();
         for watched in self.keys().values_mut() {
             watched.subscribed = Arc::new(OnceCell::new());
-            watched.releases.send_modify(|count| *count += 1);
+            announce.push(watched.releases.clone());
+        }
+        for releases in announce {
+            releases.announce();
         }
     }
 }

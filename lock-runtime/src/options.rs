@@ -192,6 +192,16 @@ impl LockOptions {
         }
     }
 
+    /// `wait_ms` when given: then the call ends by it, cutting an attempt or a subscription
+    /// that is still out (the default bound, `retry × sleep_ms`, only ends the waiting
+    /// between attempts, which may be none at all with `retry = 0`).
+    pub const fn wait_bound(&self) -> Option<Duration> {
+        match (self.wait_ms, self.give_up) {
+            (Some(wait_ms), false) => Some(Duration::from_millis(wait_ms)),
+            _ => None,
+        }
+    }
+
     /// The longest time to wait in all: `wait_ms`, else `retry × sleep_ms`.
     pub const fn wait(&self) -> Duration {
         match self.wait_ms {

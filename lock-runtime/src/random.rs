@@ -22,3 +22,9 @@ pub(crate) fn unit() -> f64 {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     })
 }
+
+/// Seeds this thread's jitter generator: a simulation on a current-thread runtime then
+/// draws the same pauses on every run.
+pub(crate) fn seed_jitter(seed: u64) {
+    JITTER_STATE.with(|state| state.set(seed | 1));
+}

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Lease, LockBackend};
+use crate::backend::{HeldLease, LockBackend};
 use crate::driver::Background;
 use crate::{LockError, LockOptions};
 
@@ -66,33 +66,42 @@ pub struct RenewalStats {
     pub losses: u64,
 }
 
-/// The loss signal shared by a lease's guard and the renewal loop.
-#[derive(Debug)]
-pub(crate) struct LossSignal(watch::Sender<Option<LossCause>>);
+/// The loss signal shared by a lease's guard and the renewal loop. A `Notify` rather than a
+/// `watch`: `watch` wakes its waiters in a random order, and a simulation on the paused clock
+/// must take the same path on every run of a seed.
+#[derive(Debug, Default)]
+pub(crate) struct LossSignal {
+    cause: Mutex<Option<LossCause>>,
+    lost: Notify,
+}
 
 impl LossSignal {
-    fn new() -> Self {
-        LossSignal(watch::channel(None).0)
-    }
-
     /// Records the first loss; later ones keep the first cause.
     pub(crate) fn lose(&self, cause: LossCause) {
-        self.0
-            .send_if_modified(|state| state.is_none() && state.replace(cause).is_none());
+        let first = {
+            let mut current = self.cause.lock().unwrap_or_else(|e| e.into_inner());
+            current.is_none() && current.replace(cause).is_none()
+        };
+        if first {
+            self.lost.notify_waiters();
+        }
     }
 
     pub(crate) fn cause(&self) -> Option<LossCause> {
-        *self.0.borrow()
+        *self.cause.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Completes when the lease is lost (at once if it already was).
     pub(crate) async fn lost(&self) -> LossCause {
-        let mut receiver = self.0.subscribe();
-        let cause = receiver.wait_for(Option::is_some).await.map(|cause| *cause);
-        match cause {
-            Ok(Some(cause)) => cause,
-            // The sender lives in `self`, and `wait_for` returned only once a cause was set.
-            _ => std::future::pending().await,
+        loop {
+            let notified = self.lost.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a loss right after it still wakes this waiter.
+            notified.as_mut().enable();
+            if let Some(cause) = self.cause() {
+                return cause;
+            }
+            notified.await;
         }
     }
 }
@@ -170,7 +179,7 @@ struct Registry {
 }
 
 struct Tracked {
-    lease: Lease,
+    held: HeldLease,
     signal: Arc<LossSignal>,
     renew: bool,
     /// When the next renewal is due.
@@ -185,12 +194,13 @@ struct Tracked {
 
 impl Tracked {
     fn interval(&self) -> Duration {
-        self.lease.ttl / 3
+        self.held.lease.ttl / 3
     }
 
     /// Records that the lease was granted or extended by a request sent at `sent_at`.
     fn confirm(&mut self, sent_at: Instant) {
-        self.valid_until = sent_at + self.lease.ttl - drift(self.lease.ttl);
+        let ttl = self.held.lease.ttl;
+        self.valid_until = sent_at + ttl - drift(ttl);
         self.next_due = sent_at + self.interval();
     }
 
@@ -244,7 +254,7 @@ impl Shared {
     }
 
     fn lose(&self, tracked: &Tracked, cause: LossCause) {
-        tracing::warn!(key = %tracked.lease.key, %cause, "lock lost");
+        tracing::warn!(key = %tracked.held.lease.key, %cause, "lock lost");
         self.losses.fetch_add(1, Ordering::Relaxed);
         tracked.signal.lose(cause);
     }
@@ -276,11 +286,11 @@ impl Renewer {
     /// Starts tracking a lease granted by a request sent at `sent_at`.
     pub(crate) fn track(
         &self,
-        lease: Lease,
+        held: HeldLease,
         sent_at: Instant,
         options: &LockOptions,
     ) -> Result<Tracking, LockError> {
-        let signal = Arc::new(LossSignal::new());
+        let signal = Arc::new(LossSignal::default());
         let mut tracked = Tracked {
             next_due: sent_at,
             valid_until: sent_at,
@@ -288,7 +298,7 @@ impl Renewer {
             renew: options.renews(),
             in_flight: false,
             signal: signal.clone(),
-            lease,
+            held,
         };
         tracked.confirm(sent_at);
         let first_event = tracked.next_wake();
@@ -346,13 +356,13 @@ async fn run(shared: Arc<Shared>) {
             // renewing early costs nothing and puts the leases in step with each other.
             let round_due = registry.leases.values().any(|t| t.due_by(now));
             if round_due {
-                let due: Vec<(u64, Lease)> = registry
+                let due: Vec<(u64, HeldLease)> = registry
                     .leases
                     .iter_mut()
                     .filter(|(_, t)| t.due_by(now + t.interval() / 2))
                     .map(|(id, t)| {
                         t.in_flight = true;
-                        (*id, t.lease.clone())
+                        (*id, t.held.clone())
                     })
                     .collect();
                 rounds.push(renew(shared.clone(), due));
@@ -406,8 +416,8 @@ impl Drop for LoopRunning<'_> {
 /// One renewal round: extends `due` in one backend call and records what it found. The
 /// round gives up at the earliest loss deadline of its leases: by then that lease is lost
 /// anyway, and the others are sent again.
-async fn renew(shared: Arc<Shared>, due: Vec<(u64, Lease)>) {
-    let leases: Vec<Lease> = due.iter().map(|(_, lease)| lease.clone()).collect();
+async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
+    let leases: Vec<HeldLease> = due.iter().map(|(_, held)| held.clone()).collect();
     let deadline = {
         let registry = shared.registry();
         due.iter()

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Lease, ReleaseWatch, Turn, resend_once};
+use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once};
 use crate::guard::release_in_background;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
@@ -108,9 +108,11 @@ impl LockRequest {
         key::validate(&self.key)?;
         self.options.validate()?;
         let options = self.options;
-        // `GiveUp` makes its one attempt whatever it takes; every other request ends by its
-        // deadline, also while an attempt or a subscription is out.
-        let deadline = (!options.gives_up()).then(|| Instant::now() + options.wait());
+        // No more waiting after `give_up_at`; with `wait_ms`, the call also ends by it while an
+        // attempt or a subscription is still out (`deadline`).
+        let started = Instant::now();
+        let give_up_at = started + options.wait();
+        let deadline = options.wait_bound().map(|wait| started + wait);
         let mut waiting_since = None;
         let mut pending = PendingAcquire {
             lease: Lease {
@@ -168,7 +170,7 @@ impl LockRequest {
             };
             let now = Instant::now();
             if options.gives_up()
-                || deadline.is_some_and(|deadline| now >= deadline)
+                || now >= give_up_at
                 || unnotified_waits >= options.unnotified_retries()
             {
                 pending.withdraw(reply_lost, deadline).await;
@@ -199,10 +201,9 @@ impl LockRequest {
                     }
                 }
             }
-            let mut pause = options.pause(holder_remaining);
-            if let Some(deadline) = deadline {
-                pause = pause.min(deadline.saturating_duration_since(Instant::now()));
-            }
+            let pause = options
+                .pause(holder_remaining)
+                .min(give_up_at.saturating_duration_since(Instant::now()));
             tracing::debug!(key = %pending.lease.key, attempts, ?pause, "lock not acquired; waiting");
             let notified = wait_for_release(releases.as_mut(), pause).await;
             if !notified {
@@ -241,6 +242,7 @@ fn turn(options: &LockOptions, waiting_since: Option<Instant>) -> Turn {
 async fn wait_for_release(releases: Option<&mut ReleaseWatch>, pause: Duration) -> bool {
     match releases {
         Some(watch) => tokio::select! {
+            biased;
             () = watch.released() => true,
             () = tokio::time::sleep(pause) => false,
         },
@@ -271,10 +273,14 @@ impl PendingAcquire {
         options: &LockOptions,
         reply_lost: bool,
     ) -> Result<LockGuard, LockError> {
-        let tracking = self
-            .client
-            .renewer()
-            .track(self.lease.clone(), sent_at, options)?;
+        let tracking = self.client.renewer().track(
+            HeldLease {
+                lease: self.lease.clone(),
+                token,
+            },
+            sent_at,
+            options,
+        )?;
         self.leaves_traces = false;
         Ok(LockGuard::new(
             self.client.clone(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 use crate::notify::ReleaseHub;
 
@@ -54,6 +54,25 @@ impl MemoryBackend {
             self.releases.released(key);
         }
         released
+    }
+
+    /// How many keys hold something now: live leases (kept ones included), fair queues with
+    /// a live place, live turn reservations. 0 once every lock is released and every lease,
+    /// place and reservation left behind has run out.
+    pub fn keys_in_use(&self) -> usize {
+        let now = Instant::now();
+        self.with_state(|state| {
+            let holders = state.holders.values().filter(|h| h.expires_at > now);
+            let queues = state
+                .queues
+                .values()
+                .filter(|queue| queue.iter().any(|(_, lapses_at)| *lapses_at > now));
+            let reservations = state
+                .reservations
+                .values()
+                .filter(|(_, until)| *until > now);
+            holders.count() + queues.count() + reservations.count()
+        })
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
@@ -176,10 +195,10 @@ impl State {
         Acquire::Granted { token }
     }
 
-    fn extend(&mut self, lease: &Lease) -> bool {
-        let now = Instant::now();
+    fn extend(&mut self, held: &HeldLease) -> bool {
+        let (lease, now) = (&held.lease, Instant::now());
         match self.live_holder(&lease.key, now) {
-            Some(holder) if holder.owner == lease.owner => {
+            Some(holder) if holder.owner == lease.owner && holder.token == held.token => {
                 holder.expires_at = now + lease.ttl;
                 true
             }
@@ -260,8 +279,8 @@ impl LockBackend for MemoryBackend {
         Box::pin(std::future::ready(Ok(watch)))
     }
 
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        let result = self.with_state(|state| leases.iter().map(|l| state.extend(l)).collect());
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        let result = self.with_state(|state| held.iter().map(|h| state.extend(h)).collect());
         Box::pin(std::future::ready(Ok(result)))
     }
 

@@ -48,6 +48,18 @@ impl std::fmt::Debug for Lease {
     }
 }
 
+/// A lease as it was granted, with its fencing token: renewal extends this grant only, not
+/// a later grant of the same key to the same owner (say, a late acquire of that owner that
+/// re-took the key after it was deleted under its holder), so that the holder still learns
+/// that its grant ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLease {
+    /// The lease.
+    pub lease: Lease,
+    /// The fencing token of its grant.
+    pub token: u64,
+}
+
 /// The answer to one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
@@ -118,11 +130,11 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// made after this returns cannot miss a release that follows it.
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>>;
 
-    /// For each lease still held by its owner, restart its lease at `lease.ttl` from now;
-    /// `true` where that happened, `false` where the key is gone or owned by another token.
-    /// The renewal loop sends every lease due in one tick in one call, so implementations
-    /// should batch (Redis: one pipeline).
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
+    /// For each grant still held as granted (same owner, same token), restart its lease at
+    /// `lease.ttl` from now; `true` where that happened, `false` where the key is gone, owned
+    /// by another owner, or granted anew. The renewal loop sends every lease due in one tick
+    /// in one call, so implementations should batch (Redis: one pipeline).
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
     /// Delete the key if, and only if, `lease.owner` holds it, and announce the release;
     /// with a non-zero `keep`, set its remaining lease to `keep` instead (`min_hold_ms`: the

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Acquire, Lease, LockBackend, Release, Turn};
+use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::{LockClient, LockError, LossCause};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
@@ -50,13 +50,21 @@ async fn hold(client: &LockClient, key: &str) -> crate::LockGuard {
 }
 
 /// One attempt straight at the backend (the checks of waiting semantics bypass the client);
-/// panics with `rule` unless it is granted.
-async fn expect_granted(backend: &Arc<dyn LockBackend>, lease: &Lease, turn: Turn, rule: &str) {
+/// panics with `rule` unless it is granted, else returns the grant.
+async fn expect_granted(
+    backend: &Arc<dyn LockBackend>,
+    lease: &Lease,
+    turn: Turn,
+    rule: &str,
+) -> HeldLease {
     let outcome = backend.acquire(lease, turn).await.expect("backend answers");
-    assert!(
-        matches!(outcome, Acquire::Granted { .. }),
-        "{rule}: {outcome:?}"
-    );
+    match outcome {
+        Acquire::Granted { token } => HeldLease {
+            lease: lease.clone(),
+            token,
+        },
+        Acquire::Held { .. } => panic!("{rule}: {outcome:?}"),
+    }
 }
 
 /// As [`expect_granted`], for an attempt that must find the key taken.
@@ -242,7 +250,8 @@ pub async fn renewal_outlives_the_ttl(client: &LockClient, key: &str) {
     let _ = unrenewed.release().await;
 }
 
-/// Extending is owner-checked, per lease of a batch, and ends with the release.
+/// Extending is owner-checked, per lease of a batch, extends only the grant it names, and
+/// ends with the release.
 pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     let backend = client.backend();
     let lease = |owner: &str| Lease {
@@ -251,8 +260,12 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         ttl: Duration::from_millis(LONG_TTL_MS),
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
-    expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
-    let extended = backend.extend(&[mine.clone(), other.clone()]).await;
+    let granted = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    let not_granted = HeldLease {
+        lease: other.clone(),
+        token: granted.token,
+    };
+    let extended = backend.extend(&[granted.clone(), not_granted]).await;
     assert_eq!(
         extended.expect("backend answers"),
         vec![true, false],
@@ -261,20 +274,35 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     let released = backend.release(&mine, Duration::ZERO).await;
     assert_eq!(released.expect("backend answers"), Release::Released);
     let extended = backend
-        .extend(std::slice::from_ref(&mine))
+        .extend(std::slice::from_ref(&granted))
         .await
         .expect("backend answers");
     assert_eq!(extended, vec![false], "a released lease cannot be extended");
 
+    // Deleted under its holder, then granted anew to the same owner (a late acquire of that
+    // owner): the holder's grant is over, and renewing it must say so.
+    let again = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    assert!(again.token > granted.token, "a new grant has a new token");
+    let extended = backend
+        .extend(&[granted.clone(), again.clone()])
+        .await
+        .expect("backend answers");
+    assert_eq!(
+        extended,
+        vec![false, true],
+        "renewal extends the grant it names, not a later grant to the same owner"
+    );
+    release_now(backend, &mine).await;
+
     // Kept after release (min_hold_ms): a renewal already on its way must not revive it,
     // and the same release sent again still finds it released.
-    expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    let kept = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
     let keep = Duration::from_millis(SHORT_TTL_MS);
     for _ in 0..2 {
         let released = backend.release(&mine, keep).await.expect("backend answers");
         assert_eq!(released, Release::Released);
     }
-    let extended = backend.extend(&[mine]).await.expect("backend answers");
+    let extended = backend.extend(&[kept]).await.expect("backend answers");
     assert_eq!(
         extended,
         vec![false],

@@ -9,3 +9,10 @@ mod redis_server;
 
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
+
+/// Seeds the generator of the pauses between attempts on the calling thread, so that a
+/// simulation on a current-thread runtime with the paused clock draws the same pauses, and
+/// so takes the same path, on every run of one seed.
+pub fn seed_jitter(seed: u64) {
+    crate::random::seed_jitter(seed);
+}

@@ -1,7 +1,7 @@
 //! The Redis backend: one key per lock, Lua scripts for every step.
 //!
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
-//! the owner token with the lease as its TTL; the fencing counter is `P{K}:fence`, which
+//! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is `P{K}:fence`, which
 //! expires a minute after the server time its token stands for (`grant.lua`); fair waiters
 //! queue in `P{K}:queue` (a list) and `P{K}:queue:deadlines` (a sorted set), which expire with
 //! their last waiter's place; a starving waiter reserves the next free turn in `P{K}:turn`
@@ -20,7 +20,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Server
 
 use self::connection::{Connection, Route};
 use self::notify::Notifier;
-use super::{Acquire, BoxFuture, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -202,17 +202,16 @@ impl RedisBackend {
 impl RedisBackend {
     /// One pipeline of extend script calls; after `NOSCRIPT` (pipelines do not load scripts,
     /// e.g. after a `SCRIPT FLUSH`) loads the script and sends the pipeline again.
-    async fn extend_pipeline(&self, calls: &[&[Lease]]) -> Result<Vec<Vec<i64>>, RedisError> {
-        let ttls: Vec<Vec<String>> = calls
-            .iter()
-            .map(|call| call.iter().map(|l| l.ttl.as_millis().to_string()).collect())
-            .collect();
+    async fn extend_pipeline(&self, calls: &[&[HeldLease]]) -> Result<Vec<Vec<i64>>, RedisError> {
         let mut pipeline = redis::pipe();
-        for (call, ttls) in calls.iter().zip(&ttls) {
+        for call in calls {
             let mut invocation = EXTEND.prepare_invoke();
-            for (lease, ttl) in call.iter().zip(ttls) {
-                invocation.key(self.lock_key(&lease.key));
-                invocation.arg(&lease.owner).arg(ttl);
+            for held in *call {
+                invocation.key(self.lock_key(&held.lease.key));
+                invocation
+                    .arg(&held.lease.owner)
+                    .arg(held.token.to_string())
+                    .arg(held.lease.ttl.as_millis().to_string());
             }
             pipeline.invoke_script(&invocation);
         }
@@ -388,10 +387,10 @@ impl LockBackend for RedisBackend {
         })
     }
 
-    fn extend<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
-            let calls: Vec<&[Lease]> = leases.chunks(EXTEND_KEYS_PER_CALL).collect();
-            let mut extended = Vec::with_capacity(leases.len());
+            let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
+            let mut extended = Vec::with_capacity(held.len());
             let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
             let mut done = 0;
             while done < calls.len() {

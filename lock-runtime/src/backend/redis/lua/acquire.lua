@@ -5,7 +5,7 @@
 -- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key or
 -- a starving waiter has reserved its next free turn, {2, why} when the key or one kept next
 -- to it holds something that is not a lock's. Everything is read before anything is written.
-local reply, holder = read_holder(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+local reply, holder = read_holder(KEYS[1], ARGV[1], ARGV[2])
 if reply then
   return reply
 end

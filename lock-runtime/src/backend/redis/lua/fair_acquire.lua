@@ -8,7 +8,7 @@
 -- is written.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local reply, holder = read_holder(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+local reply, holder = read_holder(KEYS[1], ARGV[1], ARGV[2])
 if reply then
   return reply
 end

@@ -37,15 +37,16 @@ end
 
 -- A new grant after the last token `last`: the token exceeds both the last one and the
 -- server clock in microseconds, so it keeps increasing after a restart that lost the counter
--- (unless the clock steps back).
+-- (unless the clock steps back). The lock key holds `<owner>:<token>`: renewal extends this
+-- grant only, not a later one to the same owner.
 local function grant(lock_key, fence_key, owner, lease_ms, last)
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local token = math.max(last + 1, now_us)
-  redis.call('SET', fence_key, string.format('%.0f', token))
-  redis.call('PEXPIREAT', fence_key, string.format('%.0f', math.floor(token / 1000) + FENCE_RETENTION_MS))
-  redis.call('SET', lock_key, owner, 'PX', lease_ms)
-  return {1, string.format('%.0f', token)}
+  local token = string.format('%.0f', math.max(last + 1, now_us))
+  redis.call('SET', fence_key, token)
+  redis.call('PEXPIREAT', fence_key, string.format('%.0f', math.floor(tonumber(token) / 1000) + FENCE_RETENTION_MS))
+  redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
+  return {1, token}
 end
 
 -- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
@@ -63,23 +64,20 @@ end
 
 -- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
 -- the owner asks again: a retry whose reply was lost, which refreshes the lease and keeps
--- the token while the counter holds it), or nil and the holder (false when the key is free).
-local function read_holder(lock_key, fence_key, owner, lease_ms)
+-- the token), or nil and the holder (false when the key is free).
+local function read_holder(lock_key, owner, lease_ms)
   local holder = redis.pcall('GET', lock_key)
   local foreign = foreign_holder(lock_key, holder)
   if foreign then
     return {2, foreign}
   end
-  if holder ~= owner then
-    return nil, holder
+  if not holder then
+    return nil, false
   end
-  local last, foreign_fence = read_fence(fence_key)
-  if foreign_fence then
-    return {2, foreign_fence}
-  end
-  if last > 0 then
+  local holder_owner, token = string.match(holder, '^(.*):(%d+)$')
+  if holder_owner == owner then
     redis.call('PEXPIRE', lock_key, lease_ms)
-    return {1, string.format('%.0f', last)}
+    return {1, token}
   end
-  return grant(lock_key, fence_key, owner, lease_ms, last)
+  return nil, holder
 end

@@ -5,8 +5,9 @@
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
 -- ARGV[3] the channel on which waiters hear of releases.
 -- Returns 1 if released, 0 if another owner (or foreign data) holds the key, -1 if nobody
--- does. A kept key (min_hold_ms) is marked released, so that a renewal already on its way
--- cannot extend it again, and a resent release still finds it ours. Keys next to the lock
+-- does. The key holds `<owner>:<token>`; any grant of the owner is released. A kept key
+-- (min_hold_ms) is marked `<owner>:released`, so that a renewal already on its way cannot
+-- extend it again, and a resent release still finds it ours. Keys next to the lock
 -- go through pcall: foreign data there must not keep the lock from being released. PUBLISH
 -- too: a user whose ACL grants no channels (Redis 7's default) must still release; its
 -- waiters poll.
@@ -24,7 +25,8 @@ local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] .. ':released' then
   return 1
 end
-if holder ~= ARGV[1] then
+local ours = type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':'
+if not ours then
   if holder then
     return 0
   end

@@ -1,0 +1,469 @@
+//! What happened in one run, on the virtual clock, and the checks of the promises on it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fencelock::backend::Release;
+use fencelock::{LockError, LossCause};
+use tokio::time::Instant;
+
+/// The simulated operation a record belongs to; 0 for a client's background work.
+pub type OpId = u64;
+
+/// What an operation was configured to do, as far as the checks need it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spec {
+    pub renew: bool,
+    pub continue_on_loss: bool,
+    pub max_hold: Option<Duration>,
+    pub gives_up: bool,
+    /// The bound on the wait (`wait_ms`), when the request has one.
+    pub wait: Option<Duration>,
+    /// `#[redis_lock]` awaiting the release (a `Send` output), under `on_lost = Abort`:
+    /// a loss the release finds must fail the call.
+    pub release_decides: bool,
+    /// A guard taken by hand: `release()` may report `Lost` whatever the policy.
+    pub by_hand: bool,
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    Running,
+    Done,
+    Cancelled,
+    Failed(LockError),
+}
+
+#[derive(Debug)]
+struct Op {
+    client: u32,
+    kind: &'static str,
+    spec: Spec,
+    started: Instant,
+    /// When the request's acquisition ended (for the wait bound), if it was observed.
+    acquired_at: Option<Instant>,
+    outcome: Outcome,
+    /// A call of this operation went unanswered (failed, or dropped before its reply).
+    unanswered: bool,
+    /// Release calls this operation sent, and the replies they got.
+    release_calls: u32,
+    release_replies: Vec<Release>,
+    /// (outer, inner) tokens of a reentrant call.
+    reentry: Option<(u64, Option<u64>)>,
+}
+
+#[derive(Debug)]
+struct Grant {
+    seq: u64,
+    at: Instant,
+    key: String,
+    owner: String,
+    token: u64,
+}
+
+#[derive(Debug)]
+struct Section {
+    op: OpId,
+    key: String,
+    token: u64,
+    ttl: Duration,
+    entered: Instant,
+    exited: Option<Instant>,
+    lost_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Deletion {
+    at: Instant,
+    key: String,
+}
+
+/// Everything recorded in one run. Owner tokens appear in the trace by their first 6 digits.
+#[derive(Debug)]
+pub struct History {
+    start: Instant,
+    seq: u64,
+    ops: BTreeMap<OpId, Op>,
+    grants: Vec<Grant>,
+    /// (seq, owner) of every release call sent and every release executed.
+    release_events: Vec<(u64, String)>,
+    sections: Vec<Section>,
+    deletions: Vec<Deletion>,
+    trace: Vec<String>,
+    /// Owner tokens by order of appearance: the trace names them `o1`, `o2`, ..., so that it
+    /// reads the same on every run of a seed (the tokens themselves are random).
+    owners: std::collections::HashMap<String, usize>,
+    /// Calls sent per operation (to cancel one right after a send).
+    sends: BTreeMap<OpId, u32>,
+    pub faults_injected: u64,
+}
+
+impl History {
+    pub fn new(start: Instant) -> History {
+        History {
+            start,
+            seq: 0,
+            ops: BTreeMap::new(),
+            grants: Vec::new(),
+            release_events: Vec::new(),
+            sections: Vec::new(),
+            deletions: Vec::new(),
+            trace: Vec::new(),
+            owners: std::collections::HashMap::new(),
+            sends: BTreeMap::new(),
+            faults_injected: 0,
+        }
+    }
+
+    /// The trace's name of an owner token.
+    pub fn owner(&mut self, token: &str) -> String {
+        let next = self.owners.len() + 1;
+        format!("o{}", self.owners.entry(token.to_owned()).or_insert(next))
+    }
+
+    pub fn trace(&self) -> &[String] {
+        &self.trace
+    }
+
+    pub fn note(&mut self, line: impl std::fmt::Display) {
+        self.seq += 1;
+        let at = self.start.elapsed().as_secs_f64();
+        self.trace.push(format!("{at:>11.6} s  {line}"));
+    }
+
+    pub fn op_started(&mut self, op: OpId, client: u32, kind: &'static str, spec: Spec) {
+        self.note(format_args!("client {client} op {op}: {kind} {spec:?}"));
+        self.ops.insert(
+            op,
+            Op {
+                client,
+                kind,
+                spec,
+                started: Instant::now(),
+                acquired_at: None,
+                outcome: Outcome::Running,
+                unanswered: false,
+                release_calls: 0,
+                release_replies: Vec::new(),
+                reentry: None,
+            },
+        );
+    }
+
+    pub fn sent(&mut self, op: OpId) {
+        *self.sends.entry(op).or_default() += 1;
+    }
+
+    pub fn sends(&self, op: OpId) -> u32 {
+        self.sends.get(&op).copied().unwrap_or(0)
+    }
+
+    pub fn op_acquired(&mut self, op: OpId) {
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.acquired_at = Some(Instant::now());
+        }
+    }
+
+    pub fn op_reentered(&mut self, op: OpId, outer: u64, inner: Option<u64>) {
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.reentry = Some((outer, inner));
+        }
+    }
+
+    pub fn op_ended(&mut self, op: OpId, outcome: Outcome) {
+        self.note(format_args!("op {op} ended: {outcome:?}"));
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.outcome = outcome;
+        }
+    }
+
+    pub fn faulted(&mut self, op: OpId, what: impl std::fmt::Display) {
+        self.faults_injected += 1;
+        self.note(format_args!("op {op}: fault: {what}"));
+    }
+
+    /// A call of `op` ended without a reply.
+    pub fn unanswered(&mut self, op: OpId, what: &str) {
+        self.note(format_args!("op {op}: {what}: no reply"));
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.unanswered = true;
+        }
+    }
+
+    pub fn granted(&mut self, client: u32, key: &str, owner: &str, token: u64) {
+        let owner_name = self.owner(owner);
+        self.note(format_args!(
+            "client {client}: store grants {key} to {owner_name} token {token}"
+        ));
+        self.grants.push(Grant {
+            seq: self.seq,
+            at: Instant::now(),
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            token,
+        });
+    }
+
+    pub fn release_sent(&mut self, op: OpId, owner: &str) {
+        let owner_name = self.owner(owner);
+        self.note(format_args!("op {op}: release of {owner_name} sent"));
+        self.release_events.push((self.seq, owner.to_owned()));
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.release_calls += 1;
+        }
+    }
+
+    pub fn released(&mut self, key: &str, owner: &str, outcome: Release) {
+        let owner_name = self.owner(owner);
+        self.note(format_args!(
+            "store releases {key} for {owner_name}: {outcome:?}"
+        ));
+        self.release_events.push((self.seq, owner.to_owned()));
+    }
+
+    pub fn release_answered(&mut self, op: OpId, outcome: Release) {
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.release_replies.push(outcome);
+        }
+    }
+
+    pub fn deleted(&mut self, key: &str) {
+        self.note(format_args!(
+            "fault: the store deletes {key} under its holder"
+        ));
+        self.deletions.push(Deletion {
+            at: Instant::now(),
+            key: key.to_owned(),
+        });
+    }
+
+    /// A body started under `token`; returns the section's index.
+    pub fn entered(&mut self, op: OpId, key: &str, token: u64, ttl: Duration) -> usize {
+        self.note(format_args!("op {op}: enters {key} with token {token}"));
+        self.sections.push(Section {
+            op,
+            key: key.to_owned(),
+            token,
+            ttl,
+            entered: Instant::now(),
+            exited: None,
+            lost_at: None,
+        });
+        self.sections.len() - 1
+    }
+
+    pub fn told_lost(&mut self, section: usize) {
+        let section = &mut self.sections[section];
+        section.lost_at.get_or_insert_with(Instant::now);
+        let (op, key) = (section.op, section.key.clone());
+        self.note(format_args!("op {op}: told {key} is lost"));
+    }
+
+    pub fn exited(&mut self, section: usize) {
+        let section = &mut self.sections[section];
+        section.exited = Some(Instant::now());
+        let (op, key) = (section.op, section.key.clone());
+        self.note(format_args!("op {op}: leaves {key}"));
+    }
+
+    pub fn sections(&self) -> usize {
+        self.sections.len()
+    }
+
+    pub fn grants(&self) -> usize {
+        self.grants.len()
+    }
+
+    /// Every promise, checked on the record; `keys_in_use` is what the store still held once
+    /// everything was over.
+    pub fn violations(&self, keys_in_use: usize) -> Vec<String> {
+        let mut found = Vec::new();
+        self.check_exclusion(&mut found);
+        self.check_tokens(&mut found);
+        self.check_orphans(&mut found);
+        self.check_ops(&mut found);
+        if keys_in_use > 0 {
+            found.push(format!(
+                "{keys_in_use} key(s) still in use after every client was done and every \
+                 lease, place and reservation had run out"
+            ));
+        }
+        found
+    }
+
+    /// When the holder of `section` stopped believing it held the lock.
+    fn believed_until(&self, section: &Section) -> Instant {
+        let end = section.exited.unwrap_or_else(Instant::now);
+        section.lost_at.map_or(end, |lost| lost.min(end))
+    }
+
+    /// A holder believes it holds the key only while the store cannot grant it to anyone
+    /// else: every loss is reported before. The exception is a key the store deleted under
+    /// its holder (an operator, a restart without data); that holder must learn of it within
+    /// its lease.
+    fn check_exclusion(&self, found: &mut Vec<String>) {
+        for grant in &self.grants {
+            for section in &self.sections {
+                if section.key != grant.key || section.token >= grant.token {
+                    continue;
+                }
+                let until = self.believed_until(section);
+                if !(section.entered <= grant.at && grant.at < until) {
+                    continue;
+                }
+                let granted_at = self
+                    .grants
+                    .iter()
+                    .find(|g| g.key == section.key && g.token == section.token)
+                    .map_or(section.entered, |g| g.at);
+                let deleted = self
+                    .deletions
+                    .iter()
+                    .find(|d| d.key == section.key && granted_at <= d.at && d.at <= grant.at);
+                match deleted {
+                    Some(deletion) if until <= deletion.at + section.ttl => {}
+                    Some(deletion) => found.push(format!(
+                        "op {} held {} (token {}) until {:?}, more than its lease after the \
+                         store deleted it at {:?}",
+                        section.op,
+                        section.key,
+                        section.token,
+                        self.at(until),
+                        self.at(deletion.at)
+                    )),
+                    None => found.push(format!(
+                        "the store granted {} to token {} at {:?} while op {} still believed \
+                         it held it with token {} (entered {:?}, until {:?})",
+                        grant.key,
+                        grant.token,
+                        self.at(grant.at),
+                        section.op,
+                        section.token,
+                        self.at(section.entered),
+                        self.at(until)
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Each new owner's token exceeds every earlier one of the key; every body runs under a
+    /// token the store granted for its key.
+    fn check_tokens(&self, found: &mut Vec<String>) {
+        let mut last: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+        for grant in &self.grants {
+            match last.get(grant.key.as_str()) {
+                Some((token, owner)) if *owner == grant.owner && *token == grant.token => {}
+                Some((token, _)) if *token >= grant.token => found.push(format!(
+                    "{}: token {} granted after token {token}",
+                    grant.key, grant.token
+                )),
+                _ => {}
+            }
+            last.insert(&grant.key, (grant.token, &grant.owner));
+        }
+        for section in &self.sections {
+            let granted = self
+                .grants
+                .iter()
+                .any(|g| g.key == section.key && g.token == section.token);
+            if !granted {
+                found.push(format!(
+                    "op {} ran under token {} that the store never granted for {}",
+                    section.op, section.token, section.key
+                ));
+            }
+        }
+    }
+
+    /// No orphan: after every grant, its owner's client sends (or the store runs) a release
+    /// for that owner; a grant nobody would ever release is the orphan of a lost reply.
+    fn check_orphans(&self, found: &mut Vec<String>) {
+        let name = |owner: &str| self.owners.get(owner).map_or(0, |n| *n);
+        for grant in &self.grants {
+            let cleaned = self
+                .release_events
+                .iter()
+                .any(|(seq, owner)| *seq > grant.seq && *owner == grant.owner);
+            if !cleaned {
+                found.push(format!(
+                    "orphan: {} granted to o{} (token {}) at {:?} was never released",
+                    grant.key,
+                    name(&grant.owner),
+                    grant.token,
+                    self.at(grant.at)
+                ));
+            }
+        }
+    }
+
+    /// Each operation ended, with an error of the right variant.
+    fn check_ops(&self, found: &mut Vec<String>) {
+        for (id, op) in &self.ops {
+            let mut wrong = |why: String| {
+                found.push(format!(
+                    "op {id} ({}, client {}): {why}; outcome {:?}",
+                    op.kind, op.client, op.outcome
+                ))
+            };
+            if let Some((outer, inner)) = op.reentry
+                && inner.is_some_and(|inner| inner != outer)
+            {
+                wrong(format!("re-entered with token {inner:?} under {outer}"));
+            }
+            if let (Some(wait), Some(acquired_at)) = (op.spec.wait, op.acquired_at)
+                && acquired_at - op.started > wait
+            {
+                wrong(format!(
+                    "waited {:?}, beyond wait_ms {:?}",
+                    acquired_at - op.started,
+                    wait
+                ));
+            }
+            let error = match &op.outcome {
+                Outcome::Running => {
+                    wrong("never ended".into());
+                    continue;
+                }
+                Outcome::Cancelled => continue,
+                Outcome::Done => {
+                    if op.spec.release_decides
+                        && op.release_calls == 1
+                        && op.release_replies == [Release::NotOwner]
+                    {
+                        wrong("returned Ok although its release found the key gone".into());
+                    }
+                    continue;
+                }
+                Outcome::Failed(error) => error,
+            };
+            match error {
+                LockError::Lost { cause, .. } => {
+                    if op.spec.continue_on_loss && !op.spec.by_hand {
+                        wrong("Lost under on_lost = Continue".into());
+                    }
+                    if *cause == LossCause::MaxHold && op.spec.max_hold.is_none() {
+                        wrong("MaxHold without max_hold_ms".into());
+                    }
+                    if *cause == LossCause::Expired && op.spec.renew {
+                        wrong("Expired although renewed".into());
+                    }
+                }
+                LockError::Backend { .. } if !op.unanswered => {
+                    wrong("Backend although every call it made was answered".into());
+                }
+                LockError::Backend { .. } => {}
+                LockError::NotAcquired { attempts, .. } => {
+                    if op.spec.gives_up && *attempts != 1 {
+                        wrong(format!("GiveUp made {attempts} attempts"));
+                    }
+                }
+                other => wrong(format!("unexpected error {other}")),
+            }
+        }
+    }
+
+    fn at(&self, instant: Instant) -> Duration {
+        instant - self.start
+    }
+}

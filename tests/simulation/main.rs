@@ -1,0 +1,231 @@
+//! Deterministic simulation, in the spirit of FoundationDB's simulation testing and
+//! TigerBeetle's VOPR: many clients and tasks on tokio's paused clock, against the memory
+//! backend behind a network that a seed fills with faults (`network.rs`), running random
+//! operations through `#[redis_lock]` and the builder, some dropped at random `.await`s or
+//! right after a request went out (`workload.rs`). Every run is checked on its record
+//! (`history.rs`): exclusion against the store's own grants (every loss is reported before
+//! the store can grant the key again), fencing tokens, no orphan after a lost reply, nothing
+//! left in the store once everything is over, every operation ended with the right error.
+//!
+//! - `cargo test --test simulation`: a fixed set of seeds (about a minute).
+//! - `FENCELOCK_SIM_SEEDS=N [FENCELOCK_SIM_FIRST=F]`: seeds `F..F+N` (`scripts/test.sh
+//!   --extended` runs thousands in a release build).
+//! - `FENCELOCK_SIM_SEED=S cargo test --test simulation -- --nocapture`: replays seed `S`
+//!   exactly and prints its whole trace.
+
+mod history;
+mod network;
+mod rng;
+mod workload;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock::LockClient;
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::network::{Faults, SimBackend, World};
+use crate::rng::Rng;
+use crate::workload::Task;
+
+/// Seeds run by `cargo test`.
+const CI_SEEDS: u64 = 300;
+/// Virtual time an operation set may take before it counts as hung.
+const BUDGET: Duration = Duration::from_secs(600);
+/// Virtual time after the last operation in which every lease, queue place, reservation,
+/// late request and background cleanup has run out.
+const WIND_DOWN: Duration = Duration::from_secs(30);
+
+/// What one seed did.
+struct Report {
+    seed: u64,
+    faults: Faults,
+    simulated: Duration,
+    ops: u64,
+    grants: usize,
+    sections: usize,
+    faults_injected: u64,
+    violations: Vec<String>,
+    trace: Vec<String>,
+}
+
+/// Runs seed `seed` on a fresh single-threaded runtime with the paused clock.
+fn run(seed: u64) -> Report {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(simulate(seed))
+}
+
+async fn simulate(seed: u64) -> Report {
+    fencelock::testing::seed_jitter(seed);
+    let start = Instant::now();
+    let mut rng = Rng::new(seed);
+    let faults = Faults::draw(&mut rng);
+    let world = Arc::new(World::new(seed, faults));
+    let keys: Vec<String> = (0..rng.range(1, 3)).map(|k| format!("k{k}")).collect();
+    let clients = rng.range(2, 4) as u32;
+    let mut tasks = Vec::new();
+    let mut ops = 0;
+    for client_id in 0..clients {
+        let client = LockClient::from_backend_on(
+            SimBackend::new(client_id, world.clone()),
+            Handle::current(),
+        );
+        for task in 0..rng.range(1, 4) {
+            let task_ops = rng.range(5, 15) as u32;
+            ops += u64::from(task_ops);
+            let task = Task {
+                world: world.clone(),
+                client: client.clone(),
+                client_id,
+                keys: keys.clone(),
+                ops: task_ops,
+                first_op: (u64::from(client_id) * 100 + task + 1) * 1_000,
+                rng: Rng::new(rng.next_u64()),
+            };
+            tasks.push(tokio::spawn(task.run()));
+        }
+    }
+    let deleting = faults.deletions.map(|every| {
+        let (world, keys, mut rng) = (world.clone(), keys.clone(), Rng::new(rng.next_u64()));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(rng.between(every / 2, every * 3 / 2)).await;
+                world.delete(&keys[rng.below(keys.len() as u64) as usize]);
+            }
+        })
+    });
+    let all_done = async {
+        for task in tasks {
+            let _ = task.await;
+        }
+    };
+    let finished = tokio::time::timeout(BUDGET, all_done).await.is_ok();
+    if let Some(deleting) = deleting {
+        deleting.abort();
+    }
+    tokio::time::sleep(WIND_DOWN).await;
+    let history = world.history();
+    let mut violations = history.violations(world.memory.keys_in_use());
+    if !finished {
+        violations.push(format!("the operations did not end within {BUDGET:?}"));
+    }
+    Report {
+        seed,
+        faults,
+        simulated: start.elapsed(),
+        ops,
+        grants: history.grants(),
+        sections: history.sections(),
+        faults_injected: history.faults_injected,
+        violations,
+        trace: history.trace().to_vec(),
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value} is not a number")),
+    )
+}
+
+fn describe_failure(report: &Report) -> String {
+    let mut text = format!(
+        "seed {} broke {} promise(s) ({:?}):\n",
+        report.seed,
+        report.violations.len(),
+        report.faults
+    );
+    for violation in report.violations.iter().take(10) {
+        text.push_str(&format!("  - {violation}\n"));
+    }
+    let first_op = report.violations[0]
+        .split_whitespace()
+        .skip_while(|word| *word != "op")
+        .nth(1)
+        .map(|op| format!("op {}", op.trim_matches(|c: char| !c.is_ascii_digit())));
+    if let Some(op) = first_op {
+        text.push_str(&format!("trace of {op}:\n"));
+        for line in report
+            .trace
+            .iter()
+            .filter(|line| line.contains(&format!("{op}:")))
+        {
+            text.push_str(&format!("  {line}\n"));
+        }
+    }
+    text.push_str(&format!(
+        "replay: FENCELOCK_SIM_SEED={} cargo test --all-features --test simulation -- --nocapture\n",
+        report.seed
+    ));
+    text
+}
+
+#[test]
+fn seeds_break_no_promise() {
+    if let Some(seed) = env_u64("FENCELOCK_SIM_SEED") {
+        let report = run(seed);
+        for line in &report.trace {
+            println!("{line}");
+        }
+        assert!(
+            report.violations.is_empty(),
+            "{}",
+            describe_failure(&report)
+        );
+        println!("seed {seed}: no violation ({:?})", report.faults);
+        return;
+    }
+    let first = env_u64("FENCELOCK_SIM_FIRST").unwrap_or(0);
+    let count = env_u64("FENCELOCK_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    let (mut simulated, mut ops, mut grants, mut sections, mut faults) =
+        (Duration::ZERO, 0, 0, 0, 0);
+    for seed in first..first + count {
+        let report = run(seed);
+        simulated += report.simulated;
+        ops += report.ops;
+        grants += report.grants;
+        sections += report.sections;
+        faults += report.faults_injected;
+        if !report.violations.is_empty() {
+            eprintln!("{}", describe_failure(&report));
+            failures.push(report.seed);
+        }
+    }
+    println!(
+        "simulation: {count} seeds from {first}, {:.2} simulated hours in {:.1} s: {ops} \
+         operations, {grants} grants, {sections} critical sections, {faults} faults \
+         injected; {} seed(s) with violations {failures:?}",
+        simulated.as_secs_f64() / 3_600.0,
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "seeds with violations: {failures:?}");
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let first = run(7);
+    let second = run(7);
+    let diverged = first
+        .trace
+        .iter()
+        .zip(&second.trace)
+        .position(|(a, b)| a != b);
+    assert!(
+        first.trace == second.trace,
+        "seed 7 took another path on its second run, from line {diverged:?}: {:?} vs {:?}",
+        diverged.map(|at| &first.trace[at.saturating_sub(3)..=at]),
+        diverged.map(|at| &second.trace[at.saturating_sub(3)..=at]),
+    );
+    assert!(first.trace.len() > 100, "the run did something");
+}
