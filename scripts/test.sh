@@ -3,9 +3,9 @@
 # Installs redis-server (and openssl) with apt when missing and we are root; the tests start
 # their own private redis-server processes on free loopback ports.
 #
-# `scripts/test.sh --extended` then also fuzzes the key-template parser and the attribute
-# (cargo-fuzz, 60 s each; installs cargo-fuzz when missing) and runs the fault scenarios for
-# 20 s each (docs/RELIABILITY.md).
+# `scripts/test.sh --extended` then also runs the simulation for 20,000 seeds (release build),
+# fuzzes the key-template parser and the attribute (cargo-fuzz, 60 s each; installs cargo-fuzz
+# when missing) and runs the fault scenarios for 20 s each (docs/RELIABILITY.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extended=false
@@ -36,6 +36,9 @@ echo "== cargo test"
 cargo test --workspace --all-features
 
 if $extended; then
+  echo "== simulation, 20,000 seeds"
+  FENCELOCK_SIM_SEEDS=20000 cargo test --release --all-features --test simulation -- \
+    --nocapture seeds_break_no_promise
   echo "== fuzzing (60 s per target)"
   command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
   # cargo-fuzz passes nightly flags; RUSTC_BOOTSTRAP lets the one stable toolchain take them.

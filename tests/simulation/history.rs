@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fencelock::backend::Release;
+use fencelock::testing::history;
 use fencelock::{LockError, LossCause};
 use tokio::time::Instant;
 
@@ -40,7 +41,8 @@ struct Op {
     kind: &'static str,
     spec: Spec,
     started: Instant,
-    /// When the request's acquisition ended (for the wait bound), if it was observed.
+    /// When the request's acquisition ended (for the wait bound): observed for guards taken
+    /// by hand, and for calls that failed to acquire (they end there).
     acquired_at: Option<Instant>,
     outcome: Outcome,
     /// A call of this operation went unanswered (failed, or dropped before its reply).
@@ -74,6 +76,7 @@ struct Section {
 
 #[derive(Debug)]
 struct Deletion {
+    seq: u64,
     at: Instant,
     key: String,
 }
@@ -173,6 +176,13 @@ impl History {
     pub fn op_ended(&mut self, op: OpId, outcome: Outcome) {
         self.note(format_args!("op {op} ended: {outcome:?}"));
         if let Some(record) = self.ops.get_mut(&op) {
+            let failed_to_acquire = matches!(
+                outcome,
+                Outcome::Failed(LockError::NotAcquired { .. } | LockError::Backend { .. })
+            );
+            if failed_to_acquire && !record.spec.by_hand {
+                record.acquired_at = Some(Instant::now());
+            }
             record.outcome = outcome;
         }
     }
@@ -232,6 +242,7 @@ impl History {
             "fault: the store deletes {key} under its holder"
         ));
         self.deletions.push(Deletion {
+            seq: self.seq,
             at: Instant::now(),
             key: key.to_owned(),
         });
@@ -278,10 +289,12 @@ impl History {
     /// everything was over.
     pub fn violations(&self, keys_in_use: usize) -> Vec<String> {
         let mut found = Vec::new();
+        self.check_sections(&mut found);
         self.check_exclusion(&mut found);
         self.check_tokens(&mut found);
         self.check_orphans(&mut found);
         self.check_ops(&mut found);
+        found.dedup();
         if keys_in_use > 0 {
             found.push(format!(
                 "{keys_in_use} key(s) still in use after every client was done and every \
@@ -295,6 +308,46 @@ impl History {
     fn believed_until(&self, section: &Section) -> Instant {
         let end = section.exited.unwrap_or_else(Instant::now);
         section.lost_at.map_or(end, |lost| lost.min(end))
+    }
+
+    /// The history checker of the fault scenarios (`fencelock::testing::history`), on the
+    /// intervals in which holders believed they held their lock: no two overlap on a key,
+    /// and tokens increase in entry order. A reentrant call's sections are one (same operation,
+    /// same token); a section whose grant the store deleted under it is left out (its holder
+    /// may overlap the next one until it learns, which `check_exclusion` bounds).
+    fn check_sections(&self, found: &mut Vec<String>) {
+        let mut merged: BTreeMap<(OpId, u64), history::Section> = BTreeMap::new();
+        for section in &self.sections {
+            let granted = self
+                .grants
+                .iter()
+                .find(|g| g.key == section.key && g.token == section.token)
+                .map_or(0, |g| g.seq);
+            let deleted_under = self.deletions.iter().any(|d| {
+                d.key == section.key && d.seq > granted && d.at < self.believed_until(section)
+            });
+            if deleted_under {
+                continue;
+            }
+            let ns = |at: Instant| (at - self.start).as_nanos() as u64;
+            let (entered_ns, exited_ns) = (ns(section.entered), ns(self.believed_until(section)));
+            let entry = merged
+                .entry((section.op, section.token))
+                .or_insert_with(|| history::Section {
+                    process: self.ops.get(&section.op).map_or(0, |op| op.client),
+                    task: section.op as u32,
+                    key: section.key.clone(),
+                    token: section.token,
+                    entered_ns,
+                    exited_ns,
+                });
+            entry.entered_ns = entry.entered_ns.min(entered_ns);
+            entry.exited_ns = entry.exited_ns.max(exited_ns);
+        }
+        let sections: Vec<history::Section> = merged.into_values().collect();
+        for violation in history::check(&sections).violations {
+            found.push(format!("history checker: {violation}"));
+        }
     }
 
     /// A holder believes it holds the key only while the store cannot grant it to anyone
@@ -311,15 +364,18 @@ impl History {
                 if !(section.entered <= grant.at && grant.at < until) {
                     continue;
                 }
-                let granted_at = self
+                // The deletion that ended the section's grant: the first after it (events of
+                // one instant are told apart by their order).
+                let granted = self
                     .grants
                     .iter()
                     .find(|g| g.key == section.key && g.token == section.token)
-                    .map_or(section.entered, |g| g.at);
+                    .map_or(0, |g| g.seq);
                 let deleted = self
                     .deletions
                     .iter()
-                    .find(|d| d.key == section.key && granted_at <= d.at && d.at <= grant.at);
+                    .find(|d| d.key == section.key && d.seq > granted)
+                    .filter(|d| d.seq < grant.seq);
                 match deleted {
                     Some(deletion) if until <= deletion.at + section.ttl => {}
                     Some(deletion) => found.push(format!(
