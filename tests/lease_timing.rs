@@ -40,6 +40,20 @@ impl Partitionable {
         self.cut_off.store(true, Ordering::SeqCst);
     }
 
+    /// Asserts that another owner cannot take `key` now.
+    async fn assert_held(&self, key: &str, why: &str) {
+        let intruder = Lease {
+            key: key.into(),
+            owner: "intruder".into(),
+            ttl: Duration::from_secs(1),
+        };
+        let attempt = self.memory.acquire(&intruder, Turn::Barge).await.unwrap();
+        assert!(
+            matches!(attempt, Acquire::Held { .. }),
+            "{why}: {attempt:?}"
+        );
+    }
+
     fn unreachable<T>(&self) -> Option<Result<T, LockError>> {
         self.cut_off
             .load(Ordering::SeqCst)
@@ -128,20 +142,9 @@ async fn renewal_runs_every_third_of_the_ttl_in_one_round_for_all_leases() {
     for guard in &guards {
         assert!(!guard.is_lost());
     }
-    let intruder = Lease {
-        key: "k7".into(),
-        owner: "intruder".into(),
-        ttl: Duration::from_secs(1),
-    };
-    let attempt = backend
-        .memory
-        .acquire(&intruder, Turn::Barge)
-        .await
-        .unwrap();
-    assert!(
-        matches!(attempt, Acquire::Held { .. }),
-        "still exclusive after 10 s"
-    );
+    backend
+        .assert_held("k7", "still exclusive after 10 s")
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -419,20 +422,12 @@ async fn a_lease_taken_while_a_renewal_round_hangs_is_renewed_and_guarded() {
     let short = client.lock("short").ttl_ms(TTL_MS).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(9_700)).await;
     assert!(!short.is_lost(), "renewed while the other round hangs");
-    let intruder = Lease {
-        key: "short".into(),
-        owner: "intruder".into(),
-        ttl: Duration::from_secs(1),
-    };
-    let attempt = backend
-        .memory
-        .acquire(&intruder, Turn::Barge)
-        .await
-        .unwrap();
-    assert!(
-        matches!(attempt, Acquire::Held { .. }),
-        "the short lease is still ours three leases after it was taken: {attempt:?}"
-    );
+    backend
+        .assert_held(
+            "short",
+            "the short lease is still ours three leases after it was taken",
+        )
+        .await;
     // Cut off at 20.2 s: the last renewal that got through was sent at 19.5 s.
     backend.cut_off();
     let lost = within_a_minute(short.lost()).await;
