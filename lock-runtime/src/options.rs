@@ -18,11 +18,13 @@ pub const DEFAULT_SLEEP_MS: u64 = 200;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnLost {
-    /// Drop the body at its next `.await` and return `Err(LockError::Lost { .. })`.
+    /// Drop the body at its next `.await` and return `Err(LockError::Lost { .. })`; also
+    /// return it when the body ended but its release found the key gone or taken.
     #[default]
     Abort,
-    /// Let the body finish; the loss shows in `LockGuard::is_lost` and in the fencing token
-    /// being stale.
+    /// Let the body finish and return its output (a warning is logged). The body learns of
+    /// the loss from `fencelock::is_lost()` or `fencelock::lost()`; its fencing token is stale
+    /// from then on.
     Continue,
 }
 
@@ -97,7 +99,9 @@ impl LockOptions {
     }
 
     /// The longest time to wait for the lock in all (default `retry × sleep_ms`); switches to
-    /// `Continue`. Given alone, it is the only bound: `retry` then defaults to unlimited.
+    /// `Continue`. Given alone, it is the only bound: `retry` then defaults to unlimited. It
+    /// bounds the whole call, also while the backend is slow: an attempt or a subscription
+    /// still out then is abandoned (and what it may still do cleaned up in the background).
     pub const fn wait_ms(mut self, wait_ms: u64) -> Self {
         self.wait_ms = Some(wait_ms);
         self.give_up = false;

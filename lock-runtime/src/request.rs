@@ -40,6 +40,7 @@ impl LockRequest {
     }
 
     /// The longest time to wait in all (default `retry × sleep_ms`); switches to `Continue`.
+    /// Bounds the whole call, also while the backend is slow to answer.
     pub fn wait_ms(mut self, wait_ms: u64) -> Self {
         self.options = self.options.wait_ms(wait_ms);
         self
@@ -97,8 +98,10 @@ impl LockRequest {
     /// `retry`; the whole wait is bounded by `wait_ms`.
     ///
     /// Errors: [`LockError::NotAcquired`] if another owner held it at the last attempt,
-    /// [`LockError::Backend`] if the last attempt could not reach the backend,
-    /// [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] before anything is sent.
+    /// [`LockError::Backend`] if the last attempt could not reach the backend (or, with
+    /// `wait_ms`, no attempt answered in time), [`LockError::KeyInUse`] at once if the key
+    /// holds foreign data, [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] before
+    /// anything is sent.
     ///
     /// # Cancel safety
     /// If this future is dropped while an attempt may have been applied, or while it waits
