@@ -503,3 +503,42 @@ async fn a_continuing_body_can_ask_whether_its_lock_was_lost() {
         "outside a body: None at once"
     );
 }
+
+#[redis_lock(key = "reentry", ttl_ms = 100, max_hold_ms = 100, on_lost = Continue, client = locks)]
+async fn outer_continue(locks: &LockClient) -> Result<Result<(), LockError>, LockError> {
+    // Renewal stops at max_hold_ms: the lease is lost, then runs out.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fencelock::is_lost(), "the outer lease is lost by now");
+    // Someone else takes the free key (a guard by hand is not reentrant).
+    let other = locks
+        .lock("reentry")
+        .give_up()
+        .acquire()
+        .await
+        .expect("the key is free after the lease ran out");
+    let inner = inner_abort(locks).await;
+    drop(other);
+    Ok(inner)
+}
+
+#[redis_lock(key = "reentry", client = locks)]
+async fn inner_abort(locks: &LockClient) -> Result<(), LockError> {
+    // An `.await` at which `Abort` must drop the body.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
+
+/// Review finding: a reentrant call kept its own `on_lost = Abort` only when it was the
+/// outermost; nested under a lost `Continue` lock it ran to its end.
+#[tokio::test(start_paused = true)]
+async fn a_reentrant_aborting_call_under_a_lost_lock_fails_with_lost() {
+    let locks = LockClient::memory_on(Handle::current());
+    let inner = outer_continue(&locks)
+        .await
+        .expect("outer returns its output");
+    assert!(
+        matches!(inner, Err(LockError::Lost { .. })),
+        "inner `on_lost = Abort` function ran to completion under a lost lock (another \
+         owner held the key meanwhile): {inner:?}"
+    );
+}

@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use fencelock::testing::{Delivery, Direction, TcpProxy, conformance};
-use fencelock::{LockClient, LockError};
+use fencelock::{LockClient, LockError, redis_lock};
 use redis::AsyncCommands;
 use support::{client, eventually, inspector, redis_server};
 
@@ -40,11 +40,12 @@ async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_
         "the lease is the key's TTL, got {ttl}"
     );
     guard.release().await.unwrap();
-    let keys: Vec<String> = redis.keys("*").await.unwrap();
+    let mut keys: Vec<String> = redis.keys("*").await.unwrap();
+    keys.sort();
     assert_eq!(
         keys,
-        vec!["app:{stock:42}:fence".to_string()],
-        "only the fencing counter stays"
+        ["app:{stock:42}:fence", "app:{stock:42}:released-by"],
+        "only the fencing counter and the last release stay, for a while"
     );
 }
 
@@ -291,12 +292,16 @@ async fn fencing_counters_expire_after_their_last_grant() {
         support::lock_once(&client, &format!("session:{session}")).await;
     }
     let keys: Vec<String> = redis.keys("*").await.unwrap();
-    assert_eq!(keys.len(), 1_000, "only the counters stay for now");
+    assert_eq!(
+        keys.len(),
+        2_000,
+        "only the counters and the last releases stay for now"
+    );
     for key in keys {
         let ttl: i64 = redis.pttl(&key).await.unwrap();
         assert!(
             ttl > 0 && ttl <= 61_000,
-            "{key} expires about a minute after its grant, PTTL {ttl}"
+            "{key} expires within about a minute of its grant, PTTL {ttl}"
         );
     }
 }
@@ -389,6 +394,17 @@ async fn a_resent_release_of_an_expired_lease_reports_the_loss() {
         .unwrap();
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     assert!(lost.is_ok(), "the 300 ms lease runs out");
+    // The client counts it lost a little before Redis expires it: wait for Redis too.
+    let redis = inspector(&server).await;
+    let expired = eventually(Duration::from_secs(5), || async {
+        !redis
+            .clone()
+            .exists::<_, bool>("lock:{expired}")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(expired, "Redis expires the key");
     proxy.hold_next(Direction::ToClient);
     let released = guard.release().await;
     assert!(
@@ -398,8 +414,8 @@ async fn a_resent_release_of_an_expired_lease_reports_the_loss() {
 }
 
 /// Finding 6, second half: when the second send finds the key taken by another owner, the
-/// first send released it, if the lease was certainly still ours when the second answered:
-/// the call reports a release, not a loss.
+/// first send may have released it; Redis remembers who released the key last, so the call
+/// reports the release, not a loss.
 #[tokio::test]
 async fn a_resent_release_that_finds_the_next_owner_reports_the_release() {
     let server = redis_server();
@@ -425,4 +441,191 @@ async fn a_resent_release_that_finds_the_next_owner_reports_the_release() {
     let released = releasing.await.unwrap();
     assert!(released.is_ok(), "{released:?}");
     taken.release().await.unwrap();
+}
+
+/// Review finding: a release whose first send died with the old server was taken for one
+/// that ran, so a lock lost with a restart was reported released.
+#[tokio::test]
+async fn release_after_a_restart_without_data_reports_the_loss() {
+    let mut server = redis_server();
+    let locks = support::client(&server).await;
+    let guard = locks
+        .lock("restarted")
+        .ttl_ms(30_000)
+        .acquire()
+        .await
+        .unwrap();
+    server.restart().unwrap();
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(LockError::Lost { .. })),
+        "the key vanished with the restart, yet release() says {released:?}"
+    );
+}
+
+#[redis_lock(key = "restarted-body", ttl_ms = 30_000, client = locks)]
+async fn body_across_a_restart(
+    locks: &LockClient,
+    server: &mut fencelock::testing::RedisServer,
+) -> Result<(), LockError> {
+    server.restart().unwrap();
+    Ok(())
+}
+
+#[tokio::test]
+async fn attribute_call_across_a_restart_without_data_reports_the_loss() {
+    let mut server = redis_server();
+    let locks = support::client(&server).await;
+    let result = body_across_a_restart(&locks, &mut server).await;
+    assert!(
+        matches!(result, Err(LockError::Lost { .. })),
+        "on_lost = Abort: the lock vanished under the body, yet the call returns {result:?}"
+    );
+}
+
+fn client_ids(list: &str) -> Vec<i64> {
+    list.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|field| field.strip_prefix("id=")?.parse().ok())
+        .collect()
+}
+
+/// Review finding: connection ids start again after a restart, so closing a given-up
+/// connection of the old server by its id closed another application's.
+#[tokio::test]
+async fn settling_after_a_restart_closes_no_connection_of_the_new_server() {
+    let mut server = redis_server();
+    let locks = support::client(&server).await;
+    let mut probe = inspector(&server).await;
+    let probe_id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let lock_ids: Vec<i64> = client_ids(&list)
+        .into_iter()
+        .filter(|id| *id != probe_id)
+        .collect();
+    assert!(!lock_ids.is_empty(), "the lock client has a connection");
+    let highest = *lock_ids.iter().max().unwrap();
+    server.restart().unwrap();
+    // Another application connects to the new server; its connections get the low ids again.
+    let mut victims = Vec::new();
+    loop {
+        let mut connection = inspector(&server).await;
+        let id: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        victims.push((id, connection));
+        if id >= highest {
+            break;
+        }
+    }
+    // The lock client's next command finds its connection broken, reconnects, settles.
+    let guard = locks.lock("after-restart").give_up().acquire().await;
+    guard.expect("acquires").release().await.unwrap();
+    let mut killed = Vec::new();
+    for (id, connection) in &mut victims {
+        let ping: Result<String, _> = redis::cmd("PING").query_async(connection).await;
+        if ping.is_err() {
+            killed.push(*id);
+        }
+    }
+    assert!(
+        killed.is_empty(),
+        "the lock client closed connections {killed:?} of another application (its own old \
+         ids were {lock_ids:?})"
+    );
+}
+
+/// A lost acquire (its request held by the proxy) while `other_runtimes` other runtimes use
+/// the client; then the cleanups, the holder's release and the late delivery. Returns what
+/// the delivery met and whether the key was free afterwards.
+async fn late_acquire_after_other_runtimes(other_runtimes: usize) -> (Delivery, bool) {
+    let server = redis_server();
+    let direct = support::client(&server).await;
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(1_000))
+        .release_notifications(false)
+        .connect()
+        .await
+        .unwrap();
+    support::lock_once(&locks, "warm-up").await;
+    let holder = direct
+        .lock("evicted")
+        .ttl_ms(60_000)
+        .acquire()
+        .await
+        .unwrap();
+    proxy.hold_next(Direction::ToServer);
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("evicted")
+                .ttl_ms(60_000)
+                .give_up()
+                .acquire()
+                .await
+        }
+    });
+    proxy.held().await;
+    // Other runtimes of the application use the same client meanwhile.
+    for i in 0..other_runtimes {
+        let locks = locks.clone();
+        tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let guard = locks
+                    .lock(format!("other-{i}"))
+                    .give_up()
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            });
+        })
+        .await
+        .unwrap();
+    }
+    let outcome = attempt.await.unwrap();
+    assert!(
+        matches!(outcome, Err(LockError::NotAcquired { .. })),
+        "{outcome:?}"
+    );
+    // Both in-doubt cleanups (the caller's, and the background one a second later) run.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    holder.release().await.unwrap();
+    let delivery = proxy.deliver_held().await;
+    let free = direct.lock("evicted").give_up().acquire().await;
+    let was_free = free.is_ok();
+    if let Ok(guard) = free {
+        guard.release().await.unwrap();
+    }
+    (delivery, was_free)
+}
+
+/// Review finding: a connection dropped from the cache (more caller runtimes than it keeps)
+/// and then given up was never closed on the server, so its late acquire ran after every
+/// cleanup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_acquire_on_a_connection_evicted_from_the_cache_is_settled_too() {
+    let (delivery, free) = late_acquire_after_other_runtimes(4).await;
+    assert_eq!(delivery, Delivery::Closed);
+    assert!(
+        free,
+        "the late acquire ran ({delivery:?}) after every cleanup and took the key for an \
+         owner nobody tracks"
+    );
 }

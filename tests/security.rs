@@ -322,12 +322,17 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
         .unwrap();
     let _: () = redis.rpush("lock:{list-turn}:turn", "x").await.unwrap();
     let _: () = redis
+        .set("lock:{huge-fence}:fence", "99999999999999999999")
+        .await
+        .unwrap();
+    let _: () = redis
         .set("lock:{text-queue}:queue", "not a list")
         .await
         .unwrap();
     let cases = [
         ("text-fence", false, "fence"),
         ("hash-fence", false, "fence"),
+        ("huge-fence", false, "fence"),
         ("list-turn", false, "turn"),
         ("text-queue", true, "queue"),
     ];
@@ -354,4 +359,91 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
     guard.release().await.expect("the release goes through");
     let held: bool = redis.exists("lock:{held}").await.unwrap();
     assert!(!held, "the lock key is deleted");
+}
+
+/// Review findings: foreign data in the queue keys, or a foreign string with a TTL in the
+/// lock key, was taken for a lock's (waited for, or changed).
+#[tokio::test]
+async fn a_foreign_list_in_the_queue_key_is_key_in_use_and_left_alone() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis
+        .rpush("lock:{fq}:queue", "another program's entry")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let outcome = locks
+        .lock("fq")
+        .fair(true)
+        .sleep_ms(100)
+        .wait_ms(1_000)
+        .acquire()
+        .await;
+    let waited = started.elapsed();
+    let ttl: i64 = redis.pttl("lock:{fq}:queue").await.unwrap();
+    assert!(
+        matches!(outcome, Err(LockError::KeyInUse { .. })) && ttl == -1,
+        "a list without a TTL is no lock's queue, yet: {outcome:?} after {waited:?}, and the \
+         foreign list now has PTTL {ttl} (it will vanish)"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_sorted_set_in_the_queue_deadlines_is_key_in_use_and_left_alone() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis
+        .zadd("lock:{fz}:queue:deadlines", "another program's member", 1)
+        .await
+        .unwrap();
+    let outcome = locks.lock("fz").fair(true).give_up().acquire().await;
+    let members: Vec<String> = redis
+        .zrange("lock:{fz}:queue:deadlines", 0, -1)
+        .await
+        .unwrap();
+    let granted = outcome.is_ok();
+    if let Ok(guard) = outcome {
+        guard.release().await.unwrap();
+    }
+    assert!(
+        !granted && !members.is_empty(),
+        "granted: {granted}; the foreign sorted set now holds {members:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_string_with_a_ttl_in_the_lock_key_is_key_in_use() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis
+        .set_ex("lock:{cached}", "session data of another program", 3_600)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let outcome = locks.lock("cached").wait_ms(1_000).acquire().await;
+    assert!(
+        matches!(outcome, Err(LockError::KeyInUse { .. })),
+        "another program's value (not `<owner>:<token>`): {outcome:?} after {:?}",
+        started.elapsed()
+    );
+}
+
+/// Review finding: a server with `CLIENT` renamed (the way to restrict it before ACLs) could
+/// not be used at all.
+#[tokio::test]
+async fn a_server_with_client_renamed_is_usable_without_settling() {
+    let server = fencelock::testing::RedisServer::start_with(&[
+        "--rename-command",
+        "CLIENT",
+        "hidden-client-command",
+    ])
+    .unwrap();
+    let mut redis = inspector(&server).await;
+    let pong: String = redis::cmd("PING").query_async(&mut redis).await.unwrap();
+    assert_eq!(pong, "PONG");
+    let locks = LockClient::connect(&server.url()).await;
+    assert!(locks.is_ok(), "{locks:?}");
 }

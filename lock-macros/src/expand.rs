@@ -188,13 +188,14 @@ fn client_of(krate: &Path, expr: &Expr) -> TokenStream {
 /// awaited (and a loss it finds reported) when the output is `Send`, else left to
 /// the background so that the function's future stays `Send` (autoref
 /// specialisation, see `__private::Ending`). A return type with `impl Trait` in
-/// it cannot be named in the body; its release is awaited.
+/// it cannot be named in the body, nor asked whether it is `Send` there: it is
+/// released in the background, which keeps the future `Send` either way.
 fn ending(krate: &Path, return_type: &Type) -> TokenStream {
     let mut output = return_type.clone();
     let mut eraser = ImplTraitEraser::default();
     eraser.visit_type_mut(&mut output);
     if eraser.erased {
-        return quote!(#krate::__private::AwaitRelease);
+        return quote!(#krate::__private::ReleaseInBackground);
     }
     quote! {
         {

@@ -73,9 +73,9 @@ use proc_macro::TokenStream;
 /// `Display` and then escaped (`\`, `:`, `{` and `}` get a backslash). `{{`
 /// and `}}` are literal braces.
 ///
-/// Two placeholders must be separated by literal text containing `:`, as in
-/// `"order:{tenant}:{id}"`. Since `:` is escaped in values, distinct
-/// arguments then never form the same key.
+/// Two placeholders must be separated by literal text containing `:` with no
+/// `\` before it, as in `"order:{tenant}:{id}"`. Since `:` and `\` are escaped
+/// in values, distinct arguments then never form the same key.
 #[proc_macro_attribute]
 pub fn redis_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::redis_lock(attr.into(), item.into()).into()

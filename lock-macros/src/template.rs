@@ -58,6 +58,7 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, Vec<TemplateError>> 
         errors: Vec::new(),
         text: String::new(),
         previous: None,
+        backslash: false,
     };
     parser.run();
     if parser.errors.is_empty() {
@@ -75,6 +76,9 @@ struct TemplateParser<'a> {
     text: String,
     /// The last placeholder, unless literal text containing `:` followed it.
     previous: Option<Range<usize>>,
+    /// A `\` came after the last placeholder, before any `:`: a `:` after it does not
+    /// separate (a value ending in `\` would pair with it).
+    backslash: bool,
 }
 
 impl TemplateParser<'_> {
@@ -100,7 +104,10 @@ impl TemplateParser<'_> {
             } else if rest.starts_with('{') {
                 self.placeholder(at)
             } else {
-                if ch == ':' {
+                if ch == '\\' && self.previous.is_some() {
+                    self.backslash = true;
+                }
+                if ch == ':' && !self.backslash {
                     self.previous = None;
                 }
                 self.text.push(ch);
@@ -152,14 +159,19 @@ impl TemplateParser<'_> {
             Ok((root, fields)) => {
                 if let Some(previous) = self.previous.take() {
                     let first = &self.template[previous.clone()];
-                    self.error(
+                    let message = if self.backslash {
+                        format!(
+                            "a `\\` before the `:` between `{first}` and `{written}` lets argument values forge the separator (a value's own `:` is escaped as `\\:`); remove the backslash, e.g. `{first}:{written}`"
+                        )
+                    } else {
                         format!(
                             "placeholders `{first}` and `{written}` must be separated by literal text containing `:` (e.g. `{first}:{written}`): argument values have `:` escaped, so only a `:` keeps distinct arguments from forming the same key"
-                        ),
-                        previous.start..range.end,
-                    );
+                        )
+                    };
+                    self.error(message, previous.start..range.end);
                 }
                 self.previous = Some(range.clone());
+                self.backslash = false;
                 self.segments.push(Segment::Placeholder(Placeholder {
                     root,
                     fields,
@@ -478,6 +490,21 @@ mod tests {
             "{message}"
         );
         assert_eq!(piece, "{order.id}-{{x}}-{self.n}");
+    }
+
+    #[test]
+    fn a_backslash_before_the_colon_does_not_separate() {
+        let (message, piece) = single_error(r"{a}\:{b}");
+        assert_eq!(
+            message,
+            r"a `\` before the `:` between `{a}` and `{b}` lets argument values forge the separator (a value's own `:` is escaped as `\:`); remove the backslash, e.g. `{a}:{b}`"
+        );
+        assert_eq!(piece, r"{a}\:{b}");
+        assert!(parse(r"{a}:\{b}").is_ok(), "after the `:` it does no harm");
+        assert!(
+            parse(r"k\:{a}").is_ok(),
+            "nor in text before the first placeholder"
+        );
     }
 
     #[test]

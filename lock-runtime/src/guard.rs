@@ -91,28 +91,28 @@ impl LockGuard {
     /// Releases the lock if it is still ours (with `min_hold_ms`, shortens its lease to what
     /// is left of it instead). Renewal stops first.
     ///
-    /// Returns [`LockError::Lost`] if the key was no longer ours (it expired, or another owner
-    /// holds it; that owner's lock is left alone). A release whose reply is lost is sent once
-    /// more; if the second finds the key gone or taken, the first one released it when the
-    /// lease was certainly still ours at that point, else the outcome is unknown and reported
-    /// as lost (`LossCause::Unconfirmed`). On a backend error the release is retried in the
-    /// background until the lease would have ended anyway.
+    /// Returns [`LockError::Lost`] if the key was no longer ours (it expired, was deleted, or
+    /// another owner holds it; that owner's lock is left alone). A release whose reply is lost
+    /// is sent once more; the backend remembers the last release of a key for a while, so the
+    /// second send still reports `Ok` when the first one released it; if it finds the key gone
+    /// or taken otherwise, the call reports the loss with cause `LossCause::Unconfirmed`. On a
+    /// backend error the release is retried in the background until the lease would have
+    /// ended anyway.
     ///
     /// # Cancel safety
     /// Dropping this future before it completes leaves the release to the background, as
     /// dropping the guard does: the lock is never left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
-        let valid_until = self.tracking.stop();
+        self.tracking.stop();
         let keep = self.hold_until().saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
         let (outcome, resent) = resend_once(|| backend.release(&self.lease, keep)).await;
-        let first_send_released =
-            resent && valid_until.is_some_and(|valid_until| Instant::now() < valid_until);
-        match outcome? {
-            Release::Released => {}
-            Release::NotOwner if first_send_released => {}
+        // On an error the guard stays unreleased: its drop retries in the background.
+        let outcome = outcome?;
+        self.released = true;
+        match outcome {
+            Release::Released => Ok(()),
             Release::NotOwner => {
-                self.released = true;
                 let cause = if resent {
                     LossCause::Unconfirmed
                 } else {
@@ -120,11 +120,9 @@ impl LockGuard {
                 };
                 let signal = self.tracking.signal();
                 signal.lose(cause);
-                return Err(self.lost_error(signal.cause().unwrap_or(cause)));
+                Err(self.lost_error(signal.cause().unwrap_or(cause)))
             }
         }
-        self.released = true;
-        Ok(())
     }
 }
 

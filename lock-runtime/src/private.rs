@@ -193,7 +193,8 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
     if let Some(held) = scope::held(client.id(), &key) {
-        return Ran::Done(scope::holding(held, body).await);
+        let (Ok(output) | Err(output)) = under(held, options.lost_policy(), body).await;
+        return Ran::Done(output);
     }
     let guard = match client.lock(key.clone()).options(options).acquire().await {
         Ok(guard) => guard,
@@ -205,16 +206,29 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         token: guard.token(),
         signal: guard.loss_signal(),
     };
+    match under(held, options.lost_policy(), body).await {
+        Ok(output) => Ran::Held(output, guard),
+        Err(lost) => Ran::Done(lost),
+    }
+}
+
+/// Runs `body` with `held` as its innermost lock. With `OnLost::Abort`, the body is dropped
+/// at its next `.await` once the lock is lost (at once if it already was, as for a reentrant
+/// call under a lost lock) and `Err` carries the `LockError::Lost` to return.
+async fn under<R: LockResult, F: Future<Output = R>>(
+    held: Held,
+    policy: OnLost,
+    body: F,
+) -> Result<R, R> {
+    let signal = held.signal.clone();
+    let key = held.key.clone();
     let body = scope::holding(held, body);
-    let output = match options.lost_policy() {
-        OnLost::Abort => {
-            tokio::select! {
-                biased;
-                lost = guard.lost() => return Ran::Done(R::from_lock_error(lost)),
-                output = body => output,
-            }
-        }
-        OnLost::Continue => body.await,
-    };
-    Ran::Held(output, guard)
+    match policy {
+        OnLost::Abort => tokio::select! {
+            biased;
+            cause = signal.lost() => Err(R::from_lock_error(LockError::Lost { key, cause })),
+            output = body => Ok(output),
+        },
+        OnLost::Continue => Ok(body.await),
+    }
 }

@@ -118,12 +118,9 @@ impl Tracking {
         &self.signal
     }
 
-    /// Stops renewal and loss detection of this lease (idempotent). Returns until when the
-    /// server certainly keeps the key for its owner, unless the lease was lost or stopped
-    /// before.
-    pub(crate) fn stop(&self) -> Option<Instant> {
-        let tracked = self.renewer.registry().leases.remove(&self.id)?;
-        Some(tracked.valid_until)
+    /// Stops renewal and loss detection of this lease (idempotent).
+    pub(crate) fn stop(&self) {
+        self.renewer.registry().leases.remove(&self.id);
     }
 }
 

@@ -135,6 +135,12 @@ impl LockRequest {
         // What the last answered attempt found: returned if the deadline cuts the next one.
         let mut last_error: Option<LockError> = None;
         loop {
+            // No attempt at the deadline: it would be cut as soon as sent.
+            if attempts > 0 && deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(pending
+                    .give_up(reply_lost, deadline, last_error, &options)
+                    .await);
+            }
             attempts += 1;
             let sent_at = Instant::now();
             pending.leaves_traces = true;
@@ -144,8 +150,9 @@ impl LockRequest {
             let Some((outcome, resent)) = until(deadline, attempt).await else {
                 // Cut at the deadline: the attempt may still be applied.
                 reply_lost = true;
-                pending.withdraw(reply_lost, deadline).await;
-                return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
+                return Err(pending
+                    .give_up(reply_lost, deadline, last_error, &options)
+                    .await);
             };
             reply_lost |= resent;
             let holder_remaining = match outcome {
@@ -176,8 +183,9 @@ impl LockRequest {
                 || now >= give_up_at
                 || unnotified_waits >= options.unnotified_retries()
             {
-                pending.withdraw(reply_lost, deadline).await;
-                return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
+                return Err(pending
+                    .give_up(reply_lost, deadline, last_error, &options)
+                    .await);
             }
             // Subscribe before the attempt after which we wait: a release between the failed
             // attempt and the subscription is then seen by that attempt, and any later one is
@@ -199,8 +207,9 @@ impl LockRequest {
                         tracing::debug!(key = %pending.lease.key, %error, "no release notifications; polling");
                     }
                     None => {
-                        pending.withdraw(reply_lost, deadline).await;
-                        return Err(last_error.unwrap_or_else(|| pending.no_answer(&options)));
+                        return Err(pending
+                            .give_up(reply_lost, deadline, last_error, &options)
+                            .await);
                     }
                 }
             }
@@ -310,16 +319,26 @@ impl PendingAcquire {
         }
     }
 
-    /// The error of a request whose attempts all went unanswered until its deadline.
-    fn no_answer(&self, options: &LockOptions) -> LockError {
-        LockError::backend(
-            Some(&self.lease.key),
-            format!(
-                "the backend did not answer within the request's wait ({} ms)",
-                options.wait().as_millis()
-            ),
-            None,
-        )
+    /// Ends the request without a guard: withdraws, and returns the error to report: what
+    /// the last answered attempt found, else that no attempt answered in time.
+    async fn give_up(
+        &mut self,
+        reply_lost: bool,
+        deadline: Option<Instant>,
+        last_error: Option<LockError>,
+        options: &LockOptions,
+    ) -> LockError {
+        self.withdraw(reply_lost, deadline).await;
+        last_error.unwrap_or_else(|| {
+            LockError::backend(
+                Some(&self.lease.key),
+                format!(
+                    "the backend did not answer within the request's wait ({} ms)",
+                    options.wait().as_millis()
+                ),
+                None,
+            )
+        })
     }
 }
 

@@ -10,7 +10,7 @@ impl Report {
             ],
         );
         let __fencelock_options = my_locks::reexport::__private::LockOptions::new();
-        let __fencelock_ending = my_locks::reexport::__private::AwaitRelease;
+        let __fencelock_ending = my_locks::reexport::__private::ReleaseInBackground;
         __fencelock_ending
             .run_locked(
                 __fencelock_client,

@@ -27,6 +27,9 @@ struct State {
     queues: HashMap<String, VecDeque<(String, Instant)>>,
     /// Next free turns reserved by starving waiters, until when.
     reservations: HashMap<String, (String, Instant)>,
+    /// Who released each key last, until when that is remembered: a release sent again after
+    /// its reply was lost learns that the first one released the key.
+    released_by: HashMap<String, (String, Instant)>,
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
@@ -225,11 +228,16 @@ impl State {
         if self.queues.get(&lease.key).is_some_and(VecDeque::is_empty) {
             self.queues.remove(&lease.key);
         }
+        let released_before = self
+            .released_by
+            .get(&lease.key)
+            .is_some_and(|(owner, until)| *owner == lease.owner && *until > now);
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
                     self.holders.remove(&lease.key);
+                    self.remember_release(&lease.key, &lease.owner, now);
                     (Release::Released, true)
                 } else {
                     // Marked released: an extend can no longer find it ours.
@@ -241,9 +249,20 @@ impl State {
             Some(holder) if holder.owner == released_mark(&lease.owner) => {
                 (Release::Released, false)
             }
+            _ if released_before => (Release::Released, false),
             Some(_) => (Release::NotOwner, false),
             None => (Release::NotOwner, left_queue || left_reservation),
         }
+    }
+
+    /// Remembers that `owner` released `key` (as Redis keeps `...:released-by` for 30 s).
+    fn remember_release(&mut self, key: &str, owner: &str, now: Instant) {
+        if self.released_by.len() >= 1_024 {
+            self.released_by.retain(|_, (_, until)| *until > now);
+        }
+        let until = now + RELEASE_MEMORY;
+        self.released_by
+            .insert(key.to_owned(), (owner.to_owned(), until));
     }
 }
 
@@ -256,6 +275,9 @@ impl std::fmt::Debug for MemoryBackend {
             .finish_non_exhaustive()
     }
 }
+
+/// How long the last release of a key is remembered.
+const RELEASE_MEMORY: Duration = Duration::from_secs(30);
 
 /// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token.
 fn released_mark(owner: &str) -> String {

@@ -273,6 +273,12 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     );
     let released = backend.release(&mine, Duration::ZERO).await;
     assert_eq!(released.expect("backend answers"), Release::Released);
+    let again = backend.release(&mine, Duration::ZERO).await;
+    assert_eq!(
+        again.expect("backend answers"),
+        Release::Released,
+        "a release sent again (its first reply lost) learns that the first one released"
+    );
     let extended = backend
         .extend(std::slice::from_ref(&granted))
         .await

@@ -16,7 +16,10 @@
 //! would take the key for an owner nobody tracks. So the next command, on whichever
 //! connection, first has the server close the given-up ones (`CLIENT KILL ID`, with the id
 //! each connection learned when it opened): once that is answered, nothing sent on them can
-//! run any more. A user that may not run `CLIENT KILL` loses this settling (logged once).
+//! run any more. Ids are kept with the server's `run_id`: a restarted server numbers its
+//! connections anew and has none of the old ones left, so only ids of the server that answers
+//! are closed. A user that may not run `CLIENT ID` or `CLIENT KILL` (an ACL, or the command
+//! renamed) loses this settling (logged once).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +64,8 @@ pub(crate) struct Live {
     serial: u64,
     /// The server's id of the connection (`CLIENT ID`), to close it there once given up.
     server_id: Option<i64>,
+    /// The server's `run_id`, which changes when it restarts (`None`: not told).
+    run_id: Option<String>,
     connection: MultiplexedConnection,
 }
 
@@ -76,8 +81,8 @@ pub(crate) struct Connection {
     config: AsyncConnectionConfig,
     open: Mutex<Vec<Live>>,
     serials: AtomicU64,
-    /// Server ids of given-up connections whose commands may still run.
-    given_up: Mutex<Vec<i64>>,
+    /// Given-up connections whose commands may still run.
+    given_up: Mutex<Vec<GivenUp>>,
     /// Set while `given_up` is not empty: the fast path checks only this.
     unsettled: AtomicBool,
     /// Held while given-up connections are being closed, so that no command overtakes it.
@@ -117,7 +122,7 @@ impl Connection {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn given_up(&self) -> std::sync::MutexGuard<'_, Vec<i64>> {
+    fn given_up(&self) -> std::sync::MutexGuard<'_, Vec<GivenUp>> {
         self.given_up.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -172,16 +177,21 @@ impl Connection {
             .await
         {
             Ok(id) => Some(id),
-            Err(error) if error.code() == Some("NOPERM") => {
+            Err(error) if refused(&error) => {
                 self.cannot_settle("CLIENT ID", &error);
                 None
             }
             Err(error) => return Err(error),
         };
+        let run_id = match server_id {
+            Some(_) => run_id(&mut connection).await?,
+            None => None,
+        };
         let live = Live {
             route,
             serial: self.serials.fetch_add(1, Ordering::Relaxed),
             server_id,
+            run_id,
             connection,
         };
         let mut open = self.open();
@@ -196,26 +206,33 @@ impl Connection {
         Ok(live)
     }
 
-    /// Closes every given-up connection on the server, through `live`.
+    /// Closes every given-up connection of the server that `live` reaches, through it.
     async fn settle(&self, live: &Live) -> Result<(), RedisError> {
         let _settling = self.settling.lock().await;
-        let ids = self.given_up().clone();
-        if ids.is_empty() {
+        let settled = self.given_up().clone();
+        if settled.is_empty() {
             return Ok(());
         }
         let mut pipeline = redis::pipe();
-        for id in &ids {
+        // Ids of another server run (before a restart) name nothing there, or someone else.
+        let here: Vec<&GivenUp> = settled.iter().filter(|g| g.run_id == live.run_id).collect();
+        for given_up in &here {
             // The filter form answers how many it closed: 0 for one already gone.
             pipeline
                 .cmd("CLIENT")
                 .arg("KILL")
                 .arg("ID")
-                .arg(id)
+                .arg(given_up.server_id)
                 .ignore();
         }
-        match pipeline.query_async::<()>(&mut live.connection()).await {
+        let killed = if here.is_empty() {
+            Ok(())
+        } else {
+            pipeline.query_async::<()>(&mut live.connection()).await
+        };
+        match killed {
             Ok(()) => {}
-            Err(error) if error.code() == Some("NOPERM") => {
+            Err(error) if refused(&error) => {
                 self.cannot_settle("CLIENT KILL", &error);
             }
             Err(error) => {
@@ -224,7 +241,7 @@ impl Connection {
             }
         }
         let mut given_up = self.given_up();
-        given_up.retain(|id| !ids.contains(id));
+        given_up.retain(|g| !settled.contains(g));
         self.unsettled
             .store(!given_up.is_empty(), Ordering::Release);
         Ok(())
@@ -252,17 +269,52 @@ impl Connection {
         if !broken {
             return false;
         }
-        let mut open = self.open();
-        let before = open.len();
-        open.retain(|l| l.serial != live.serial);
-        if open.len() < before
-            && let Some(id) = live.server_id
+        self.open().retain(|l| l.serial != live.serial);
+        // Also when it had left the cache already (evicted by other runtimes' connections):
+        // what was sent on it is just as unsettled.
+        if let Some(server_id) = live.server_id
             && self.can_settle.load(Ordering::Relaxed)
         {
-            self.given_up().push(id);
+            let given_up = GivenUp {
+                server_id,
+                run_id: live.run_id.clone(),
+            };
+            let mut all = self.given_up();
+            if !all.contains(&given_up) {
+                all.push(given_up);
+            }
             self.unsettled.store(true, Ordering::Release);
         }
         true
+    }
+}
+
+/// A given-up connection: its id, on which server run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GivenUp {
+    server_id: i64,
+    run_id: Option<String>,
+}
+
+/// Whether the server refused a command (no permission, or renamed away), rather than the
+/// connection failing.
+fn refused(error: &RedisError) -> bool {
+    !(error.is_io_error() || error.is_timeout() || error.is_connection_dropped())
+}
+
+/// The server's `run_id` (`INFO server`), or `None` where `INFO` is not allowed.
+async fn run_id(connection: &mut MultiplexedConnection) -> Result<Option<String>, RedisError> {
+    match redis::cmd("INFO")
+        .arg("server")
+        .query_async::<String>(connection)
+        .await
+    {
+        Ok(info) => Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())),
+        Err(error) if refused(&error) => Ok(None),
+        Err(error) => Err(error),
     }
 }
 

@@ -1,14 +1,16 @@
 //! The Redis backend: one key per lock, Lua scripts for every step.
 //!
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
-//! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is `P{K}:fence`, which
-//! expires a minute after the server time its token stands for (`grant.lua`); fair waiters
-//! queue in `P{K}:queue` (a list) and `P{K}:queue:deadlines` (a sorted set), which expire with
-//! their last waiter's place; a starving waiter reserves the next free turn in `P{K}:turn`
-//! (with a TTL). Releases are published on the channel `P{K}:released`. The braces put every
-//! key in one Redis Cluster hash slot, and `K` stays readable for operators; a key starting
-//! with a brace gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for
-//! an empty tag.
+//! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is
+//! `P{K}:fence`, which expires a minute after the server time its token stands for
+//! (`grant.lua`); fair waiters queue in `P{K}:queue` (a list) and `P{K}:queue:deadlines` (a
+//! sorted set), which expire with their last waiter's place; a starving waiter reserves the
+//! next free turn in `P{K}:turn` (with a TTL); `P{K}:released-by` names the owner of the last
+//! release for 30 s, so that a release sent again after its reply was lost knows it released.
+//! Releases are published on the channel `P{K}:released`. The braces put every key in one
+//! Redis Cluster hash slot, and `K` stays readable for operators; a key starting with a brace
+//! gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for an empty
+//! tag.
 
 mod connection;
 mod notify;
@@ -425,7 +427,14 @@ impl LockBackend for RedisBackend {
             let channel = Self::release_channel(&lock_key);
             let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
             let reservation_key = Self::reservation_key(&lock_key);
-            let keys = [lock_key, queue_key, deadlines_key, reservation_key];
+            let released_by = format!("{lock_key}:released-by");
+            let keys = [
+                lock_key,
+                queue_key,
+                deadlines_key,
+                reservation_key,
+                released_by,
+            ];
             let args = [lease.owner.as_str(), &keep_ms, &channel];
             let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
             match integer(&reply) {

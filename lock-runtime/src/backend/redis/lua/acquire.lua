@@ -10,11 +10,11 @@ if reply then
   return reply
 end
 local reserved, foreign = read_helper('GET', KEYS[3], 'turn reservation')
+if not foreign and reserved then
+  foreign = untimed(KEYS[3], 'turn reservation')
+end
 if foreign then
   return {2, foreign}
-end
-if reserved and redis.call('PTTL', KEYS[3]) == -1 then
-  return {2, 'its turn reservation `' .. KEYS[3] .. '` holds a string without a TTL, which no lock leaves behind'}
 end
 if not holder then
   if reserved and reserved ~= ARGV[1] then

@@ -17,6 +17,7 @@ local queued
 if not foreign then
   queued, foreign = read_helper('LLEN', KEYS[3], 'queue')
 end
+foreign = foreign or untimed(KEYS[4], 'queue deadlines') or untimed(KEYS[3], 'queue')
 local last = 0
 if not foreign and not holder then
   last, foreign = read_fence(KEYS[2])

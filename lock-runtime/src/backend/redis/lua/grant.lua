@@ -29,10 +29,21 @@ local function read_fence(fence_key)
   if not last then
     return 0
   end
-  if not string.match(last, '^%d+$') then
+  -- Tokens are exact below 2^53 (Lua numbers are doubles). A counter without a TTL is kept:
+  -- versions before counters expired wrote them so.
+  if not string.match(last, '^%d+$') or tonumber(last) >= 9007199254740992 then
     return nil, 'its fencing counter `' .. fence_key .. '` holds a string that is not a token'
   end
   return tonumber(last)
+end
+
+-- Why `key`, kept next to a lock and always written with a TTL, cannot be this lock's: it
+-- exists without one. nil if it has a TTL or does not exist.
+local function untimed(key, what)
+  if redis.call('PTTL', key) == -1 then
+    return 'its ' .. what .. ' `' .. key .. '` has no TTL, which no lock leaves behind'
+  end
+  return nil
 end
 
 -- A new grant after the last token `last`: the token exceeds both the last one and the
@@ -50,14 +61,24 @@ local function grant(lock_key, fence_key, owner, lease_ms, last)
 end
 
 -- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
--- or nil: a value of another type, or a string without a TTL (every lease has one). Such a
--- key would never be released by anyone, so waiting for it is pointless.
+-- or nil: a value of another type, a string without a TTL (every lease has one), or one not
+-- shaped as a lock's: `<owner>:<token>`, `<owner>:released` (kept by min_hold_ms), or a bare
+-- hex owner (versions before tokens were kept in the value). Waiting for such a key is
+-- pointless: nobody would ever release it.
 local function foreign_holder(lock_key, holder)
   if type(holder) == 'table' and holder.err then
     return 'it holds a ' .. redis.call('TYPE', lock_key).ok .. ', not a lock'
   end
-  if holder and redis.call('PTTL', lock_key) == -1 then
+  if not holder then
+    return nil
+  end
+  if redis.call('PTTL', lock_key) == -1 then
     return 'it holds a string without a TTL, which no lock leaves behind'
+  end
+  local lock_shaped = string.match(holder, '^.+:%d+$') or string.match(holder, '^.+:released$')
+    or string.match(holder, '^%x+$')
+  if not lock_shaped then
+    return 'it holds a string that is not a lock\'s (`<owner>:<token>`)'
   end
   return nil
 end

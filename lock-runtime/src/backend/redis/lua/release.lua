@@ -1,16 +1,22 @@
 -- Release the lock only if ARGV[1] still owns it (the seed's T1/T2 case: a holder whose lease
 -- expired must not delete the next holder's lock), and take back whatever ARGV[1] left as a
 -- waiter: its place in the fair queue, its reservation of the next turn.
--- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation,
+-- KEYS[5] who released the lock last (kept for RELEASE_MEMORY_MS)
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
 -- ARGV[3] the channel on which waiters hear of releases.
 -- Returns 1 if released, 0 if another owner (or foreign data) holds the key, -1 if nobody
 -- does. The key holds `<owner>:<token>`; any grant of the owner is released. A kept key
 -- (min_hold_ms) is marked `<owner>:released`, so that a renewal already on its way cannot
--- extend it again, and a resent release still finds it ours. Keys next to the lock
+-- extend it again, and a resent release still finds it ours; a deleted one leaves its owner
+-- in KEYS[5] for a while, so that a release sent again after its reply was lost learns that
+-- the first one released it (and not that the key vanished some other way). Keys next to the lock
 -- go through pcall: foreign data there must not keep the lock from being released. PUBLISH
 -- too: a user whose ACL grants no channels (Redis 7's default) must still release; its
 -- waiters poll.
+-- How long KEYS[5] remembers the last release: longer than a resend takes.
+local RELEASE_MEMORY_MS = 30000
+
 local left = false
 local removed = redis.pcall('LREM', KEYS[2], 0, ARGV[1])
 if type(removed) == 'number' and removed > 0 then
@@ -27,6 +33,9 @@ if holder == ARGV[1] .. ':released' then
 end
 local ours = type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':'
 if not ours then
+  if redis.pcall('GET', KEYS[5]) == ARGV[1] then
+    return 1
+  end
   if holder then
     return 0
   end
@@ -39,6 +48,11 @@ end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
   redis.pcall('PUBLISH', ARGV[3], 'released')
+  -- Not over another program's data: an empty key, or a string with a TTL, as this leaves.
+  local kind = redis.call('TYPE', KEYS[5]).ok
+  if kind == 'none' or (kind == 'string' and redis.call('PTTL', KEYS[5]) > 0) then
+    redis.call('SET', KEYS[5], ARGV[1], 'PX', RELEASE_MEMORY_MS)
+  end
 else
   redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 end
