@@ -21,8 +21,8 @@
 //! are closed. A user that may not run `CLIENT ID` or `CLIENT KILL` (an ACL, or the command
 //! renamed) loses this settling (logged once).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
@@ -64,8 +64,9 @@ pub(crate) struct Live {
     serial: u64,
     /// The server's id of the connection (`CLIENT ID`), to close it there once given up.
     server_id: Option<i64>,
-    /// The server's `run_id`, which changes when it restarts (`None`: not told).
-    run_id: Option<String>,
+    /// The server's `run_id`, which changes when it restarts (`None`: not told). Shared:
+    /// every command clones its `Live`.
+    run_id: Option<Arc<str>>,
     connection: MultiplexedConnection,
 }
 
@@ -293,7 +294,7 @@ impl Connection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct GivenUp {
     server_id: i64,
-    run_id: Option<String>,
+    run_id: Option<Arc<str>>,
 }
 
 /// Whether the server refused a command (no permission, or renamed away), rather than the
@@ -303,7 +304,7 @@ fn refused(error: &RedisError) -> bool {
 }
 
 /// The server's `run_id` (`INFO server`), or `None` where `INFO` is not allowed.
-async fn run_id(connection: &mut MultiplexedConnection) -> Result<Option<String>, RedisError> {
+async fn run_id(connection: &mut MultiplexedConnection) -> Result<Option<Arc<str>>, RedisError> {
     match redis::cmd("INFO")
         .arg("server")
         .query_async::<String>(connection)
@@ -312,7 +313,7 @@ async fn run_id(connection: &mut MultiplexedConnection) -> Result<Option<String>
         Ok(info) => Ok(info
             .lines()
             .find_map(|line| line.strip_prefix("run_id:"))
-            .map(|id| id.trim().to_owned())),
+            .map(|id| Arc::from(id.trim()))),
         Err(error) if refused(&error) => Ok(None),
         Err(error) => Err(error),
     }
