@@ -604,8 +604,8 @@ async fn late_acquire_after_other_runtimes(other_runtimes: usize) -> (Delivery, 
         matches!(outcome, Err(LockError::NotAcquired { .. })),
         "{outcome:?}"
     );
-    // Both in-doubt cleanups (the caller's, and the background one a second later) run.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The late request must find its connection closed whenever the cleanups run: what is
+    // checked is what the delivery meets, not the cleanups' timing.
     holder.release().await.unwrap();
     let delivery = proxy.deliver_held().await;
     let free = direct.lock("evicted").give_up().acquire().await;

@@ -148,6 +148,7 @@ impl Drop for LockGuard {
                 self.lease.clone(),
                 self.hold_until(),
                 self.in_doubt,
+                !self.released,
             );
         }
     }
@@ -161,19 +162,27 @@ impl Drop for LockGuard {
 /// first goes through the caller's own connection, behind that acquire, so it cannot
 /// overtake it; a second one follows on the client's background a little later, in case
 /// the caller's runtime ends before running the first.
+///
+/// `held`: the lease was held by a guard nobody released; the first release logs a warning
+/// if it finds the key gone or taken, the loss nobody else will hear of (a `#[redis_lock]`
+/// function whose output is not `Send` returns before its release).
 pub(crate) fn release_in_background(
     client: &LockClient,
     lease: Lease,
     hold_until: Instant,
     in_doubt: bool,
+    held: bool,
 ) {
     let backend = client.backend().clone();
-    if in_doubt && let Some(caller) = crate::driver::caller_runtime() {
+    let caller = in_doubt.then(crate::driver::caller_runtime).flatten();
+    let reported_by_caller = caller.is_some();
+    if let Some(caller) = caller {
         caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),
             hold_until,
             Duration::ZERO,
+            held,
         ));
     }
     let delay = if in_doubt {
@@ -181,9 +190,14 @@ pub(crate) fn release_in_background(
     } else {
         Duration::ZERO
     };
-    let spawned = client
-        .background()
-        .spawn(release_with_retries(backend, lease, hold_until, delay));
+    let release = release_with_retries(
+        backend,
+        lease,
+        hold_until,
+        delay,
+        held && !reported_by_caller,
+    );
+    let spawned = client.background().spawn(release);
     if let Err(error) = spawned {
         tracing::warn!(%error, "cannot release in the background; the lease ends by its TTL");
     }
@@ -197,6 +211,7 @@ async fn release_with_retries(
     lease: Lease,
     hold_until: Instant,
     delay: Duration,
+    held: bool,
 ) {
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
@@ -204,6 +219,10 @@ async fn release_with_retries(
     loop {
         let keep = hold_until.saturating_duration_since(Instant::now());
         match backend.release(&lease, keep).await {
+            Ok(Release::NotOwner) if held => {
+                tracing::warn!(key = %lease.key, "lock released in the background was gone or held by another owner: the work under it may have overlapped");
+                return;
+            }
             Ok(_) => return,
             Err(error) if Instant::now() + pause < deadline => {
                 tracing::debug!(key = %lease.key, %error, "background release failed; retrying");

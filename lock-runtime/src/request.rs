@@ -345,7 +345,13 @@ impl PendingAcquire {
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         if self.leaves_traces {
-            release_in_background(&self.client, self.lease.clone(), Instant::now(), true);
+            release_in_background(
+                &self.client,
+                self.lease.clone(),
+                Instant::now(),
+                true,
+                false,
+            );
         }
     }
 }
