@@ -47,5 +47,5 @@ if $extended; then
       "corpus/$target" "seeds/$target" -- -max_total_time=60)
   done
   echo "== fault scenarios, 20 s each"
-  cargo run --release -p lock-bench --bin torture
+  cargo run --release -p fencelock-bench --bin torture
 fi

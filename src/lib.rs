@@ -29,8 +29,8 @@
 //!
 //! See the README for the attribute's arguments, the guarantees, and their limits.
 
-pub use lock_macros::redis_lock;
-pub use lock_runtime::{
+pub use fencelock_macros::redis_lock;
+pub use fencelock_runtime::{
     DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockClient, LockClientBuilder, LockError,
     LockGuard, LockOptions, LockRequest, LossCause, MAX_KEY_LEN, MAX_TTL_MS, OnLost, RenewalStats,
     backend, current_token, escape_into, is_lost, lost, with_client,
@@ -38,9 +38,9 @@ pub use lock_runtime::{
 
 /// Test support: private `redis-server` processes and the backend conformance suite.
 #[cfg(feature = "testing")]
-pub use lock_runtime::testing;
+pub use fencelock_runtime::testing;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use lock_runtime::__private::*;
+    pub use fencelock_runtime::__private::*;
 }

@@ -2,14 +2,14 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p lock-bench -- [--quick] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--json PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
 //! with its own client, incrementing a counter under one key, in four modes. W3: 64 workers
 //! on 64 keys through one shared client, next to `redis-benchmark` SET on the same server.
 //! Prints a table per workload and the issue's targets; writes the same figures as JSON
-//! (default `target/lock-bench.json`). `--quick` runs every workload about 10x shorter.
+//! (default `target/fencelock-bench.json`). `--quick` runs every workload about 10x shorter.
 
 mod locker;
 mod report;
@@ -56,7 +56,7 @@ struct Args {
 fn parse_args() -> Result<Args, BoxError> {
     let mut args = Args {
         quick: false,
-        json: PathBuf::from("target/lock-bench.json"),
+        json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -65,7 +65,7 @@ fn parse_args() -> Result<Args, BoxError> {
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: lock-bench [--quick] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--json PATH]"
                 )
                 .into());
             }
@@ -101,7 +101,7 @@ async fn main() -> Result<(), BoxError> {
     let version = redis_version(&mut redis).await?;
     let nproc = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
-        "lock-bench: nproc {nproc}, redis-server {version} on 127.0.0.1:{}, {profile} build{}",
+        "fencelock-bench: nproc {nproc}, redis-server {version} on 127.0.0.1:{}, {profile} build{}",
         server.port(),
         if args.quick {
             ", --quick (10x shorter)"
@@ -112,7 +112,7 @@ async fn main() -> Result<(), BoxError> {
     if cfg!(debug_assertions) {
         println!(
             "!!! WARNING: DEBUG BUILD. These figures say nothing about the library; run with \
-             `cargo run --release -p lock-bench` !!!"
+             `cargo run --release -p fencelock-bench` !!!"
         );
     }
 

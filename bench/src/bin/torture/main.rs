@@ -1,7 +1,7 @@
 //! Mutual exclusion under faults, measured: the torture run.
 //!
 //! ```text
-//! cargo run --release -p lock-bench --bin torture -- [--seconds N] [SCENARIO...]
+//! cargo run --release -p fencelock-bench --bin torture -- [--seconds N] [SCENARIO...]
 //! ```
 //!
 //! Each scenario runs 4 worker processes × 8 tasks (this binary, `torture worker`) against a
