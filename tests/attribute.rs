@@ -385,3 +385,47 @@ async fn generic_and_non_send_outputs_are_returned_and_released() {
     let guard = locks.lock("echo").wait_ms(5_000).acquire().await;
     assert!(guard.is_ok(), "released after each call: {guard:?}");
 }
+
+/// Shared by several locks, and checked at run time by the rules the attribute applies to
+/// literals.
+const REPORT_LOCK: fencelock::LockOptions = fencelock::LockOptions::new().ttl_ms(5_000).give_up();
+const TOO_LONG_MS: u64 = fencelock::MAX_TTL_MS + 1;
+
+#[redis_lock(key = "report:{id}", options = REPORT_LOCK)]
+async fn report(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[redis_lock(key = "report:{id}", options = REPORT_LOCK, ttl_ms = TOO_LONG_MS)]
+async fn report_with_a_bad_lease(id: u32, ran: &AtomicBool) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn options_and_constants_configure_the_lock_and_break_the_same_rules() {
+    let locks = LockClient::memory();
+    let held = locks.lock("report:1").acquire().await.unwrap();
+    // `REPORT_LOCK` gives up: the held lock fails the call at once.
+    let busy = with_client(locks.clone(), report(1)).await;
+    assert!(
+        matches!(busy, Err(LockError::NotAcquired { attempts: 1, .. })),
+        "{busy:?}"
+    );
+    held.release().await.unwrap();
+    assert_eq!(with_client(locks.clone(), report(1)).await.unwrap(), 1);
+
+    let ran = AtomicBool::new(false);
+    let invalid = with_client(locks.clone(), report_with_a_bad_lease(2, &ran)).await;
+    match invalid {
+        Err(LockError::InvalidConfig { reason, .. }) => assert!(
+            reason.contains("`ttl_ms` must be at most 86_400_000 (24 h)"),
+            "{reason}"
+        ),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the body ran with an invalid lease"
+    );
+}

@@ -11,6 +11,8 @@ mod errors;
 mod expand;
 #[path = "../../lock-macros/src/item.rs"]
 mod item;
+#[path = "../../lock-macros/src/suggest.rs"]
+mod suggest;
 #[path = "../../lock-macros/src/template.rs"]
 mod template;
 #[path = "../../lock-macros/src/validate.rs"]

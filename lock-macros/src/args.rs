@@ -5,17 +5,16 @@
 //! (`retry`, `wait_ms` and `fair` with `GiveUp`, `wait_ms` against `sleep_ms`,
 //! the hold bounds against `ttl_ms`) live in `validate.rs`.
 
+use fencelock_options::{Setting, check_value};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::meta::ParseNestedMeta;
 use syn::parse::{ParseStream, Parser};
-use syn::{Expr, Ident, Lit, LitBool, LitStr, Path, Token};
+use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitBool, LitStr, Path, Token, UnOp};
 
 use crate::errors::Errors;
-
-/// The longest lease, pause, wait or minimum hold the runtime accepts (its `MAX_TTL_MS`): 24 h.
-const MAX_MILLISECONDS: u64 = 86_400_000;
+use crate::suggest;
 
 /// The arguments as written; `None` for those left out.
 #[derive(Default)]
@@ -32,6 +31,7 @@ pub(crate) struct LockArgs {
     pub wait_ms: Option<Arg<Number<u64>>>,
     pub fair: Option<Arg<LitBool>>,
     pub client: Option<Arg<Expr>>,
+    pub options: Option<Arg<Expr>>,
     pub crate_path: Option<Arg<Path>>,
     /// The names of the arguments written, with a usable value or not.
     pub written: Vec<&'static str>,
@@ -50,10 +50,21 @@ pub(crate) struct Arg<T> {
     pub value: T,
 }
 
-/// An integer argument and the span of its literal.
-pub(crate) struct Number<T> {
-    pub value: T,
-    pub span: Span,
+/// An integer argument: a literal, checked here, or an expression such as a `const`,
+/// which the runtime checks by the same rules.
+pub(crate) enum Number<T> {
+    Literal { value: T, span: Span },
+    Expr(Box<Expr>),
+}
+
+impl<T: Copy> Number<T> {
+    /// The value, if written as a literal.
+    pub(crate) fn known(&self) -> Option<T> {
+        match self {
+            Number::Literal { value, .. } => Some(*value),
+            Number::Expr(_) => None,
+        }
+    }
 }
 
 /// What to do when the lock is held by someone else.
@@ -102,11 +113,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         example: "ttl_ms = 10_000",
         missing: None,
         store: |args, name, value| {
-            let number = milliseconds(
-                &name,
-                &value,
-                "a lease of 0 ms expires before it is granted",
-            );
+            let number = milliseconds(&name, &value, Setting::TtlMs);
             store(&mut args.ttl_ms, name, number)
         },
     },
@@ -131,11 +138,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         example: "sleep_ms = 200",
         missing: None,
         store: |args, name, value| {
-            let number = milliseconds(
-                &name,
-                &value,
-                "a pause of 0 ms between attempts makes the retries a busy loop",
-            );
+            let number = milliseconds(&name, &value, Setting::SleepMs);
             store(&mut args.sleep_ms, name, number)
         },
     },
@@ -179,11 +182,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         example: "min_hold_ms = 60_000",
         missing: None,
         store: |args, name, value| {
-            let number = milliseconds(
-                &name,
-                &value,
-                "a minimum hold of 0 ms is no minimum; remove `min_hold_ms`",
-            );
+            let number = milliseconds(&name, &value, Setting::MinHoldMs);
             store(&mut args.min_hold_ms, name, number)
         },
     },
@@ -192,12 +191,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         example: "max_hold_ms = 600_000",
         missing: None,
         store: |args, name, value| {
-            // No upper bound: the runtime caps each lease, not the renewals.
-            let number = unbounded_milliseconds(
-                &name,
-                &value,
-                "a lock held for at most 0 ms is lost as soon as it is acquired",
-            );
+            let number = milliseconds(&name, &value, Setting::MaxHoldMs);
             store(&mut args.max_hold_ms, name, number)
         },
     },
@@ -206,11 +200,7 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         example: "wait_ms = 5_000",
         missing: None,
         store: |args, name, value| {
-            let number = milliseconds(
-                &name,
-                &value,
-                "a wait of 0 ms is a single attempt; remove `wait_ms` and use `action = GiveUp`",
-            );
+            let number = milliseconds(&name, &value, Setting::WaitMs);
             store(&mut args.wait_ms, name, number)
         },
     },
@@ -230,6 +220,12 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         store: |args, name, value| store(&mut args.client, name, Ok(value)),
     },
     ArgumentSpec {
+        name: "options",
+        example: "options = LOCK_OPTIONS",
+        missing: None,
+        store: |args, name, value| store(&mut args.options, name, Ok(value)),
+    },
+    ArgumentSpec {
         name: "crate",
         example: "crate = \"fencelock\"",
         missing: None,
@@ -240,7 +236,11 @@ const ARGUMENTS: &[ArgumentSpec] = &[
 /// Reads the attribute's arguments, recording every problem in `errors`.
 pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
     let mut args = LockArgs::default();
-    let parser = syn::meta::parser(|meta| parse_argument(&mut args, &meta, errors));
+    let parser = |input: ParseStream| {
+        unnamed_key(&mut args, input, errors)?;
+        let named = syn::meta::parser(|meta| parse_argument(&mut args, &meta, errors));
+        named.parse2(input.parse()?)
+    };
     match parser.parse2(attr) {
         // A syntax error stopped the parser; the problems with names and
         // values were recorded by `parse_argument` as it went.
@@ -258,6 +258,32 @@ pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
     args
 }
 
+/// Takes a template written first without `key = `, as other attributes take their
+/// main argument: an error that shows how to write it, and the template is used as the
+/// key so that no "missing `key`" error follows.
+fn unnamed_key(args: &mut LockArgs, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
+    if !input.peek(LitStr) {
+        return Ok(());
+    }
+    let template: LitStr = input.parse()?;
+    errors.push(syn::Error::new(
+        template.span(),
+        format!(
+            "the key template needs its name: write `key = {}`",
+            template.token()
+        ),
+    ));
+    args.written.push("key");
+    args.key = Some(Arg {
+        name: Ident::new("key", template.span()),
+        value: template,
+    });
+    if !input.is_empty() {
+        input.parse::<Token![,]>()?;
+    }
+    Ok(())
+}
+
 /// Reads one `name = value`. Problems with the name or the value are recorded
 /// and parsing goes on with the next argument; only broken syntax stops it.
 fn parse_argument(
@@ -267,14 +293,7 @@ fn parse_argument(
 ) -> syn::Result<()> {
     let name = path_text(&meta.path);
     let Some(spec) = ARGUMENTS.iter().find(|spec| spec.name == name) else {
-        let expected: Vec<_> = ARGUMENTS.iter().map(|spec| spec.name).collect();
-        errors.push(syn::Error::new_spanned(
-            &meta.path,
-            format!(
-                "unknown argument `{name}`; expected one of: {}",
-                expected.join(", ")
-            ),
-        ));
+        errors.push(syn::Error::new_spanned(&meta.path, unknown_argument(&name)));
         return skip_argument(meta.input);
     };
     args.written.push(spec.name);
@@ -291,8 +310,53 @@ fn parse_argument(
     Ok(())
 }
 
-/// The argument name as written, for lookups and messages.
-fn path_text(path: &Path) -> String {
+/// Names that other lock libraries give the arguments, and the argument each means here.
+const OTHER_NAMES: &[(&str, &str)] = &[
+    ("ttl", "ttl_ms"),
+    ("lease", "ttl_ms"),
+    ("lease_ms", "ttl_ms"),
+    ("lease_time", "ttl_ms"),
+    ("leasetime", "ttl_ms"),
+    ("expire", "ttl_ms"),
+    ("expire_ms", "ttl_ms"),
+    ("lock_at_most_for", "max_hold_ms"),
+    ("lock_at_least_for", "min_hold_ms"),
+    ("wait_time", "wait_ms"),
+    ("waittime", "wait_ms"),
+    ("timeout", "wait_ms"),
+    ("timeout_ms", "wait_ms"),
+    ("acquire_timeout", "wait_ms"),
+    ("retries", "retry"),
+    ("retry_times", "retry"),
+    ("attempts", "retry"),
+    ("retry_interval", "sleep_ms"),
+    ("interval", "sleep_ms"),
+    ("sleep", "sleep_ms"),
+    ("name", "key"),
+];
+
+/// The error for an argument name that is not one of `ARGUMENTS`: the one it likely
+/// means, then all of them.
+fn unknown_argument(name: &str) -> String {
+    let names = ARGUMENTS.iter().map(|spec| spec.name);
+    let lowercase = name.to_lowercase();
+    let meant = OTHER_NAMES
+        .iter()
+        .find(|(other, _)| *other == lowercase)
+        .map(|&(_, meant)| meant)
+        .or_else(|| suggest::closest(name, names.clone()));
+    let expected: Vec<_> = names.collect();
+    let mut message = format!("unknown argument `{name}`; ");
+    if let Some(meant) = meant {
+        message.push_str(&format!("did you mean `{meant}`? "));
+    }
+    message.push_str(&format!("expected one of: {}", expected.join(", ")));
+    message
+}
+
+/// A path as written (argument names, constants), without the spaces `to_string` puts
+/// around `::`.
+pub(crate) fn path_text(path: &Path) -> String {
     let segments: Vec<_> = path
         .segments
         .iter()
@@ -349,53 +413,42 @@ fn not_a_template(value: &Expr) -> syn::Error {
     )
 }
 
-/// A duration in milliseconds: at least 1 and at most a day.
-fn milliseconds(name: &Ident, value: &Expr, why_not_zero: &str) -> syn::Result<Number<u64>> {
+/// A duration in milliseconds, checked by the rules of `fencelock-options`.
+fn milliseconds(name: &Ident, value: &Expr, setting: Setting) -> syn::Result<Number<u64>> {
     number(name, value, "u64", |value: u64| {
-        let value = not_zero(name, value, why_not_zero)?;
-        if value > MAX_MILLISECONDS {
-            Err(format!(
-                "`{name}` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
-            ))
-        } else {
-            Ok(value)
-        }
+        check_value(setting, value).map_err(|problem| problem.message)
     })
 }
 
-/// A duration in milliseconds with no upper bound but `u64::MAX`: at least 1.
-fn unbounded_milliseconds(
-    name: &Ident,
-    value: &Expr,
-    why_not_zero: &str,
-) -> syn::Result<Number<u64>> {
-    number(name, value, "u64", |value: u64| {
-        not_zero(name, value, why_not_zero)
-    })
-}
-
-/// `value`, unless it is 0; `why_not_zero` completes the message.
-fn not_zero(name: &Ident, value: u64, why_not_zero: &str) -> Result<u64, String> {
-    if value == 0 {
-        Err(format!("`{name}` must be greater than 0: {why_not_zero}"))
-    } else {
-        Ok(value)
-    }
-}
-
-/// An integer literal, checked by `check`. `suffix` is the one type suffix
-/// allowed; any other (`10s`, `5i8`) is rejected rather than ignored.
+/// An integer: a literal checked by `check`, or any other expression, left to the
+/// runtime. `suffix` is the argument's type, the one suffix allowed on a literal; any other (`10s`, `5i8`)
+/// is rejected rather than ignored.
 fn number<T>(
     name: &Ident,
     value: &Expr,
     suffix: &str,
-    check: impl FnOnce(u64) -> Result<T, String>,
+    check: impl Fn(u64) -> Result<T, String>,
 ) -> syn::Result<Number<T>> {
-    let Expr::Lit(literal) = ungrouped(value) else {
-        return Err(not_an_integer(name, value));
-    };
-    let Lit::Int(integer) = &literal.lit else {
-        return Err(not_an_integer(name, value));
+    let integer = match ungrouped(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(integer),
+            ..
+        }) => integer,
+        Expr::Lit(_) => return Err(not_an_integer(name, value, suffix)),
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) if matches!(ungrouped(expr), Expr::Lit(_)) => {
+            let message = check(0).err().unwrap_or_else(|| {
+                format!(
+                    "`{name}` cannot be negative; use 0 or more, e.g. `{}`",
+                    example(name)
+                )
+            });
+            return Err(syn::Error::new_spanned(value, message));
+        }
+        _ => return Ok(Number::Expr(Box::new(value.clone()))),
     };
     if !integer.suffix().is_empty() && integer.suffix() != suffix {
         return Err(syn::Error::new(
@@ -419,7 +472,7 @@ fn number<T>(
         })),
     };
     match checked {
-        Ok(value) => Ok(Number {
+        Ok(value) => Ok(Number::Literal {
             value,
             span: integer.span(),
         }),
@@ -427,14 +480,22 @@ fn number<T>(
     }
 }
 
-fn not_an_integer(name: &Ident, value: &Expr) -> syn::Error {
-    let example = ARGUMENTS
+/// How the argument `name` is written, for messages.
+fn example(name: &Ident) -> &'static str {
+    ARGUMENTS
         .iter()
         .find(|spec| name == spec.name)
-        .map_or("", |spec| spec.example);
+        .map_or("", |spec| spec.example)
+}
+
+/// The error for a value that is no integer; `ty` is the argument's type.
+fn not_an_integer(name: &Ident, value: &Expr, ty: &str) -> syn::Error {
     syn::Error::new_spanned(
         value,
-        format!("`{name}` must be an integer literal, e.g. `{example}`"),
+        format!(
+            "`{name}` must be an integer: a literal such as `{}`, or a constant or expression of type `{ty}`",
+            example(name)
+        ),
     )
 }
 

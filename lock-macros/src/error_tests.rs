@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, client, crate".to_owned(),
+            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, client, options, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -199,7 +199,7 @@ fn ttl_above_a_day() {
         assert_eq!(
             error(&on_valid_fn(&format!("key = \"a:{{id}}\", ttl_ms = {value}"))),
             (
-                "`ttl_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value".to_owned(),
+                "`ttl_ms` must be at most 86_400_000 (24 h), the longest accepted; use a smaller value".to_owned(),
                 value.to_owned()
             )
         );
@@ -222,7 +222,7 @@ fn sleep_above_a_day() {
     let (message, at) = error(&on_valid_fn("key = \"a:{id}\", sleep_ms = 100_000_000"));
     assert_eq!(
         message,
-        "`sleep_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
+        "`sleep_ms` must be at most 86_400_000 (24 h), the longest accepted; use a smaller value"
     );
     assert_eq!(at, "100_000_000");
 }
@@ -232,7 +232,7 @@ fn zero_wait() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", wait_ms = 0")),
         (
-            "`wait_ms` must be greater than 0: a wait of 0 ms is a single attempt; remove `wait_ms` and use `action = GiveUp`".to_owned(),
+            "`wait_ms` must be greater than 0: a wait of 0 ms is a single attempt; remove `wait_ms` and use `action = GiveUp` (`.give_up()`)".to_owned(),
             "0".to_owned()
         )
     );
@@ -243,7 +243,7 @@ fn wait_above_a_day() {
     let (message, at) = error(&on_valid_fn("key = \"a:{id}\", wait_ms = 86_400_001"));
     assert_eq!(
         message,
-        "`wait_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value"
+        "`wait_ms` must be at most 86_400_000 (24 h), the longest accepted; use a smaller value"
     );
     assert_eq!(at, "86_400_001");
 }
@@ -264,23 +264,28 @@ fn not_an_integer() {
     for (args, message, at) in [
         (
             "ttl_ms = \"10\"",
-            "`ttl_ms` must be an integer literal, e.g. `ttl_ms = 10_000`",
+            "`ttl_ms` must be an integer: a literal such as `ttl_ms = 10_000`, or a constant or expression of type `u64`",
             "\"10\"",
         ),
         (
             "retry = -1",
-            "`retry` must be an integer literal, e.g. `retry = 5`",
+            "`retry` cannot be negative; use 0 or more, e.g. `retry = 5`",
             "-1",
         ),
         (
+            "ttl_ms = -5",
+            "`ttl_ms` must be greater than 0: a lease of 0 ms expires before it is granted",
+            "-5",
+        ),
+        (
             "sleep_ms = 0.5",
-            "`sleep_ms` must be an integer literal, e.g. `sleep_ms = 200`",
+            "`sleep_ms` must be an integer: a literal such as `sleep_ms = 200`, or a constant or expression of type `u64`",
             "0.5",
         ),
         (
-            "ttl_ms = TTL",
-            "`ttl_ms` must be an integer literal, e.g. `ttl_ms = 10_000`",
-            "TTL",
+            "retry = true",
+            "`retry` must be an integer: a literal such as `retry = 5`, or a constant or expression of type `u32`",
+            "true",
         ),
     ] {
         assert_eq!(
@@ -395,7 +400,7 @@ fn hold_bounds_out_of_range() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", min_hold_ms = 86_400_001")),
         (
-            "`min_hold_ms` must be at most 86_400_000 (24 h), the longest the runtime accepts; use a smaller value".to_owned(),
+            "`min_hold_ms` must be at most 86_400_000 (24 h), the longest accepted; use a smaller value".to_owned(),
             "86_400_001".to_owned()
         )
     );
@@ -412,7 +417,7 @@ fn hold_bounds_out_of_range() {
     );
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", max_hold_ms = 1.5")).0,
-        "`max_hold_ms` must be an integer literal, e.g. `max_hold_ms = 600_000`"
+        "`max_hold_ms` must be an integer: a literal such as `max_hold_ms = 600_000`, or a constant or expression of type `u64`"
     );
 }
 
@@ -434,7 +439,7 @@ fn min_hold_longer_than_a_lease_that_is_not_renewed() {
             error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
             (
                 format!(
-                    "`min_hold_ms` ({min_hold}) is longer than `ttl_ms` ({ttl}) with `renew = false`: the lease ends before the minimum hold; raise `ttl_ms` or remove `renew = false`"
+                    "`min_hold_ms` ({min_hold}) is longer than `ttl_ms` ({ttl}) with `renew = false`: the lease ends before the minimum hold; raise `ttl_ms` or turn renewal on"
                 ),
                 "min_hold_ms".to_owned()
             )
@@ -640,11 +645,11 @@ fn unknown_placeholder() {
         reported,
         [
             (
-                "no argument named `user` in this function; its arguments are: self, name, type",
+                "no argument named `user` in this function; its arguments are: self, name, type; if `user` is a field of `self`, write `{self.user}`",
                 "{user}"
             ),
             (
-                "no argument named `amount` in this function; its arguments are: self, name, type",
+                "no argument named `amount` in this function; its arguments are: self, name, type; if `amount` is a field of `self`, write `{self.amount}`",
                 "{amount.cents}"
             ),
         ]
@@ -819,9 +824,85 @@ fn accepted_arguments() {
         "key = \"a:{id}\", sleep_ms = 500, wait_ms = 500, action = Continue, fair = false",
         "key = \"a:{id}\", action = GiveUp, fair = false",
         "crate = \"::my::locks\", client = &state.locks, key = \"{{a}}:{id}\"",
+        "key = \"a:{id}\", ttl_ms = TTL, options = BASE",
     ] {
         expands_cleanly(&on_valid_fn(args));
     }
+}
+
+#[test]
+fn key_template_without_its_name() {
+    for args in ["\"a:{id}\"", "\"a:{id}\", ttl_ms = 5"] {
+        assert_eq!(
+            error(&on_valid_fn(args)),
+            (
+                "the key template needs its name: write `key = \"a:{id}\"`".to_owned(),
+                "\"a:{id}\"".to_owned()
+            ),
+            "{args}"
+        );
+    }
+}
+
+#[test]
+fn names_from_other_libraries_and_typos_get_a_suggestion() {
+    for (written, meant) in [
+        ("lease_time", "ttl_ms"),
+        ("leaseTime", "ttl_ms"),
+        ("waitTime", "wait_ms"),
+        ("retyr", "retry"),
+        ("sleep_sm", "sleep_ms"),
+    ] {
+        let (message, at) = error(&on_valid_fn(&format!("key = \"a:{{id}}\", {written} = 5")));
+        assert!(
+            message.starts_with(&format!(
+                "unknown argument `{written}`; did you mean `{meant}`? expected one of:"
+            )),
+            "{message}"
+        );
+        assert_eq!(at, written);
+    }
+    let (message, _) = error(&on_valid_fn("key = \"a:{id}\", shards = 5"));
+    assert!(!message.contains("did you mean"), "{message}");
+}
+
+#[test]
+fn misspelled_placeholder_gets_a_suggestion() {
+    assert_eq!(
+        error("#[redis_lock(key = \"order:{order_di}\")] async fn f(order_id: u64) -> Result<(), E> {}"),
+        (
+            "no argument named `order_di` in this function; its arguments are: order_id; did you mean `{order_id}`?".to_owned(),
+            "{order_di}".to_owned()
+        )
+    );
+}
+
+#[test]
+fn expressions_are_checked_at_run_time_and_literals_still_here() {
+    for args in [
+        "key = \"a:{id}\", ttl_ms = TTL_MS, retry = config.retries, sleep_ms = 2 * PAUSE",
+        // The lease is not known here: the runtime compares it with `max_hold_ms`.
+        "key = \"a:{id}\", ttl_ms = TTL_MS, max_hold_ms = 1",
+        // Neither is anything `options` sets.
+        "key = \"a:{id}\", options = BASE, max_hold_ms = 1, min_hold_ms = 5",
+        "key = \"a:{id}\", options = LockOptions::new().renew(false), wait_ms = 1",
+    ] {
+        expands_cleanly(&on_valid_fn(args));
+    }
+    let reported = |args: &str| {
+        errors(&on_valid_fn(args))
+            .into_iter()
+            .map(|error| error.at)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        reported("key = \"a:{id}\", options = BASE, ttl_ms = 0, action = GiveUp, retry = 2"),
+        ["0", "retry"]
+    );
+    assert_eq!(
+        reported("key = \"a:{id}\", options = BASE, ttl_ms = 5_000, max_hold_ms = 1_000"),
+        ["max_hold_ms"]
+    );
 }
 
 #[test]
@@ -829,7 +910,7 @@ fn raw_identifier_arguments() {
     let output = expands_cleanly(
         "#[redis_lock(key = \"kind:{type}\")] async fn f(r#type: &str) -> Result<(), E> {}",
     );
-    assert!(output.contains("Value (& r#type)"), "{output}");
+    assert!(output.contains("value (& r#type)"), "{output}");
 }
 
 #[test]

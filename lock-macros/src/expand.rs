@@ -1,13 +1,14 @@
 //! Code generation: the locked function, or the function as written followed
 //! by the errors.
 
+use fencelock_options::{DEFAULT_TTL_MS, digit_grouped};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{Expr, Index, LitStr, Path, Type, TypeInfer};
+use syn::{Attribute, Expr, Index, LitStr, Path, Type, TypeInfer};
 
-use crate::args::{self, OnLost};
+use crate::args::{self, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::Field;
@@ -41,6 +42,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
         outer_attrs,
         vis,
         sig,
+        brace,
         inner_attrs,
         body,
     } = func;
@@ -69,26 +71,57 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
         }
     };
     let ending = ending(krate, &spec.return_type);
+    let outer_attrs = with_lock_doc(outer_attrs, spec);
     let run_locked = run_locked(
         &spec.return_type,
         &ending_var,
         quote!(#client_var, #key_var, #options_var, #body),
     );
-    quote! {
-        #(#outer_attrs)*
-        #vis #sig {
+    let mut locked_body = TokenStream::new();
+    brace.surround(&mut locked_body, |tokens| {
+        tokens.extend(quote! {
             #(#inner_attrs)*
             let #client_var = #client;
             let #key_var = #key;
             let #options_var = #options;
             let #ending_var = #ending;
             #run_locked
-        }
+        });
+    });
+    quote! {
+        #outer_attrs
+        #vis #sig #locked_body
     }
 }
 
-/// `render_key(&[Text(..), Value(&arg), ..])`. The values are spanned at the
-/// template, so that "doesn't implement `Display`" points at it.
+/// The function's attributes with a paragraph after its docs saying which lock it takes.
+/// An undocumented function stays undocumented, so that `missing_docs` still finds it.
+fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
+    let Some(last_doc) = outer_attrs
+        .iter()
+        .rposition(|attr| attr.path().is_ident("doc"))
+    else {
+        return quote!(#(#outer_attrs)*);
+    };
+    let lease = match (&spec.options.ttl_ms, &spec.options.base) {
+        (Some(Number::Literal { value, .. }), _) => format!("lease {} ms", digit_grouped(*value)),
+        (Some(Number::Expr(expr)), _) => match &**expr {
+            Expr::Path(path) => format!("lease `{}` ms", args::path_text(&path.path)),
+            _ => "lease set at run time".to_owned(),
+        },
+        (None, Some(_)) => "lease set at run time".to_owned(),
+        (None, None) => format!("lease {} ms", digit_grouped(DEFAULT_TTL_MS)),
+    };
+    let doc = format!(
+        " Runs while holding the distributed lock `{}` (`#[redis_lock]`, {lease}).",
+        spec.key.template
+    );
+    let (docs, others) = outer_attrs.split_at(last_doc + 1);
+    quote!(#(#docs)* #[doc = ""] #[doc = #doc] #(#others)*)
+}
+
+/// `render_key(&[Text(..), value(&arg), ..])`. The values are spanned at the
+/// template, so that "cannot be part of a lock key" points at it.
 fn render_key(krate: &Path, key: &Key) -> TokenStream {
     let span = key.span;
     let parts = key.parts.iter().map(|part| match part {
@@ -105,15 +138,17 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
                 }
                 .into_token_stream(),
             });
-            quote_spanned!(span=> #krate::__private::KeyPart::Value(&#root #(.#fields)*))
+            quote_spanned!(span=> #krate::__private::KeyPart::value(&#root #(.#fields)*))
         }
     });
     quote!(#krate::__private::render_key(&[#(#parts),*]))
 }
 
-/// `LockOptions::new()` plus one call per option the user wrote.
+/// `LockOptions::new()` (or the `options = EXPR` base) plus one call per option the user
+/// wrote.
 fn lock_options(krate: &Path, options: &Options) -> TokenStream {
     let Options {
+        base,
         ttl_ms,
         retry,
         sleep_ms,
@@ -125,55 +160,53 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         wait_ms,
         fair,
     } = options;
-    let mut calls = TokenStream::new();
-    if let Some(ttl_ms) = ttl_ms {
-        let value = unsuffixed(ttl_ms.value, ttl_ms.span);
-        calls.extend(quote!(.ttl_ms(#value)));
-    }
-    if let Some(retry) = retry {
-        let value = unsuffixed(u64::from(retry.value), retry.span);
-        calls.extend(quote!(.retry(#value)));
-    }
-    if let Some(sleep_ms) = sleep_ms {
-        let value = unsuffixed(sleep_ms.value, sleep_ms.span);
-        calls.extend(quote!(.sleep_ms(#value)));
-    }
-    if *give_up {
-        calls.extend(quote!(.give_up()));
-    }
-    if let Some(renew) = renew {
-        calls.extend(quote!(.renew(#renew)));
-    }
-    if let Some(on_lost) = on_lost {
+    let on_lost = on_lost.map(|on_lost| {
         let policy = match on_lost {
             OnLost::Abort => quote!(Abort),
             OnLost::Continue => quote!(Continue),
         };
-        calls.extend(quote!(.on_lost(#krate::__private::OnLost::#policy)));
-    }
-    if let Some(min_hold_ms) = min_hold_ms {
-        let value = unsuffixed(min_hold_ms.value, min_hold_ms.span);
-        calls.extend(quote!(.min_hold_ms(#value)));
-    }
-    if let Some(max_hold_ms) = max_hold_ms {
-        let value = unsuffixed(max_hold_ms.value, max_hold_ms.span);
-        calls.extend(quote!(.max_hold_ms(#value)));
-    }
-    if let Some(wait_ms) = wait_ms {
-        let value = unsuffixed(wait_ms.value, wait_ms.span);
-        calls.extend(quote!(.wait_ms(#value)));
-    }
-    if let Some(fair) = fair {
-        calls.extend(quote!(.fair(#fair)));
-    }
-    quote!(#krate::__private::LockOptions::new() #calls)
+        quote!(#krate::__private::OnLost::#policy)
+    });
+    let calls = [
+        ("ttl_ms", ttl_ms.as_ref().map(number)),
+        ("retry", retry.as_ref().map(number)),
+        ("sleep_ms", sleep_ms.as_ref().map(number)),
+        ("give_up", give_up.then(TokenStream::new)),
+        ("renew", renew.as_ref().map(ToTokens::to_token_stream)),
+        ("on_lost", on_lost),
+        ("min_hold_ms", min_hold_ms.as_ref().map(number)),
+        ("max_hold_ms", max_hold_ms.as_ref().map(number)),
+        ("wait_ms", wait_ms.as_ref().map(number)),
+        ("fair", fair.as_ref().map(ToTokens::to_token_stream)),
+    ]
+    .into_iter()
+    .filter_map(|(setter, value)| {
+        let setter = Ident::new(setter, Span::call_site());
+        value.map(|value| quote!(.#setter(#value)))
+    });
+    let base = match base {
+        // Typed where it is written, so that a value of another type is reported there.
+        Some(base) => {
+            let span = Span::mixed_site().located_at(base.span());
+            let options = Ident::new("__fencelock_base", span);
+            quote_spanned!(span=> { let #options: #krate::__private::LockOptions = #base; #options })
+        }
+        None => quote!(#krate::__private::LockOptions::new()),
+    };
+    quote!(#base #(#calls)*)
 }
 
-/// The literal as the user's value, without suffix, at the user's literal.
-fn unsuffixed(value: u64, span: Span) -> Literal {
-    let mut literal = Literal::u64_unsuffixed(value);
-    literal.set_span(span);
-    literal
+/// A numeric argument as the user wrote it: a literal without suffix at the user's literal,
+/// or the expression.
+fn number<T: Copy + Into<u64>>(number: &Number<T>) -> TokenStream {
+    match number {
+        Number::Literal { value, span } => {
+            let mut literal = Literal::u64_unsuffixed((*value).into());
+            literal.set_span(*span);
+            literal.into_token_stream()
+        }
+        Number::Expr(expr) => expr.to_token_stream(),
+    }
 }
 
 /// `client_of(&(expr))`, located at the expression: a value that is no lock

@@ -2,7 +2,7 @@
 
 use proc_macro2::TokenStream;
 use syn::parse::{Parse, ParseStream};
-use syn::{Attribute, Signature, Token, Visibility, braced};
+use syn::{Attribute, Signature, Token, Visibility, braced, token};
 
 /// A function whose body is kept as unparsed tokens.
 ///
@@ -14,6 +14,9 @@ pub(crate) struct LockedFn {
     pub outer_attrs: Vec<Attribute>,
     pub vis: Visibility,
     pub sig: Signature,
+    /// The braces around the body: the locked body keeps their span, so that rustc's
+    /// suggestions that rewrite the body (`async_fn_in_trait`) wrap the user's code.
+    pub brace: token::Brace,
     /// `#![...]` attributes at the start of the body.
     pub inner_attrs: Vec<Attribute>,
     /// The statements of the body.
@@ -34,13 +37,14 @@ impl Parse for LockedFn {
             ));
         }
         let content;
-        braced!(content in input);
+        let brace = braced!(content in input);
         let inner_attrs = content.call(Attribute::parse_inner)?;
         let body: TokenStream = content.parse()?;
         Ok(LockedFn {
             outer_attrs,
             vis,
             sig,
+            brace,
             inner_attrs,
             body,
         })

@@ -12,6 +12,7 @@ mod args;
 mod errors;
 mod expand;
 mod item;
+mod suggest;
 mod template;
 mod validate;
 

@@ -65,6 +65,26 @@ fn free_fn_with_give_up() {
 }
 
 #[test]
+fn options_value_and_constants() {
+    assert_snapshot(
+        "options_and_constants",
+        quote!(
+            key = "report:{day}",
+            options = REPORT_LOCK,
+            ttl_ms = config::TTL_MS,
+            retry = 2
+        ),
+        quote! {
+            /// Builds the day's report once across all servers.
+            async fn nightly_report(day: Date) -> Result<(), JobError> {
+                build_report(day).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
 fn method_with_self_field_and_client() {
     assert_snapshot(
         "method_self_client",

@@ -10,9 +10,12 @@ use syn::{
     Signature, Type, TypeParamBound, parse_quote,
 };
 
-use crate::args::{Action, LockArgs, Number, OnLost};
+use fencelock_options::{Setting, Settings, Value};
+
+use crate::args::{Action, Arg, LockArgs, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
+use crate::suggest;
 use crate::template::{self, Field, Segment};
 
 /// A `#[redis_lock]` use that passed every check.
@@ -29,6 +32,8 @@ pub(crate) struct LockSpec {
 
 /// The lock key: the template resolved against the function's arguments.
 pub(crate) struct Key {
+    /// The template as written, for the function's docs.
+    pub template: String,
     /// The span of the `key = "..."` literal.
     pub span: Span,
     pub parts: Vec<KeyPart>,
@@ -48,6 +53,8 @@ pub(crate) enum KeyPart {
 
 /// The lock options the user wrote; the runtime holds the defaults of the others.
 pub(crate) struct Options {
+    /// `options = EXPR`: the `LockOptions` the others are applied to.
+    pub base: Option<syn::Expr>,
     pub ttl_ms: Option<Number<u64>>,
     pub retry: Option<Number<u32>>,
     pub sleep_ms: Option<Number<u64>>,
@@ -61,9 +68,6 @@ pub(crate) struct Options {
     /// `fair = true` or `fair = false`, as written.
     pub fair: Option<LitBool>,
 }
-
-/// The runtime's `DEFAULT_TTL_MS`: the lease when `ttl_ms` is left out.
-const DEFAULT_TTL_MS: u64 = 30_000;
 
 const NOT_A_RESULT: &str = "`#[redis_lock]` functions must return `Result<T, E>` with `E: From<fencelock::LockError>`: the lock can fail (not acquired, backend unreachable) and that failure is returned as `Err`";
 
@@ -80,8 +84,8 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         .action
         .as_ref()
         .is_some_and(|action| action.value == Action::GiveUp);
-    check_waiting(&args, give_up, errors);
-    check_hold_bounds(&args, errors);
+    check_give_up(&args, give_up, errors);
+    check_settings(&args, give_up, errors);
     Some(LockSpec {
         crate_path: args
             .crate_path
@@ -89,6 +93,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         client: args.client.map(|client| client.value),
         key: key?,
         options: Options {
+            base: args.options.map(|options| options.value),
             ttl_ms: args.ttl_ms.map(|ttl_ms| ttl_ms.value),
             retry: args.retry.map(|retry| retry.value),
             sleep_ms: args.sleep_ms.map(|sleep_ms| sleep_ms.value),
@@ -104,46 +109,30 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
     })
 }
 
-/// Checks the arguments that shape the wait for the lock (`retry`, `wait_ms`,
-/// `fair`) against `action` and `sleep_ms`.
-fn check_waiting(args: &LockArgs, give_up: bool, errors: &mut Errors) {
-    if give_up {
-        // Not only useless: the runtime's `wait_ms()` switches back to
-        // `Continue`, and the expansion calls it after `give_up()`.
-        const ONE_ATTEMPT: &str = " (one attempt, then fail)";
-        if let Some(retry) = &args.retry {
-            errors.push(no_effect_with_give_up(&retry.name, "retry", ONE_ATTEMPT));
-        }
-        if let Some(wait_ms) = &args.wait_ms {
-            errors.push(no_effect_with_give_up(
-                &wait_ms.name,
-                "wait_ms",
-                ONE_ATTEMPT,
-            ));
-        }
-        // `fair = false` is the default, and harmless.
-        if let Some(fair) = args.fair.as_ref().filter(|fair| fair.value.value) {
-            errors.push(no_effect_with_give_up(
-                &fair.name,
-                "fair = true",
-                ": a request that never waits never queues",
-            ));
-        }
+/// Checks the arguments that `action = GiveUp` makes pointless.
+fn check_give_up(args: &LockArgs, give_up: bool, errors: &mut Errors) {
+    if !give_up {
+        return;
     }
-    // Only when both are written: then the user picked two numbers that
-    // contradict each other (a short `wait_ms` with the default pause is left
-    // to the runtime). A rejected `sleep_ms` has its own error and is `None`
-    // here. With `GiveUp`, removing `wait_ms` fixes this too: one error is enough.
-    if let (false, Some(wait_ms), Some(sleep_ms)) = (give_up, &args.wait_ms, &args.sleep_ms)
-        && wait_ms.value.value < sleep_ms.value.value
-    {
-        errors.push(syn::Error::new(
-            wait_ms.name.span(),
-            format!(
-                "`wait_ms` ({}) is shorter than `sleep_ms` ({}): the first pause already outlasts the whole wait; raise `wait_ms` or lower `sleep_ms`",
-                digit_grouped(wait_ms.value.value),
-                digit_grouped(sleep_ms.value.value)
-            ),
+    // Not only useless: the runtime's `wait_ms()` switches back to
+    // `Continue`, and the expansion calls it after `give_up()`.
+    const ONE_ATTEMPT: &str = " (one attempt, then fail)";
+    if let Some(retry) = &args.retry {
+        errors.push(no_effect_with_give_up(&retry.name, "retry", ONE_ATTEMPT));
+    }
+    if let Some(wait_ms) = &args.wait_ms {
+        errors.push(no_effect_with_give_up(
+            &wait_ms.name,
+            "wait_ms",
+            ONE_ATTEMPT,
+        ));
+    }
+    // `fair = false` is the default, and harmless.
+    if let Some(fair) = args.fair.as_ref().filter(|fair| fair.value.value) {
+        errors.push(no_effect_with_give_up(
+            &fair.name,
+            "fair = true",
+            ": a request that never waits never queues",
         ));
     }
 }
@@ -161,65 +150,49 @@ fn no_effect_with_give_up(name: &Ident, written: &str, why: &str) -> syn::Error 
     )
 }
 
-/// Checks `min_hold_ms` and `max_hold_ms` against the lease and renewal, as
-/// the runtime's `LockOptions::validate` does, so that a configuration it
-/// would reject at every call fails to compile instead.
-fn check_hold_bounds(args: &LockArgs, errors: &mut Errors) {
-    let renews = args.renew.as_ref().is_none_or(|renew| renew.value.value);
-    // The lease length, and how messages name it. A `ttl_ms` written with a
-    // rejected value has its own error; comparing with the default instead
-    // would add a misleading second one.
-    let lease = match &args.ttl_ms {
-        Some(ttl_ms) => Some((ttl_ms.value.value, digit_grouped(ttl_ms.value.value))),
-        None if args.was_written("ttl_ms") => None,
-        None => Some((
-            DEFAULT_TTL_MS,
-            format!("{}, the default", digit_grouped(DEFAULT_TTL_MS)),
-        )),
+/// Applies the runtime's rules between settings (`fencelock-options`) to the values
+/// written as literals, so that a configuration every call would reject fails to compile.
+/// What is not known here (an expression, or what `options = EXPR` sets) is left to the
+/// runtime, which applies the same rules.
+fn check_settings(args: &LockArgs, give_up: bool, errors: &mut Errors) {
+    let with_base = args.options.is_some();
+    // A value rejected on its own has its own error, and comparing it too would add a
+    // misleading second one: it counts as unknown, as does anything else not a literal.
+    let value = |arg: &Option<Arg<Number<u64>>>, name: &str| match arg {
+        Some(arg) => arg.value.known().map_or(Value::Unknown, Value::Given),
+        None if with_base || args.was_written(name) => Value::Unknown,
+        None => Value::Default,
     };
-    if let (false, Some(min_hold_ms), Some((ttl_ms, ttl))) = (renews, &args.min_hold_ms, &lease)
-        && min_hold_ms.value.value > *ttl_ms
-    {
-        errors.push(syn::Error::new(
-            min_hold_ms.name.span(),
-            format!(
-                "`min_hold_ms` ({}) is longer than `ttl_ms` ({ttl}) with `renew = false`: the lease ends before the minimum hold; raise `ttl_ms` or remove `renew = false`",
-                digit_grouped(min_hold_ms.value.value)
-            ),
-        ));
-    }
-    let Some(max_hold_ms) = &args.max_hold_ms else {
-        return;
+    let settings = Settings {
+        ttl_ms: value(&args.ttl_ms, "ttl_ms"),
+        sleep_ms: value(&args.sleep_ms, "sleep_ms"),
+        // With `GiveUp`, `wait_ms` has its error already (see `check_give_up`).
+        wait_ms: if give_up {
+            Value::Unknown
+        } else {
+            value(&args.wait_ms, "wait_ms")
+        },
+        renew: match &args.renew {
+            Some(renew) => Value::Given(renew.value.value),
+            None if with_base || args.was_written("renew") => Value::Unknown,
+            None => Value::Default,
+        },
+        min_hold_ms: value(&args.min_hold_ms, "min_hold_ms"),
+        max_hold_ms: value(&args.max_hold_ms, "max_hold_ms"),
     };
-    if !renews {
-        errors.push(syn::Error::new(
-            max_hold_ms.name.span(),
-            "`max_hold_ms` bounds renewal, and `renew = false` turns renewal off; remove one of them",
-        ));
-    } else if let Some((ttl_ms, ttl)) = &lease
-        && max_hold_ms.value.value < *ttl_ms
-    {
-        errors.push(syn::Error::new(
-            max_hold_ms.name.span(),
-            format!(
-                "`max_hold_ms` ({}) is below `ttl_ms` ({ttl}): the first lease already lasts longer; raise `max_hold_ms` or lower `ttl_ms`",
-                digit_grouped(max_hold_ms.value.value)
-            ),
-        ));
+    for problem in settings.problems() {
+        let arg = match problem.setting {
+            Setting::TtlMs => &args.ttl_ms,
+            Setting::SleepMs => &args.sleep_ms,
+            Setting::WaitMs => &args.wait_ms,
+            Setting::MinHoldMs => &args.min_hold_ms,
+            Setting::MaxHoldMs => &args.max_hold_ms,
+        };
+        let span = arg
+            .as_ref()
+            .map_or_else(Span::call_site, |arg| arg.name.span());
+        errors.push(syn::Error::new(span, problem.message));
     }
-}
-
-/// `value` with `_` between groups of three digits, as in the user's literals.
-fn digit_grouped(value: u64) -> String {
-    let digits = value.to_string();
-    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            grouped.push('_');
-        }
-        grouped.push(digit);
-    }
-    grouped
 }
 
 /// Checks the function's qualifiers and return type; returns the return type.
@@ -354,6 +327,7 @@ fn check_key(template: &LitStr, sig: &Signature, errors: &mut Errors) -> Option<
         }
     }
     valid.then(|| Key {
+        template: template.value(),
         span: template.span(),
         parts,
     })
@@ -408,6 +382,15 @@ impl NamedArguments {
                 names.join(", ")
             )
         };
+        let names = self.names.iter().map(|ident| ident.unraw().to_string());
+        let names: Vec<String> = names.collect();
+        if let Some(meant) = suggest::closest(name, names.iter().map(String::as_str)) {
+            message.push_str(&format!("; did you mean `{{{meant}}}`?"));
+        } else if names.first().is_some_and(|first| first == "self") {
+            message.push_str(&format!(
+                "; if `{name}` is a field of `self`, write `{{self.{name}}}`"
+            ));
+        }
         if self.has_patterns {
             message.push_str(
                 " (a destructured argument has no name: bind it to a name and destructure it in the body)",

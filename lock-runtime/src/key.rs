@@ -16,6 +16,31 @@ pub enum KeyPart<'a> {
     Value(&'a dyn Display),
 }
 
+impl<'a> KeyPart<'a> {
+    /// An argument value; the bound gives a type without `Display` a message that says
+    /// what to do.
+    pub fn value<T: KeyValue>(value: &'a T) -> Self {
+        KeyPart::Value(value.as_display())
+    }
+}
+
+/// A value that can be part of a lock key: anything with `Display`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be part of a lock key: it does not implement `Display`",
+    label = "`{Self}` is used in this key template",
+    note = "key values are formatted with `Display`: implement it for `{Self}`, name a field that has it (`{{arg.field}}`), or pass a `String`; for an `Option`, pass the value inside it"
+)]
+pub trait KeyValue {
+    /// The value as a `Display` trait object.
+    fn as_display(&self) -> &dyn Display;
+}
+
+impl<T: Display> KeyValue for T {
+    fn as_display(&self) -> &dyn Display {
+        self
+    }
+}
+
 /// Renders a key template: literal text as written, values escaped with [`escape_into`].
 /// A value whose `Display` fails gives an error, never a truncated key that another value
 /// could share.

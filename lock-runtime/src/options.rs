@@ -4,15 +4,8 @@ use std::time::Duration;
 
 use crate::LockError;
 
-/// The longest lease accepted, in milliseconds (24 hours). A lease is the window in which a
-/// crashed holder goes unnoticed; longer ones are almost always a unit mistake.
-pub const MAX_TTL_MS: u64 = 86_400_000;
-/// Lease length when none is given (Redisson's and lock4j's default).
-pub const DEFAULT_TTL_MS: u64 = 30_000;
-/// Attempts after the first failed one, when none is given.
-pub const DEFAULT_RETRY: u32 = 5;
-/// Longest pause between attempts when none is given.
-pub const DEFAULT_SLEEP_MS: u64 = 200;
+pub use fencelock_options::{DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, MAX_TTL_MS};
+use fencelock_options::{Settings, Value};
 
 /// What a `#[redis_lock]` body does when its lease is lost while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,29 +21,31 @@ pub enum OnLost {
     Continue,
 }
 
-/// Lease, waiting policy and hold bounds of one lock request.
+/// Lease, waiting policy and hold bounds of one lock request: the arguments of
+/// `#[redis_lock]` (see [its table](https://docs.rs/fencelock/latest/fencelock/attr.redis_lock.html)) as a value, e.g. a
+/// `const` that several locks share. [`LockRequest`](crate::LockRequest) has the same
+/// setters.
 ///
-/// `GiveUp` makes one attempt. `Continue` (the default) waits after a failed attempt for a
-/// release notification, at most `sleep_ms` (jittered in `[sleep_ms / 2, sleep_ms]`) or until
-/// the holder's lease ends, and tries again: at most `retry` attempts may follow a pause that
-/// no notification ended (so without notifications, `1 + retry` attempts), and the whole
-/// wait lasts at most `wait_ms` (default `retry × sleep_ms`). Only contention and backend
-/// failures are retried.
+/// Values are checked when a request is acquired, by the same rules that the attribute
+/// applies to literals at compile time; a broken rule is [`LockError::InvalidConfig`].
 ///
-/// While the lock is held the lease is renewed every `ttl_ms / 3` (unless `renew(false)`),
-/// for at most `max_hold_ms`; `min_hold_ms` keeps the key taken after an early release.
+/// ```
+/// use fencelock::LockOptions;
+///
+/// const REPORT_LOCK: LockOptions = LockOptions::new().ttl_ms(60_000).give_up();
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
-    ttl_ms: u64,
+    ttl_ms: Option<u64>,
     retry: Option<u32>,
-    sleep_ms: u64,
+    sleep_ms: Option<u64>,
     wait_ms: Option<u64>,
-    give_up: bool,
-    fair: bool,
-    renew: bool,
-    on_lost: OnLost,
-    min_hold_ms: u64,
+    min_hold_ms: Option<u64>,
     max_hold_ms: Option<u64>,
+    pub(crate) give_up: bool,
+    pub(crate) fair: bool,
+    pub(crate) renew: bool,
+    pub(crate) on_lost: OnLost,
 }
 
 impl Default for LockOptions {
@@ -64,131 +59,142 @@ impl LockOptions {
     /// 200 ms apart, abort on loss, no hold bounds.
     pub const fn new() -> Self {
         LockOptions {
-            ttl_ms: DEFAULT_TTL_MS,
+            ttl_ms: None,
             retry: None,
-            sleep_ms: DEFAULT_SLEEP_MS,
+            sleep_ms: None,
             wait_ms: None,
+            min_hold_ms: None,
+            max_hold_ms: None,
             give_up: false,
             fair: false,
             renew: true,
             on_lost: OnLost::Abort,
-            min_hold_ms: 0,
-            max_hold_ms: None,
         }
     }
+}
 
-    /// Lease length in milliseconds, `1..=MAX_TTL_MS`. It is also the time in which a
-    /// crashed holder's lock frees itself.
-    pub const fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-        self.ttl_ms = ttl_ms;
-        self
+/// Defines each setter once: as a `const fn` on [`LockOptions`] with the body given here,
+/// and as the same method on [`LockRequest`](crate::LockRequest), which applies it to the
+/// request's options.
+macro_rules! setters {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(mut $this:ident $(, $arg:ident: $ty:ty)?) $body:block
+    )*) => {
+        impl LockOptions {
+            $(
+                $(#[$doc])*
+                pub const fn $name(mut $this $(, $arg: $ty)?) -> Self {
+                    $body
+                    $this
+                }
+            )*
+        }
+
+        impl crate::LockRequest {
+            $(
+                $(#[$doc])*
+                pub fn $name(self $(, $arg: $ty)?) -> Self {
+                    self.map_options(|options| options.$name($($arg)?))
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    /// Lease length in milliseconds, 1 to [`MAX_TTL_MS`] (default 30 000). It is also the
+    /// time in which a crashed holder's lock frees itself.
+    fn ttl_ms(mut self, ttl_ms: u64) {
+        self.ttl_ms = Some(ttl_ms);
     }
 
-    /// Attempts after the first failed one that follow a wait no release notification ended
-    /// (default 5); switches to `Continue`. Attempts woken by a notification are free.
-    pub const fn retry(mut self, retry: u32) -> Self {
+    /// Attempts after the first failed one that follow a pause no release notification
+    /// ended (default 5; unlimited when only `wait_ms` is given); switches to `Continue`.
+    /// Attempts woken by a notification are free.
+    fn retry(mut self, retry: u32) {
         self.retry = Some(retry);
         self.give_up = false;
-        self
     }
 
-    /// Longest pause between two attempts, in milliseconds (at least 1).
-    pub const fn sleep_ms(mut self, sleep_ms: u64) -> Self {
-        self.sleep_ms = sleep_ms;
-        self
+    /// Longest pause between two attempts when no release notification comes, 1 to
+    /// [`MAX_TTL_MS`] ms (default 200). Pauses are jittered in `[sleep_ms / 2, sleep_ms]`
+    /// and end early when the holder's lease does.
+    fn sleep_ms(mut self, sleep_ms: u64) {
+        self.sleep_ms = Some(sleep_ms);
     }
 
-    /// The longest time to wait for the lock in all (default `retry × sleep_ms`); switches to
-    /// `Continue`. Given alone, it is the only bound: `retry` then defaults to unlimited. It
-    /// bounds the whole call, also while the backend is slow: an attempt or a subscription
-    /// still out then is abandoned (and what it may still do cleaned up in the background).
-    pub const fn wait_ms(mut self, wait_ms: u64) -> Self {
+    /// The longest time to wait for the lock in all, 1 to [`MAX_TTL_MS`] ms, at least
+    /// `sleep_ms` if that is given (default `retry × sleep_ms`); switches to `Continue`.
+    /// Given alone, it is the only bound: `retry` then defaults to unlimited. It bounds the
+    /// whole call, also while the backend is slow: an attempt or a subscription still out
+    /// then is abandoned (and what it may still do is cleaned up in the background).
+    fn wait_ms(mut self, wait_ms: u64) {
         self.wait_ms = Some(wait_ms);
         self.give_up = false;
-        self
     }
 
-    /// Serve waiters in arrival order, across processes (a queue in the backend). Costs a
-    /// queue update per attempt, and a waiter that died holds the queue up for at most
-    /// `3 × sleep_ms`.
-    pub const fn fair(mut self, fair: bool) -> Self {
+    /// Serve waiters in arrival order, across processes (default `false`; a queue in the
+    /// backend). Costs a queue update per attempt, and a waiter that died holds the queue
+    /// up for at most `3 × sleep_ms`.
+    fn fair(mut self, fair: bool) {
         self.fair = fair;
-        self
     }
 
-    /// One attempt, then `NotAcquired` (ShedLock's skip, the seed's `GIVEUP`).
-    pub const fn give_up(mut self) -> Self {
+    /// One attempt, then [`LockError::NotAcquired`] if someone else holds the lock
+    /// (ShedLock's skip).
+    fn give_up(mut self) {
         self.give_up = true;
-        self
     }
 
     /// Renew the lease every `ttl_ms / 3` while the lock is held (default `true`). Without
     /// renewal the lease simply ends after `ttl_ms`, and the holder counts it as lost then.
-    pub const fn renew(mut self, renew: bool) -> Self {
+    fn renew(mut self, renew: bool) {
         self.renew = renew;
-        self
     }
 
     /// What a `#[redis_lock]` body does when the lease is lost (default [`OnLost::Abort`]).
-    pub const fn on_lost(mut self, on_lost: OnLost) -> Self {
+    fn on_lost(mut self, on_lost: OnLost) {
         self.on_lost = on_lost;
-        self
     }
 
     /// Keep the key taken for at least this long after acquiring, even if released sooner
-    /// (ShedLock's `lockAtLeastFor`): a release before then only shortens the lease.
-    pub const fn min_hold_ms(mut self, min_hold_ms: u64) -> Self {
-        self.min_hold_ms = min_hold_ms;
-        self
+    /// (ShedLock's `lockAtLeastFor`): a release before then only shortens the lease. 1 to
+    /// [`MAX_TTL_MS`] ms, at most `ttl_ms` without renewal.
+    fn min_hold_ms(mut self, min_hold_ms: u64) {
+        self.min_hold_ms = Some(min_hold_ms);
     }
 
     /// Stop renewing after this long; the lock then counts as lost (the body is stopped as
-    /// on any loss), so a hung holder cannot keep a lock forever. At least `ttl_ms`.
-    pub const fn max_hold_ms(mut self, max_hold_ms: u64) -> Self {
+    /// on any loss), so a hung holder cannot keep a lock forever. At least `ttl_ms`; only
+    /// with renewal.
+    fn max_hold_ms(mut self, max_hold_ms: u64) {
         self.max_hold_ms = Some(max_hold_ms);
-        self
     }
+}
 
+// What the runtime reads. A getter drops the setter's `_ms` because it returns a `Duration`.
+impl LockOptions {
     /// The lease length.
-    pub const fn ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms)
-    }
-
-    /// Whether the lease is renewed while held.
-    pub const fn renews(&self) -> bool {
-        self.renew
-    }
-
-    /// What a body does on loss.
-    pub const fn lost_policy(&self) -> OnLost {
-        self.on_lost
+    pub(crate) const fn ttl(&self) -> Duration {
+        Duration::from_millis(or(self.ttl_ms, DEFAULT_TTL_MS))
     }
 
     /// The least time the key stays taken after acquiring.
-    pub const fn min_hold(&self) -> Duration {
-        Duration::from_millis(self.min_hold_ms)
+    pub(crate) const fn min_hold(&self) -> Duration {
+        Duration::from_millis(or(self.min_hold_ms, 0))
     }
 
     /// The longest the lease is renewed, if bounded.
-    pub const fn max_hold(&self) -> Option<Duration> {
+    pub(crate) const fn max_hold(&self) -> Option<Duration> {
         match self.max_hold_ms {
             Some(ms) => Some(Duration::from_millis(ms)),
             None => None,
         }
     }
 
-    /// Whether waiters are served in arrival order.
-    pub const fn is_fair(&self) -> bool {
-        self.fair
-    }
-
-    /// Whether the request makes a single attempt.
-    pub const fn gives_up(&self) -> bool {
-        self.give_up
-    }
-
     /// How many attempts may follow a wait that no release notification ended.
-    pub const fn unnotified_retries(&self) -> u32 {
+    pub(crate) const fn unnotified_retries(&self) -> u32 {
         match (self.retry, self.wait_ms) {
             (Some(retry), _) => retry,
             (None, Some(_)) => u32::MAX,
@@ -199,7 +205,7 @@ impl LockOptions {
     /// `wait_ms` when given: then the call ends by it, cutting an attempt or a subscription
     /// that is still out (the default bound, `retry × sleep_ms`, only ends the waiting
     /// between attempts, which may be none at all with `retry = 0`).
-    pub const fn wait_bound(&self) -> Option<Duration> {
+    pub(crate) const fn wait_bound(&self) -> Option<Duration> {
         match (self.wait_ms, self.give_up) {
             (Some(wait_ms), false) => Some(Duration::from_millis(wait_ms)),
             _ => None,
@@ -207,28 +213,29 @@ impl LockOptions {
     }
 
     /// The longest time to wait in all: `wait_ms`, else `retry × sleep_ms`.
-    pub const fn wait(&self) -> Duration {
+    pub(crate) const fn wait(&self) -> Duration {
         match self.wait_ms {
             Some(wait_ms) => Duration::from_millis(wait_ms),
-            None => {
-                let retry = match self.retry {
-                    Some(retry) => retry,
-                    None => DEFAULT_RETRY,
-                };
-                Duration::from_millis(self.sleep_ms.saturating_mul(retry as u64))
-            }
+            None => Duration::from_millis(
+                self.pause_ms()
+                    .saturating_mul(or(self.retry, DEFAULT_RETRY) as u64),
+            ),
         }
     }
 
+    const fn pause_ms(&self) -> u64 {
+        or(self.sleep_ms, DEFAULT_SLEEP_MS)
+    }
+
     /// How long a fair waiter's place in the queue lasts without an attempt renewing it.
-    pub(crate) fn queue_timeout(&self) -> Duration {
-        Duration::from_millis(self.sleep_ms.saturating_mul(3))
+    pub(crate) const fn queue_timeout(&self) -> Duration {
+        Duration::from_millis(self.pause_ms().saturating_mul(3))
     }
 
     /// The pause before the next attempt: uniform in `[sleep_ms / 2, sleep_ms]` so that
     /// waiters spread out, cut short when the holder's lease ends sooner.
     pub(crate) fn pause(&self, holder_remaining: Option<Duration>) -> Duration {
-        let max = Duration::from_millis(self.sleep_ms);
+        let max = Duration::from_millis(self.pause_ms());
         let pause = max.mul_f64(0.5 + 0.5 * crate::random::unit());
         match holder_remaining {
             Some(remaining) => pause.min(remaining + Duration::from_millis(1)),
@@ -236,47 +243,28 @@ impl LockOptions {
         }
     }
 
+    /// Applies the rules of `fencelock-options`, as the attribute does at compile time.
     pub(crate) fn validate(&self) -> Result<(), LockError> {
-        let in_range = |name: &str, value: u64| {
-            if (1..=MAX_TTL_MS).contains(&value) {
-                Ok(())
-            } else {
-                Err(LockError::config(format!(
-                    "{name} = {value} is out of range: it must be 1..={MAX_TTL_MS} ms"
-                )))
-            }
+        let settings = Settings {
+            ttl_ms: self.ttl_ms.into(),
+            sleep_ms: self.sleep_ms.into(),
+            wait_ms: self.wait_ms.into(),
+            renew: Value::Given(self.renew),
+            min_hold_ms: self.min_hold_ms.into(),
+            max_hold_ms: self.max_hold_ms.into(),
         };
-        in_range("ttl_ms", self.ttl_ms)?;
-        in_range("sleep_ms", self.sleep_ms)?;
-        if let Some(wait_ms) = self.wait_ms {
-            in_range("wait_ms", wait_ms)?;
+        match settings.problems().into_iter().next() {
+            Some(problem) => Err(LockError::config(problem.message)),
+            None => Ok(()),
         }
-        if self.min_hold_ms > 0 {
-            in_range("min_hold_ms", self.min_hold_ms)?;
-        }
-        if !self.renew && self.min_hold_ms > self.ttl_ms {
-            return Err(LockError::config(format!(
-                "min_hold_ms = {} exceeds ttl_ms = {} without renewal: the lease ends first; \
-                 raise ttl_ms or turn renewal on",
-                self.min_hold_ms, self.ttl_ms
-            )));
-        }
-        if let Some(max_hold_ms) = self.max_hold_ms {
-            if !self.renew {
-                return Err(LockError::config(
-                    "max_hold_ms bounds renewal, and renewal is off; remove max_hold_ms or \
-                     turn renewal on",
-                ));
-            }
-            if max_hold_ms < self.ttl_ms {
-                return Err(LockError::config(format!(
-                    "max_hold_ms = {max_hold_ms} is below ttl_ms = {}: the first lease already \
-                     lasts longer; raise max_hold_ms or lower ttl_ms",
-                    self.ttl_ms
-                )));
-            }
-        }
-        Ok(())
+    }
+}
+
+/// `value`, else `default` (`Option::unwrap_or` is not `const`).
+const fn or<T: Copy>(value: Option<T>, default: T) -> T {
+    match value {
+        Some(value) => value,
+        None => default,
     }
 }
 
@@ -296,8 +284,8 @@ mod tests {
         assert_eq!(options.wait_ms(30_000).wait(), Duration::from_secs(30));
         assert_eq!(options.wait_ms(30_000).unnotified_retries(), u32::MAX);
         assert_eq!(options.wait_ms(30_000).retry(2).unnotified_retries(), 2);
-        assert!(options.retry(3).give_up().gives_up());
-        assert!(!options.give_up().retry(2).gives_up());
+        assert!(options.retry(3).give_up().give_up);
+        assert!(!options.give_up().retry(2).give_up);
     }
 
     #[test]
@@ -314,22 +302,30 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_values_are_rejected() {
+    fn requests_break_the_rules_the_attribute_checks() {
         let ok = LockOptions::new();
-        assert!(ok.ttl_ms(0).validate().is_err());
-        assert!(ok.ttl_ms(MAX_TTL_MS + 1).validate().is_err());
-        assert!(ok.sleep_ms(0).validate().is_err());
+        assert!(ok.validate().is_ok());
         assert!(ok.ttl_ms(MAX_TTL_MS).validate().is_ok());
-        assert!(ok.ttl_ms(1_000).max_hold_ms(999).validate().is_err());
-        assert!(ok.ttl_ms(1_000).max_hold_ms(1_000).validate().is_ok());
-        assert!(ok.renew(false).max_hold_ms(60_000).validate().is_err());
+        for broken in [
+            ok.ttl_ms(0),
+            ok.ttl_ms(MAX_TTL_MS + 1),
+            ok.sleep_ms(0),
+            ok.min_hold_ms(0),
+            ok.ttl_ms(1_000).max_hold_ms(999),
+            ok.renew(false).max_hold_ms(60_000),
+            ok.sleep_ms(500).wait_ms(100),
+        ] {
+            assert!(
+                matches!(broken.validate(), Err(LockError::InvalidConfig { .. })),
+                "{broken:?}"
+            );
+        }
+        let error = ok.ttl_ms(1_000).max_hold_ms(999).validate().unwrap_err();
         assert!(
-            ok.renew(false)
-                .ttl_ms(1_000)
-                .min_hold_ms(1_001)
-                .validate()
-                .is_err()
+            error
+                .to_string()
+                .contains("`max_hold_ms` (999) is below `ttl_ms` (1_000)"),
+            "{error}"
         );
-        assert!(ok.ttl_ms(1_000).min_hold_ms(5_000).validate().is_ok());
     }
 }

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use crate::key::{KeyPart, render_key};
+pub use crate::key::{KeyPart, KeyValue, render_key};
 pub use crate::options::{LockOptions, OnLost};
 use crate::scope::{self, Held};
 use crate::{LockClient, LockError, LockGuard};
@@ -138,7 +138,7 @@ impl AwaitRelease {
         let key = guard.key().to_owned();
         match guard.release().await {
             Ok(()) => output,
-            Err(lost) if lost.is_lost() && options.lost_policy() == OnLost::Abort => {
+            Err(lost) if lost.is_lost() && options.on_lost == OnLost::Abort => {
                 R::from_lock_error(lost)
             }
             Err(error) => {
@@ -193,7 +193,7 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
     if let Some(held) = scope::held(client.id(), &key) {
-        let (Ok(output) | Err(output)) = under(held, options.lost_policy(), body).await;
+        let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);
     }
     let guard = match client.lock(key.clone()).options(options).acquire().await {
@@ -206,7 +206,7 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         token: guard.token(),
         signal: guard.loss_signal(),
     };
-    match under(held, options.lost_policy(), body).await {
+    match under(held, options.on_lost, body).await {
         Ok(output) => Ran::Held(output, guard),
         Err(lost) => Ran::Done(lost),
     }

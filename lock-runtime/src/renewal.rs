@@ -292,7 +292,7 @@ impl Renewer {
             next_due: sent_at,
             valid_until: sent_at,
             stop_at: options.max_hold().map(|max| sent_at + max),
-            renew: options.renews(),
+            renew: options.renew,
             in_flight: false,
             signal: signal.clone(),
             held,

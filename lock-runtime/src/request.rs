@@ -26,66 +26,16 @@ impl LockRequest {
         }
     }
 
-    /// Lease length in milliseconds (default 30 000, at most [`crate::MAX_TTL_MS`]).
-    pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-        self.options = self.options.ttl_ms(ttl_ms);
-        self
-    }
-
-    /// Attempts after the first failed one that follow a wait no release notification
-    /// ended (default 5); switches to `Continue`.
-    pub fn retry(mut self, retry: u32) -> Self {
-        self.options = self.options.retry(retry);
-        self
-    }
-
-    /// The longest time to wait in all (default `retry × sleep_ms`); switches to `Continue`.
-    /// Bounds the whole call, also while the backend is slow to answer.
-    pub fn wait_ms(mut self, wait_ms: u64) -> Self {
-        self.options = self.options.wait_ms(wait_ms);
-        self
-    }
-
-    /// Serve waiters in arrival order across processes (default `false`).
-    pub fn fair(mut self, fair: bool) -> Self {
-        self.options = self.options.fair(fair);
-        self
-    }
-
-    /// Longest pause between attempts when no release notification comes, in milliseconds
-    /// (default 200).
-    pub fn sleep_ms(mut self, sleep_ms: u64) -> Self {
-        self.options = self.options.sleep_ms(sleep_ms);
-        self
-    }
-
-    /// One attempt, then [`LockError::NotAcquired`] if someone else holds the lock.
-    pub fn give_up(mut self) -> Self {
-        self.options = self.options.give_up();
-        self
-    }
-
-    /// Renew the lease every `ttl_ms / 3` while held (default `true`).
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.options = self.options.renew(renew);
-        self
-    }
-
-    /// Keep the key taken at least this long after acquiring (ShedLock's `lockAtLeastFor`).
-    pub fn min_hold_ms(mut self, min_hold_ms: u64) -> Self {
-        self.options = self.options.min_hold_ms(min_hold_ms);
-        self
-    }
-
-    /// Stop renewing after this long; the lock then counts as lost.
-    pub fn max_hold_ms(mut self, max_hold_ms: u64) -> Self {
-        self.options = self.options.max_hold_ms(max_hold_ms);
-        self
-    }
-
-    /// Replaces all options at once.
+    /// Replaces all options at once, e.g. with a `const` [`LockOptions`] that several
+    /// locks share. The other setters are those of [`LockOptions`].
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Applies one of the setters of [`LockOptions`] (defined with them).
+    pub(crate) fn map_options(mut self, set: impl FnOnce(LockOptions) -> LockOptions) -> Self {
+        self.options = set(self.options);
         self
     }
 
@@ -179,7 +129,7 @@ impl LockRequest {
                 Err(error) => return Err(error),
             };
             let now = Instant::now();
-            if options.gives_up()
+            if options.give_up
                 || now >= give_up_at
                 || unnotified_waits >= options.unnotified_retries()
             {
@@ -241,7 +191,7 @@ const STARVING_AFTER: Duration = Duration::from_millis(10);
 /// How the next attempt competes: in the queue if fair, else freely until the waiter has
 /// waited `STARVING_AFTER`, then reserving the next free turn (for as long as a fair place).
 fn turn(options: &LockOptions, waiting_since: Option<Instant>) -> Turn {
-    if options.is_fair() {
+    if options.fair {
         Turn::Queue(options.queue_timeout())
     } else if waiting_since.is_some_and(|since| since.elapsed() >= STARVING_AFTER) {
         Turn::Reserve(options.queue_timeout())

@@ -3,9 +3,9 @@ async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
     let __fencelock_key = ::fencelock::__private::render_key(
         &[
             ::fencelock::__private::KeyPart::Text("order:"),
-            ::fencelock::__private::KeyPart::Value(&order.id),
+            ::fencelock::__private::KeyPart::value(&order.id),
             ::fencelock::__private::KeyPart::Text(":line:"),
-            ::fencelock::__private::KeyPart::Value(&order.lines.0),
+            ::fencelock::__private::KeyPart::value(&order.lines.0),
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new();

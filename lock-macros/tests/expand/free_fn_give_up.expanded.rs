@@ -1,11 +1,13 @@
 /// Takes `qty` items of `sku` out of stock.
+///
+/// Runs while holding the distributed lock `stock:{sku}` (`#[redis_lock]`, lease 10_000 ms).
 #[tracing::instrument(skip(qty))]
 pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
     let __fencelock_client = ::fencelock::__private::scoped_client();
     let __fencelock_key = ::fencelock::__private::render_key(
         &[
             ::fencelock::__private::KeyPart::Text("stock:"),
-            ::fencelock::__private::KeyPart::Value(&sku),
+            ::fencelock::__private::KeyPart::value(&sku),
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()

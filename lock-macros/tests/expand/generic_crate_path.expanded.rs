@@ -10,9 +10,9 @@ where
     let __fencelock_key = my_locks::__private::render_key(
         &[
             my_locks::__private::KeyPart::Text("job:{"),
-            my_locks::__private::KeyPart::Value(&kind),
+            my_locks::__private::KeyPart::value(&kind),
             my_locks::__private::KeyPart::Text("}:"),
-            my_locks::__private::KeyPart::Value(&id),
+            my_locks::__private::KeyPart::value(&id),
         ],
     );
     let __fencelock_options = my_locks::__private::LockOptions::new().ttl_ms(86400000);

@@ -6,7 +6,7 @@ impl Report {
         let __fencelock_key = my_locks::reexport::__private::render_key(
             &[
                 my_locks::reexport::__private::KeyPart::Text("report:"),
-                my_locks::reexport::__private::KeyPart::Value(&self),
+                my_locks::reexport::__private::KeyPart::value(&self),
             ],
         );
         let __fencelock_options = my_locks::reexport::__private::LockOptions::new();

@@ -3,7 +3,7 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
     let __fencelock_key = ::fencelock::__private::render_key(
         &[
             ::fencelock::__private::KeyPart::Text("report:"),
-            ::fencelock::__private::KeyPart::Value(&day),
+            ::fencelock::__private::KeyPart::value(&day),
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()

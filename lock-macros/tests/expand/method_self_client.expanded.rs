@@ -9,9 +9,9 @@ impl Account {
         let __fencelock_key = ::fencelock::__private::render_key(
             &[
                 ::fencelock::__private::KeyPart::Text("account:"),
-                ::fencelock::__private::KeyPart::Value(&self.id),
+                ::fencelock::__private::KeyPart::value(&self.id),
                 ::fencelock::__private::KeyPart::Text(":"),
-                ::fencelock::__private::KeyPart::Value(&currency),
+                ::fencelock::__private::KeyPart::value(&currency),
             ],
         );
         let __fencelock_options = ::fencelock::__private::LockOptions::new()

@@ -3,7 +3,7 @@ async fn book(event: EventId) -> Result<Ticket, BookingError> {
     let __fencelock_key = ::fencelock::__private::render_key(
         &[
             ::fencelock::__private::KeyPart::Text("ticket:"),
-            ::fencelock::__private::KeyPart::Value(&event),
+            ::fencelock::__private::KeyPart::value(&event),
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()

@@ -1,0 +1,45 @@
+/// Builds the day's report once across all servers.
+///
+/// Runs while holding the distributed lock `report:{day}` (`#[redis_lock]`, lease `config::TTL_MS` ms).
+async fn nightly_report(day: Date) -> Result<(), JobError> {
+    let __fencelock_client = ::fencelock::__private::scoped_client();
+    let __fencelock_key = ::fencelock::__private::render_key(
+        &[
+            ::fencelock::__private::KeyPart::Text("report:"),
+            ::fencelock::__private::KeyPart::value(&day),
+        ],
+    );
+    let __fencelock_options = {
+        let __fencelock_base: ::fencelock::__private::LockOptions = REPORT_LOCK;
+        __fencelock_base
+    }
+        .ttl_ms(config::TTL_MS)
+        .retry(2);
+    let __fencelock_ending = {
+        use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
+        (&&::fencelock::__private::Ending::<Result<(), JobError>>::new()).ending()
+    };
+    __fencelock_ending
+        .run_locked(
+            __fencelock_client,
+            __fencelock_key,
+            __fencelock_options,
+            async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::unreachable,
+                    clippy::needless_return
+                )]
+                if false {
+                    let __fencelock_fake_return: Result<(), JobError> = loop {};
+                    return __fencelock_fake_return;
+                }
+                { build_report(day).await }
+            },
+        )
+        .await
+}
