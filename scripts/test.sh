@@ -34,6 +34,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
+echo "== cargo package (the published crates, built from their packages)"
+cargo package --workspace --exclude fencelock-bench --allow-dirty
 
 if $extended; then
   echo "== simulation, 20,000 seeds"
