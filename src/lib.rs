@@ -27,7 +27,13 @@
 //! # }
 //! ```
 //!
-//! See the README for the attribute's arguments, the guarantees, and their limits.
+//! The attribute's arguments, key templates and compile-time checks: [`redis_lock`].
+//! Locks without the attribute: [`LockClient::lock`], [`LockGuard`]. Tests without Redis:
+//! [`LockClient::memory`] and [`with_client`]; with a private `redis-server`: the
+//! `testing` feature. The guarantees and their limits are set out in the
+//! [README](https://github.com/fencelock/fencelock#what-it-guarantees-and-what-it-does-not).
+
+#![deny(missing_docs)]
 
 pub use fencelock_macros::redis_lock;
 pub use fencelock_runtime::{
@@ -39,6 +45,11 @@ pub use fencelock_runtime::{
 /// Test support: private `redis-server` processes and the backend conformance suite.
 #[cfg(feature = "testing")]
 pub use fencelock_runtime::testing;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 #[doc(hidden)]
 pub mod __private {

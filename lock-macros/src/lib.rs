@@ -8,6 +8,8 @@
 //! function and against each other, and `expand` generates the locked
 //! function. `template` parses the key template, `item` the function.
 
+#![deny(missing_docs)]
+
 mod args;
 mod errors;
 mod expand;
@@ -25,21 +27,51 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn` while holding a distributed lock.
 ///
-/// ```ignore
-/// use fencelock::{redis_lock, LockError};
+/// ```
+/// use fencelock::{LockClient, LockError, redis_lock, with_client};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     OutOfStock,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
 ///
 /// #[redis_lock(key = "stock:{sku}", ttl_ms = 10_000, retry = 5, sleep_ms = 200, action = Continue)]
 /// async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
 ///     // Runs only while this process holds the lock `stock:<sku>`.
-/// #   Ok(qty)
+///     let token = fencelock::current_token(); // the grant's fencing token
+///     assert!(token.is_some());
+///     100u32.checked_sub(qty).ok_or(AppError::OutOfStock)
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // In-process locks here; `LockClient::connect("redis://...")` in production.
+/// let client = LockClient::memory();
+/// let left = with_client(client, deduct("42", 1)).await.unwrap();
+/// assert_eq!(left, 99);
+/// # }
 /// ```
 ///
 /// The function keeps its signature. Its body runs only once the lock is
 /// acquired, and the lock is released when the body finishes: on success, on
 /// `Err`, on panic, and when the caller drops the future. When the lock
 /// cannot be acquired, the function returns `Err(LockError::NotAcquired { .. }.into())`
-/// without running the body.
+/// without running the body; every other failure of the lock (no client,
+/// backend unreachable, lease lost under `on_lost = Abort`) comes back the
+/// same way, through `E: From<LockError>`.
+///
+/// The client is the one given with `client = ...`, else the one of the
+/// innermost `fencelock::with_client` scope, else the global one
+/// (`LockClient::install_global`); with none, the call returns
+/// `Err(LockError::NoClient.into())`. A `with_client` scope does not follow
+/// work into `tokio::spawn`ed tasks.
 ///
 /// # Requirements
 ///
@@ -53,18 +85,40 @@ use proc_macro::TokenStream;
 /// | argument | meaning | default |
 /// | --- | --- | --- |
 /// | `key = "..."` | required; the lock key template (below) | — |
-/// | `ttl_ms = N` | lease length in milliseconds, 1 to 86 400 000 (24 h) | 30 000 |
+/// | `ttl_ms = N` | lease length in milliseconds, 1 to 86 400 000 (24 h); also the time in which a crashed holder's lock frees itself | 30 000 |
 /// | `retry = N` | attempts after the first failed one that follow a pause no release notification ended (only with `Continue`) | 5; unbounded when `wait_ms` is given |
-/// | `sleep_ms = N` | longest pause between attempts when no release notification arrives (a release wakes waiters at once), 1 to 86 400 000 ms | 200 |
+/// | `sleep_ms = N` | longest pause between attempts when no release notification arrives (a release wakes waiters at once), 1 to 86 400 000 ms; each pause is random in `[N/2, N]` | 200 |
+/// | `wait_ms = N` | the longest time to wait for the lock in all, 1 to 86 400 000 ms, also while Redis is slow; with `retry` too, whichever ends first; given alone, the only bound. At least `sleep_ms`; not with `GiveUp` | `retry × sleep_ms` |
 /// | `action = GiveUp` or `Continue` | `GiveUp`: one attempt, then fail; `Continue`: keep trying as configured | `Continue` |
+/// | `fair = true` or `false` | serve waiters in arrival order, across processes (a queue in Redis); a waiter that died holds the queue up for at most `3 × sleep_ms`. Not `true` with `GiveUp` | `false` |
 /// | `renew = true` or `false` | renew the lease every `ttl_ms / 3` while the body runs; without renewal the lease ends after `ttl_ms` and counts as lost | `true` |
-/// | `on_lost = Abort` or `Continue` | when the lease is lost while the body runs: `Abort` drops the body at its next `.await` and returns `Err(LockError::Lost { .. }.into())`; `Continue` lets it finish | `Abort` |
+/// | `on_lost = Abort` or `Continue` | when the lease is lost while the body runs: `Abort` drops the body at its next `.await` and returns `Err(LockError::Lost { .. }.into())`, also when only the release finds the lease lost; `Continue` lets the body finish and returns its output, and the body can check `fencelock::is_lost()` or await `fencelock::lost()` | `Abort` |
 /// | `min_hold_ms = N` | ShedLock's `lockAtLeastFor`: the key stays taken at least this long after acquiring, even if the body ends sooner; 1 to 86 400 000 ms, at most `ttl_ms` with `renew = false` | none |
 /// | `max_hold_ms = N` | stop renewing after this long; the body is then stopped as on loss (see `on_lost`). At least `ttl_ms`; not with `renew = false` | none |
-/// | `wait_ms = N` | the longest time to wait for the lock in all, 1 to 86 400 000 ms; with `retry` too, whichever ends first. At least `sleep_ms`; not with `GiveUp` | `retry × sleep_ms` |
-/// | `fair = true` or `false` | serve waiters in arrival order, across processes (a queue in Redis); a waiter that died holds the queue up for at most `3 × sleep_ms`. Not `true` with `GiveUp` | `false` |
-/// | `client = EXPR` | the client to lock with, e.g. `self.locks`, evaluated inside the function before the body | the scoped client, else the global one |
+/// | `options = EXPR` | a `fencelock::LockOptions` value (e.g. a `const`) to start from; the other arguments override it | `LockOptions::new()` |
+/// | `client = EXPR` | the client to lock with: a `LockClient`, `&LockClient`, `Arc<LockClient>`…, e.g. `self.locks`; evaluated once, inside the function before the body | the `with_client` scope's client, else the global one |
 /// | `crate = "path"` or `crate = path` | where the `fencelock` crate is, if renamed | `::fencelock` |
+///
+/// Numeric arguments take a literal (checked at compile time) or any
+/// expression of the right type such as a `const` (checked at run time by the
+/// same rules; an invalid value returns `Err(LockError::InvalidConfig { .. }.into())`
+/// without running the body).
+///
+/// The setters of `fencelock::LockOptions` and `fencelock::LockRequest` (the
+/// builder of `client.lock(key)`) have the same names as these arguments
+/// (`action = GiveUp` is `.give_up()`).
+///
+/// # Compile-time checks
+///
+/// Misconfiguration is a compile error pointing at the offending token: an
+/// unknown or duplicate argument, a missing `key`, a placeholder naming no
+/// argument, two placeholders without a `:` between them, an unclosed brace,
+/// a literal out of range (`ttl_ms = 0`, a lease over 24 h), `retry`, `wait_ms`
+/// or `fair = true` with `GiveUp`, `wait_ms` below `sleep_ms`, `min_hold_ms`
+/// beyond an unrenewed `ttl_ms`, `max_hold_ms` below `ttl_ms` or without
+/// renewal, a function that is not `async`, a return type that is not a
+/// `Result`, an error type without `From<LockError>`, a key value without
+/// `Display`, and a `client` that is no lock client.
 ///
 /// # Key templates
 ///
@@ -76,7 +130,18 @@ use proc_macro::TokenStream;
 ///
 /// Two placeholders must be separated by literal text containing `:` with no
 /// `\` before it, as in `"order:{tenant}:{id}"`. Since `:` and `\` are escaped
-/// in values, distinct arguments then never form the same key.
+/// in values, distinct arguments then never form the same key. So
+/// `key = "stock:{sku}"` with `sku = 42` and `client.lock("stock:42")` are the
+/// same lock.
+///
+/// # With `#[tracing::instrument]`
+///
+/// The attribute written first wraps the other. With `#[redis_lock]` above
+/// `#[tracing::instrument]`, the span covers the whole call: the wait for
+/// the lock, the body, the release, and a call that ends without running the
+/// body (`NotAcquired`). With `#[tracing::instrument]` above `#[redis_lock]`,
+/// the span covers only the body, and a call that never gets the lock
+/// creates no span.
 #[proc_macro_attribute]
 pub fn redis_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::redis_lock(attr.into(), item.into()).into()
