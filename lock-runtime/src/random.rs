@@ -25,6 +25,7 @@ pub(crate) fn unit() -> f64 {
 
 /// Seeds this thread's jitter generator: a simulation on a current-thread runtime then
 /// draws the same pauses on every run.
+#[cfg(feature = "testing")]
 pub(crate) fn seed_jitter(seed: u64) {
     JITTER_STATE.with(|state| state.set(seed | 1));
 }
