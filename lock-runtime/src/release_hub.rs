@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, OnceCell, mpsc};
 
+use crate::sync::lock_ignoring_poison;
+
 /// A waiter's subscription to the releases of one key; dropping it ends the subscription.
 #[derive(Debug)]
 pub struct ReleaseWatch {
@@ -31,11 +33,11 @@ struct Releases {
 
 impl Releases {
     fn count(&self) -> u64 {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+        *lock_ignoring_poison(&self.count)
     }
 
     fn announce(&self) {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *lock_ignoring_poison(&self.count) += 1;
         self.announced.notify_waiters();
     }
 }
@@ -103,7 +105,7 @@ impl ReleaseHub {
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
         // Every update is one insert, remove or counter change: never half-done.
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+        lock_ignoring_poison(&self.keys)
     }
 
     /// A new watch of `key`, and the cell in which the backend records its subscription.
