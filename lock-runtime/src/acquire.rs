@@ -129,6 +129,8 @@ impl Acquisition {
         }
     }
 
+    /// One attempt (sent once more if its reply is lost), cut at the deadline; notes what
+    /// it found for the error to report.
     async fn attempt(&mut self) -> Attempt {
         self.attempts += 1;
         let sent_at = Instant::now();
@@ -183,6 +185,8 @@ impl Acquisition {
         }
     }
 
+    /// Whether the request stops here: a single-attempt request, the wait used up, or the
+    /// unnotified retries.
     fn out_of_budget(&self) -> bool {
         self.options.gives_up()
             || Instant::now() >= self.give_up_at

@@ -1,4 +1,5 @@
-//! Release notifications: waiters sleep until the key they wait for is released.
+//! The in-process side of release notifications: waiters sleep until the key they wait for
+//! is released, whatever the backend that announces it.
 //!
 //! Each backend feeds one `ReleaseHub` per client: the Redis backend from its pub/sub
 //! subscription, the memory backend directly from its release. A waiter holds a
@@ -58,9 +59,7 @@ impl ReleaseWatch {
             announced.await;
         }
     }
-}
 
-impl ReleaseWatch {
     /// Whether the backend still announces releases of the key to this watch: `false` after
     /// the subscription connection was lost, until someone subscribes the key again.
     pub fn is_subscribed(&self) -> bool {
