@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
-use support::{eventually, inspector, redis_server, script_calls};
+use support::{eventually, inspector, redis_server, script_calls, with_sources};
 
 fn url_as(server: &fencelock::testing::RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port())
@@ -79,10 +79,11 @@ async fn a_wrong_password_is_a_backend_error_that_says_so() {
         .await
         .unwrap();
     match LockClient::connect(&url_as(&server, "locker", "wrong")).await {
-        Err(LockError::Backend { message, .. }) => {
+        Err(error @ LockError::Backend { .. }) => {
+            let chain = with_sources(&error);
             assert!(
-                message.to_lowercase().contains("authentication"),
-                "the message names the cause: {message}"
+                chain.to_lowercase().contains("authentication"),
+                "the error chain names the cause: {chain}"
             );
         }
         other => panic!("expected a Backend error, got {other:?}"),
@@ -230,10 +231,11 @@ async fn rediss_works_with_a_trusted_certificate_and_fails_clearly_with_an_unkno
     support::lock_once(&locks, "k").await;
 
     match LockClient::connect(&url).await {
-        Err(LockError::Backend { message, .. }) => {
+        Err(error @ LockError::Backend { .. }) => {
+            let chain = with_sources(&error);
             assert!(
-                message.to_lowercase().contains("certificate"),
-                "the cause is named: {message}"
+                chain.to_lowercase().contains("certificate"),
+                "the cause is named: {chain}"
             );
         }
         other => panic!("a server certificate from an unknown CA must be refused: {other:?}"),

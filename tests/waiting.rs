@@ -7,7 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencelock::backend::redis::RedisBackend;
+use fencelock::backend::redis::{RedisBackend, RedisSettings};
 use fencelock::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
@@ -150,14 +150,9 @@ async fn a_release_between_the_failed_attempt_and_the_subscription_is_not_missed
         .acquire()
         .await
         .unwrap();
-    let redis = RedisBackend::connect(
-        &server.url(),
-        "lock:".into(),
-        Duration::from_secs(2),
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap();
+    let redis = RedisBackend::connect(&server.url(), RedisSettings::default())
+        .await
+        .unwrap();
     let waiter = LockClient::from_backend(ReleaseBeforeSubscribing {
         redis,
         holder: Mutex::new(Some(holder)),

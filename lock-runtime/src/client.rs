@@ -1,15 +1,12 @@
-//! `LockClient`: the handle applications keep, and the scopes that choose one.
+//! `LockClient`: the handle applications keep, and the builder of a Redis client.
 
-use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::backend::LockBackend;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisBackend,
-};
+use crate::backend::redis::{RedisBackend, RedisSettings};
 use crate::driver::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockRequest};
@@ -33,12 +30,6 @@ struct ClientInner {
     notifies: bool,
 }
 
-static GLOBAL: OnceLock<LockClient> = OnceLock::new();
-
-tokio::task_local! {
-    static SCOPED: LockClient;
-}
-
 impl LockClient {
     /// Connects to Redis at `url` (`redis://` or `rediss://`) with the default settings of
     /// [`LockClientBuilder`].
@@ -50,9 +41,7 @@ impl LockClient {
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
             url: url.to_owned(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            settings: RedisSettings::default(),
             release_notifications: true,
             allow_eviction: false,
             tls_root_certificate: None,
@@ -106,18 +95,21 @@ impl LockClient {
         }
     }
 
-    /// Makes this the client of every `#[redis_lock]` without `client = ...` that runs
-    /// outside a [`with_client`] scope. Fails if a global client is installed already.
-    pub fn install_global(self) -> Result<(), LockError> {
-        GLOBAL.set(self).map_err(|_| {
-            LockError::config(
-                "a global lock client is installed already; install it once at start-up, or \
-                 use `fencelock::with_client` to scope a client",
-            )
-        })
-    }
-
     /// A request for the lock `key` with default options; finish it with `.acquire()`.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let guard = locks.lock("stock:42").ttl_ms(5_000).acquire().await?;
+    /// // Pass the fencing token along with every write the lock protects.
+    /// println!("writing stock:42 under token {}", guard.token());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(self.clone(), key.into())
     }
@@ -146,22 +138,6 @@ impl LockClient {
     pub(crate) fn renewer(&self) -> &Renewer {
         &self.inner.renewer
     }
-
-    /// The client of the innermost [`with_client`] scope, else the global one.
-    pub(crate) fn in_scope() -> Result<LockClient, LockError> {
-        SCOPED
-            .try_with(LockClient::clone)
-            .ok()
-            .or_else(|| GLOBAL.get().cloned())
-            .ok_or(LockError::NoClient)
-    }
-}
-
-/// Runs `future` with `client` as the client of every `#[redis_lock]` function without
-/// `client = ...` that it calls (checked before the global client). The scope does not
-/// follow work into tasks spawned from `future`.
-pub async fn with_client<F: Future>(client: LockClient, future: F) -> F::Output {
-    SCOPED.scope(client, future).await
 }
 
 /// Settings of a Redis [`LockClient`].
@@ -169,9 +145,7 @@ pub async fn with_client<F: Future>(client: LockClient, future: F) -> F::Output 
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct LockClientBuilder {
     url: String,
-    prefix: String,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    settings: RedisSettings,
     release_notifications: bool,
     allow_eviction: bool,
     tls_root_certificate: Option<Vec<u8>>,
@@ -181,9 +155,9 @@ pub struct LockClientBuilder {
 impl std::fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockClientBuilder")
-            .field("prefix", &self.prefix)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
+            .field("prefix", &self.settings.prefix)
+            .field("connect_timeout", &self.settings.connect_timeout)
+            .field("response_timeout", &self.settings.response_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -200,20 +174,20 @@ impl LockClientBuilder {
     /// Text put before every lock key in Redis (default `"lock:"`); the key itself follows
     /// in braces, e.g. `lock:{stock:42}`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.settings.prefix = prefix.into();
         self
     }
 
     /// How long opening a connection may take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
     /// How long a reply may take before the command counts as failed (default 2 s). A
     /// timed-out acquire may still have been applied; the client then deletes it again.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -235,13 +209,7 @@ impl LockClientBuilder {
     /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let client = crate::backend::redis::open(&self.url, self.tls_root_certificate)?;
-        let backend = RedisBackend::from_client(
-            client,
-            self.prefix,
-            self.connect_timeout,
-            self.response_timeout,
-        )
-        .await?;
+        let backend = RedisBackend::from_client(client, self.settings).await?;
         if !self.allow_eviction {
             backend.check_eviction_policy().await?;
         }

@@ -35,7 +35,7 @@ pub enum LockError {
     Backend {
         /// The lock key, when the failure happened on behalf of one.
         key: Option<String>,
-        /// What went wrong.
+        /// What failed; the underlying error is in `source`, not repeated here.
         message: String,
         /// The underlying error (for Redis, a `redis::RedisError`).
         #[source]
@@ -76,6 +76,127 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// A [`LockError::NotAcquired`]: another owner held `key` at each of `attempts` attempts.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// let error = LockError::not_acquired("stock:42", 3);
+    /// assert!(error.is_not_acquired());
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "lock `stock:42` is held by another owner (gave up after 3 attempt(s))"
+    /// );
+    /// ```
+    pub fn not_acquired(key: impl Into<String>, attempts: u32) -> Self {
+        LockError::NotAcquired {
+            key: key.into(),
+            attempts,
+        }
+    }
+
+    /// A [`LockError::Lost`]: the lease of `key` ended while held, for `cause`.
+    ///
+    /// ```
+    /// use fencelock::{LockError, LossCause};
+    ///
+    /// let error = LockError::lost("stock:42", LossCause::Expired);
+    /// assert!(error.is_lost());
+    /// ```
+    pub fn lost(key: impl Into<String>, cause: crate::LossCause) -> Self {
+        LockError::Lost {
+            key: key.into(),
+            cause,
+        }
+    }
+
+    /// A [`LockError::Backend`]: what a [`crate::backend::LockBackend`] returns when its store
+    /// failed, timed out or answered something unexpected (the call's effect is then
+    /// unknown; see the trait's notes on lost replies). `message` says what failed; the
+    /// underlying error goes in `source`, not in `message`, so that printing the error with
+    /// its sources names it once.
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use std::sync::Arc;
+    ///
+    /// use fencelock::LockError;
+    ///
+    /// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    /// let error = LockError::backend(Some("stock:42"), "cannot connect", Some(Arc::new(refused)));
+    /// assert!(error.is_backend());
+    /// assert_eq!(error.to_string(), "lock backend failed for lock `stock:42`: cannot connect");
+    /// assert_eq!(error.source().unwrap().to_string(), "refused");
+    /// ```
+    pub fn backend(
+        key: Option<&str>,
+        message: impl Into<String>,
+        source: Option<Arc<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        LockError::Backend {
+            key: key.map(str::to_owned),
+            message: message.into(),
+            source,
+        }
+    }
+
+    /// A [`LockError::NoClient`]: a `#[redis_lock]` function found no client to use.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// assert!(matches!(LockError::no_client(), LockError::NoClient));
+    /// ```
+    pub fn no_client() -> Self {
+        LockError::NoClient
+    }
+
+    /// A [`LockError::KeyInUse`]: `key` holds data that is not a lock of this library,
+    /// described by `reason`.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// let error = LockError::key_in_use("stock:42", "a value without a TTL");
+    /// assert!(matches!(error, LockError::KeyInUse { .. }));
+    /// ```
+    pub fn key_in_use(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        LockError::KeyInUse {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`LockError::InvalidKey`]: `key` cannot be a lock key, for `reason`.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// let error = LockError::invalid_key("", "a lock key may not be empty");
+    /// assert!(matches!(error, LockError::InvalidKey { .. }));
+    /// ```
+    pub fn invalid_key(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        LockError::InvalidKey {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`LockError::InvalidConfig`]: a request or client was configured with values the
+    /// runtime refuses, for `reason`.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// let error = LockError::invalid_config("ttl_ms must be at least 1");
+    /// assert!(matches!(error, LockError::InvalidConfig { .. }));
+    /// ```
+    pub fn invalid_config(reason: impl Into<String>) -> Self {
+        LockError::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+
     /// `true` for [`LockError::NotAcquired`]: someone else held the lock.
     pub fn is_not_acquired(&self) -> bool {
         matches!(self, LockError::NotAcquired { .. })
@@ -90,25 +211,20 @@ impl LockError {
     pub fn is_backend(&self) -> bool {
         matches!(self, LockError::Backend { .. })
     }
+}
 
-    /// A [`LockError::Backend`]: what a [`crate::backend::LockBackend`] returns when its store
-    /// failed, timed out or answered something unexpected (the call's effect is then
-    /// unknown; see the trait's notes on lost replies).
-    pub fn backend(
-        key: Option<&str>,
-        message: impl Into<String>,
-        source: Option<Arc<dyn StdError + Send + Sync>>,
-    ) -> Self {
-        LockError::Backend {
-            key: key.map(str::to_owned),
-            message: message.into(),
-            source,
-        }
-    }
+/// Shows an error followed by each of its sources, joined with ": " (as `anyhow` prints
+/// with `{:#}`): for log lines, where nobody walks `source()` afterwards.
+pub(crate) struct WithSources<'a>(pub(crate) &'a (dyn StdError + 'static));
 
-    pub(crate) fn config(reason: impl Into<String>) -> Self {
-        LockError::InvalidConfig {
-            reason: reason.into(),
+impl std::fmt::Display for WithSources<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
         }
+        Ok(())
     }
 }

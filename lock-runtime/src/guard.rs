@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Lease, Release, resend_once};
+use crate::background_release::release_in_background;
 use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::{LockClient, LockError};
 
@@ -61,6 +62,26 @@ impl LockGuard {
     /// Completes when the lease is lost (at once if it already was), with the
     /// [`LockError::Lost`] that says why. `select!` on it to stop work that must not go on
     /// without the lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use fencelock::{LockClient, LockError, LossCause};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// // Without renewal the lease simply runs out: work that takes longer is cut short.
+    /// let guard = locks.lock("nightly-job").ttl_ms(100).renew(false).acquire().await?;
+    /// let outcome = tokio::select! {
+    ///     lost = guard.lost() => Err(lost),
+    ///     () = tokio::time::sleep(Duration::from_secs(10)) => Ok(()),
+    /// };
+    /// assert!(matches!(outcome, Err(LockError::Lost { cause: LossCause::Expired, .. })));
+    /// assert!(guard.is_lost());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn lost(&self) -> LockError {
         let cause = self.tracking.signal().lost().await;
         self.lost_error(cause)
@@ -77,10 +98,7 @@ impl LockGuard {
     }
 
     fn lost_error(&self, cause: LossCause) -> LockError {
-        LockError::Lost {
-            key: self.lease.key.clone(),
-            cause,
-        }
+        LockError::lost(self.lease.key.clone(), cause)
     }
 
     /// Until when `min_hold_ms` keeps the key taken.
@@ -102,6 +120,23 @@ impl LockGuard {
     /// # Cancel safety
     /// Dropping this future before it completes leaves the release to the background, as
     /// dropping the guard does: the lock is never left behind.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let guard = locks.lock("report").acquire().await?;
+    /// let meanwhile = locks.lock("report").give_up().acquire().await;
+    /// assert!(meanwhile.unwrap_err().is_not_acquired());
+    ///
+    /// guard.release().await?;
+    /// let next = locks.lock("report").give_up().acquire().await?;
+    /// assert!(next.token() > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         self.tracking.stop();
         let keep = self.hold_until().saturating_duration_since(Instant::now());
@@ -150,89 +185,6 @@ impl Drop for LockGuard {
                 self.in_doubt,
                 !self.released,
             );
-        }
-    }
-}
-
-/// Releases `lease` without blocking the caller, retrying backend errors with backoff until
-/// the lease has certainly ended by itself. With `min_hold_ms`, the key is kept until
-/// `hold_until` instead of deleted.
-///
-/// `in_doubt`: the acquire may still be on its way (its reply never came). The release then
-/// first goes through the caller's own connection, behind that acquire, so it cannot
-/// overtake it; a second one follows on the client's background a little later, in case
-/// the caller's runtime ends before running the first.
-///
-/// `held`: the lease was held by a guard nobody released; the first release logs a warning
-/// if it finds the key gone or taken, the loss nobody else will hear of (a `#[redis_lock]`
-/// function whose output is not `Send` returns before its release).
-pub(crate) fn release_in_background(
-    client: &LockClient,
-    lease: Lease,
-    hold_until: Instant,
-    in_doubt: bool,
-    held: bool,
-) {
-    let backend = client.backend().clone();
-    let caller = in_doubt.then(crate::driver::caller_runtime).flatten();
-    let reported_by_caller = caller.is_some();
-    if let Some(caller) = caller {
-        caller.spawn(release_with_retries(
-            backend.clone(),
-            lease.clone(),
-            hold_until,
-            Duration::ZERO,
-            held,
-        ));
-    }
-    let delay = if in_doubt {
-        IN_DOUBT_FALLBACK
-    } else {
-        Duration::ZERO
-    };
-    let release = release_with_retries(
-        backend,
-        lease,
-        hold_until,
-        delay,
-        held && !reported_by_caller,
-    );
-    let spawned = client.background().spawn(release);
-    if let Err(error) = spawned {
-        tracing::warn!(%error, "cannot release in the background; the lease ends by its TTL");
-    }
-}
-
-/// How long the background fallback of an in-doubt release waits for the caller's own.
-const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
-
-async fn release_with_retries(
-    backend: std::sync::Arc<dyn crate::backend::LockBackend>,
-    lease: Lease,
-    hold_until: Instant,
-    delay: Duration,
-    held: bool,
-) {
-    tokio::time::sleep(delay).await;
-    let deadline = Instant::now().max(hold_until) + lease.ttl;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        let keep = hold_until.saturating_duration_since(Instant::now());
-        match backend.release(&lease, keep).await {
-            Ok(Release::NotOwner) if held => {
-                tracing::warn!(key = %lease.key, "lock released in the background was gone or held by another owner: the work under it may have overlapped");
-                return;
-            }
-            Ok(_) => return,
-            Err(error) if Instant::now() + pause < deadline => {
-                tracing::debug!(key = %lease.key, %error, "background release failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(error) => {
-                tracing::warn!(key = %lease.key, %error, "background release gave up; the lease ends by its TTL");
-                return;
-            }
         }
     }
 }

@@ -50,9 +50,11 @@ pub fn render_key(parts: &[KeyPart<'_>]) -> Result<String, LockError> {
         match part {
             KeyPart::Text(text) => key.push_str(text),
             KeyPart::Value(value) => {
-                write!(EscapingWriter(&mut key), "{value}").map_err(|_| LockError::InvalidKey {
-                    key: key.clone(),
-                    reason: "formatting an argument value with Display failed".into(),
+                write!(EscapingWriter(&mut key), "{value}").map_err(|_| {
+                    LockError::invalid_key(
+                        key.clone(),
+                        "formatting an argument value with Display failed",
+                    )
                 })?;
             }
         }
@@ -100,10 +102,10 @@ pub(crate) fn validate(key: &str) -> Result<(), LockError> {
     } else {
         return Ok(());
     };
-    Err(LockError::InvalidKey {
-        key: key.chars().take(80).collect(),
+    Err(LockError::invalid_key(
+        key.chars().take(80).collect::<String>(),
         reason,
-    })
+    ))
 }
 
 #[cfg(test)]

@@ -3,20 +3,24 @@
 //! Applications use it through the `fencelock` crate, which re-exports everything here
 //! together with the `#[redis_lock]` attribute.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
+mod acquire;
+mod ambient;
 pub mod backend;
+mod background_release;
+mod body_locks;
 mod client;
 mod driver;
 mod error;
 mod guard;
 mod key;
-mod notify;
 mod options;
 mod random;
+mod release_hub;
 mod renewal;
 mod request;
-mod scope;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -24,7 +28,9 @@ pub mod testing;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use client::{LockClient, LockClientBuilder, with_client};
+pub use ambient::with_client;
+pub use body_locks::{current_token, is_lost, lost};
+pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
@@ -33,4 +39,3 @@ pub use options::{
 };
 pub use renewal::{LossCause, RenewalStats};
 pub use request::LockRequest;
-pub use scope::{current_token, is_lost, lost};

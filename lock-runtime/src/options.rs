@@ -254,7 +254,7 @@ impl LockOptions {
             max_hold_ms: self.max_hold_ms.into(),
         };
         match settings.problems().into_iter().next() {
-            Some(problem) => Err(LockError::config(problem.message)),
+            Some(problem) => Err(LockError::invalid_config(problem.message)),
             None => Ok(()),
         }
     }

@@ -6,9 +6,10 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::body_locks::{self, Held};
+use crate::error::WithSources;
 pub use crate::key::{KeyPart, KeyValue, render_key};
 pub use crate::options::{LockOptions, OnLost};
-use crate::scope::{self, Held};
 use crate::{LockClient, LockError, LockGuard};
 
 /// The client of the enclosing `with_client` scope, else the global one.
@@ -142,7 +143,7 @@ impl AwaitRelease {
                 R::from_lock_error(lost)
             }
             Err(error) => {
-                tracing::warn!(%key, %error, "lock release after the body failed; returning the body's output");
+                tracing::warn!(%key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
                 output
             }
         }
@@ -192,7 +193,7 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         Ok(found) => found,
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
-    if let Some(held) = scope::held(client.id(), &key) {
+    if let Some(held) = body_locks::held(client.id(), &key) {
         let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);
     }
@@ -222,11 +223,11 @@ async fn under<R: LockResult, F: Future<Output = R>>(
 ) -> Result<R, R> {
     let signal = held.signal.clone();
     let key = held.key.clone();
-    let body = scope::holding(held, body);
+    let body = body_locks::holding(held, body);
     match policy {
         OnLost::Abort => tokio::select! {
             biased;
-            cause = signal.lost() => Err(R::from_lock_error(LockError::Lost { key, cause })),
+            cause = signal.lost() => Err(R::from_lock_error(LockError::lost(key, cause))),
             output = body => Ok(output),
         },
         OnLost::Continue => Ok(body.await),

@@ -27,6 +27,8 @@ use tokio::time::Instant;
 
 use crate::backend::{HeldLease, LockBackend};
 use crate::driver::Background;
+use crate::error::WithSources;
+use crate::sync::lock_ignoring_poison;
 use crate::{LockError, LockOptions};
 
 /// Why a held lock was lost.
@@ -79,7 +81,7 @@ impl LossSignal {
     /// Records the first loss; later ones keep the first cause.
     pub(crate) fn lose(&self, cause: LossCause) {
         let first = {
-            let mut current = self.cause.lock().unwrap_or_else(|e| e.into_inner());
+            let mut current = lock_ignoring_poison(&self.cause);
             current.is_none() && current.replace(cause).is_none()
         };
         if first {
@@ -88,7 +90,7 @@ impl LossSignal {
     }
 
     pub(crate) fn cause(&self) -> Option<LossCause> {
-        *self.cause.lock().unwrap_or_else(|e| e.into_inner())
+        *lock_ignoring_poison(&self.cause)
     }
 
     /// Completes when the lease is lost (at once if it already was).
@@ -245,9 +247,8 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
 
 impl Shared {
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        // Every update is a single insert, remove or field write: a panic elsewhere cannot
-        // leave the registry inconsistent.
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+        // Every update is a single insert, remove or field write.
+        lock_ignoring_poison(&self.registry)
     }
 
     fn lose(&self, tracked: &Tracked, cause: LossCause) {
@@ -466,7 +467,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
             }
         }
         Err(error) => {
-            tracing::debug!(%error, leases = due.len(), "renewal failed; retrying until the leases' deadlines");
+            tracing::debug!(error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
             for (id, _) in &due {
                 if let Some(tracked) = registry.leases.get_mut(id) {
                     tracked.in_flight = false;

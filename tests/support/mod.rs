@@ -81,3 +81,14 @@ pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 
         })
         .sum()
 }
+
+/// `error` followed by each of its sources, joined with ": " (as anyhow's `{:#}` prints it).
+pub fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}

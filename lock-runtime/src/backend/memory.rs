@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::notify::ReleaseHub;
+use crate::release_hub::ReleaseHub;
+use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
 #[derive(Default)]
@@ -79,9 +80,8 @@ impl MemoryBackend {
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        // A panic while the lock is held cannot leave the maps half-updated (every update is
-        // a single insert or remove), so a poisoned mutex is safe to keep using.
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Every update is a single insert or remove.
+        let mut state = lock_ignoring_poison(&self.state);
         f(&mut state)
     }
 }

@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::LockError;
-pub use crate::notify::ReleaseWatch;
+pub use crate::release_hub::ReleaseWatch;
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
 /// objects).

@@ -126,8 +126,8 @@ pub async fn tokens_strictly_increase(client: &LockClient, key: &str) {
     }
 }
 
-/// The seed's T1/T2 case: a holder whose lease expired, and whose key another owner took,
-/// gets `Lost` from its release and leaves the new owner's lock in place.
+/// A holder whose lease expired, and whose key another owner took, gets `Lost` from its
+/// release and leaves the new owner's lock in place.
 pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &str) {
     let stale = client
         .lock(key)

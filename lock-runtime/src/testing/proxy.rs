@@ -11,6 +11,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
+use crate::sync::lock_ignoring_poison;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct State {
     /// Bytes are held back in both directions (connections stay open).
@@ -74,7 +76,7 @@ struct Holding {
 impl Holding {
     /// Whether a chunk going `direction` is to be held (disarms).
     fn take(&self, direction: Direction) -> bool {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = lock_ignoring_poison(&self.armed);
         if *armed == Some(direction) {
             *armed = None;
             true
@@ -157,7 +159,7 @@ impl TcpProxy {
     /// Holds back the next chunk of bytes going `direction`, on whichever connection, while
     /// its connection stays open; the bytes after it on that connection wait behind it.
     pub fn hold_next(&self, direction: Direction) {
-        *self.holding.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(direction);
+        *lock_ignoring_poison(&self.holding.armed) = Some(direction);
     }
 
     /// Holds back the first request of the next connection opened through the proxy (its

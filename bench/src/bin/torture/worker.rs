@@ -23,9 +23,9 @@ pub const RUN_MS: &str = "FENCELOCK_TORTURE_RUN_MS";
 /// A folder in which each worker creates `entered-<pid>` as it enters a critical section.
 pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
 
-/// The fencing check of the protected resource: a read (no ARGV[2]) or write (ARGV[2] the new
-/// value) of KEYS[1] succeeds only with a token at least the newest seen (KEYS[2]); accepted
-/// writes are counted in KEYS[3]. Tokens are below 2^53: exact as Lua numbers.
+/// The fencing check of the protected resource: a read (no `ARGV[2]`) or write (`ARGV[2]` the
+/// new value) of `KEYS[1]` succeeds only with a token at least the newest seen (`KEYS[2]`);
+/// accepted writes are counted in `KEYS[3]`. Tokens are below 2^53: exact as Lua numbers.
 const FENCED: &str = r"
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[2]) or '0') then return -1 end
 redis.call('SET', KEYS[2], ARGV[1])

@@ -30,6 +30,7 @@ use tokio::runtime::Id;
 
 use crate::LockError;
 use crate::driver::{self, Background};
+use crate::sync::lock_ignoring_poison;
 
 /// Caller runtimes whose connections are kept; a new runtime beyond this evicts the oldest
 /// (runtimes of finished tests, typically).
@@ -119,12 +120,12 @@ impl Connection {
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, Vec<Live>> {
-        // Every update is one push, remove or retain: a panic cannot leave it half-done.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+        // Every update is one push, remove or retain.
+        lock_ignoring_poison(&self.open)
     }
 
     fn given_up(&self) -> std::sync::MutexGuard<'_, Vec<GivenUp>> {
-        self.given_up.lock().unwrap_or_else(|e| e.into_inner())
+        lock_ignoring_poison(&self.given_up)
     }
 
     fn cached(&self, route: Route) -> Option<Live> {

@@ -13,7 +13,7 @@
 //! tag.
 
 mod connection;
-mod notify;
+mod pubsub;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Route};
-use self::notify::Notifier;
+use self::pubsub::Notifier;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 
@@ -55,6 +55,41 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// machine; a lease is usually tens of seconds).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How a [`RedisBackend`] names its keys and how long it waits for the server. Start from
+/// [`RedisSettings::default`] and change the fields you need.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use fencelock::backend::redis::RedisSettings;
+///
+/// let mut settings = RedisSettings::default();
+/// settings.prefix = "billing-lock:".to_owned();
+/// settings.response_timeout = Duration::from_millis(500);
+/// assert_eq!(settings.connect_timeout, Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisSettings {
+    /// Text put before every lock key (default [`DEFAULT_PREFIX`]); no braces.
+    pub prefix: String,
+    /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
+    /// How long a reply may take before the command counts as failed (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]).
+    pub response_timeout: Duration,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
+
 /// Locks in one Redis server (standalone or a primary).
 pub struct RedisBackend {
     connection: Connection,
@@ -66,31 +101,27 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: show only where the server is.
         f.debug_struct("RedisBackend")
-            .field("addr", &self.connection_addr())
+            .field("addr", &self.connection.addr())
             .field("prefix", &self.prefix)
             .finish()
     }
 }
 
+// Connecting, and checking the server.
 impl RedisBackend {
     /// Opens a connection to `url` (`redis://` or `rediss://`) and checks it with `PING`.
-    pub async fn connect(
-        url: &str,
-        prefix: String,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Self, LockError> {
-        RedisBackend::from_client(open(url, None)?, prefix, connect_timeout, response_timeout).await
+    pub async fn connect(url: &str, settings: RedisSettings) -> Result<Self, LockError> {
+        RedisBackend::from_client(open(url, None)?, settings).await
     }
 
     /// A backend over a `redis::Client` built by the caller (custom TLS settings, for
     /// instance), checked with `PING`.
-    pub async fn from_client(
-        client: Client,
-        prefix: String,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Self, LockError> {
+    pub async fn from_client(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
+        let RedisSettings {
+            prefix,
+            connect_timeout,
+            response_timeout,
+        } = settings;
         check_prefix(&prefix)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
@@ -123,17 +154,13 @@ impl RedisBackend {
             .query_async(&mut live.connection())
             .await;
         match reply.as_deref() {
-            Ok([_, policy]) if policy != "noeviction" => Err(LockError::config(format!(
+            Ok([_, policy]) if policy != "noeviction" => Err(LockError::invalid_config(format!(
                 "the server's maxmemory-policy is {policy}: under memory pressure it can evict \
                  held locks; set `maxmemory-policy noeviction` (or use a separate Redis for \
                  locks), or accept the risk with `LockClientBuilder::allow_eviction(true)`"
             ))),
             _ => Ok(()),
         }
-    }
-
-    fn connection_addr(&self) -> String {
-        self.connection.addr()
     }
 
     async fn ping(&self) -> Result<(), RedisError> {
@@ -146,7 +173,10 @@ impl RedisBackend {
         }
         result
     }
+}
 
+// Key layout: where each part of a lock lives (see the module notes).
+impl RedisBackend {
     fn lock_key(&self, key: &str) -> String {
         lock_key(&self.prefix, key)
     }
@@ -168,6 +198,19 @@ impl RedisBackend {
         format!("{lock_key}:released")
     }
 
+    /// The fencing counter.
+    fn fence_key(lock_key: &str) -> String {
+        format!("{lock_key}:fence")
+    }
+
+    /// The owner of the last release, remembered for a release sent again.
+    fn released_by_key(lock_key: &str) -> String {
+        format!("{lock_key}:released-by")
+    }
+}
+
+// Running scripts.
+impl RedisBackend {
     /// Runs `script` once. A reply that does not come (a broken connection, a timeout) is an
     /// error; the connection is then given up and closed on the server before the next
     /// command, so the script either ran before that command or never will.
@@ -201,7 +244,64 @@ impl RedisBackend {
     }
 }
 
+// Acquire.
 impl RedisBackend {
+    /// One acquire attempt: the fair script for a queued turn, else the plain one.
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        let lock_key = self.lock_key(&lease.key);
+        let fence_key = Self::fence_key(&lock_key);
+        let ttl_ms = lease.ttl.as_millis().to_string();
+        let reply = match turn {
+            Turn::Barge | Turn::Reserve(_) => {
+                let reserve_ms = match turn {
+                    Turn::Reserve(time) => time.as_millis().max(1).to_string(),
+                    _ => "0".to_owned(),
+                };
+                let reservation_key = Self::reservation_key(&lock_key);
+                let keys = [lock_key, fence_key, reservation_key];
+                let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
+                self.run(&ACQUIRE, &keys, &args, &lease.key).await?
+            }
+            Turn::Queue(place) => {
+                let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+                let keys = [lock_key, fence_key, queue_key, deadlines_key];
+                let place_ms = place.as_millis().to_string();
+                let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
+                self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
+            }
+        };
+        parse_acquire(&lease.key, &reply)
+    }
+}
+
+// Renewal: extends batched into script calls and pipelines.
+impl RedisBackend {
+    /// Extends every grant in `held`, in pipelines of script calls.
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
+        let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
+        let mut extended = Vec::with_capacity(held.len());
+        let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
+        let mut done = 0;
+        while done < calls.len() {
+            let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
+            match self.extend_pipeline(group).await {
+                Ok(replies) => {
+                    extended.extend(replies.into_iter().flatten().map(|r| r == 1));
+                    done += group.len();
+                }
+                // A large pipeline that timed out is split and sent again: every extend
+                // is owner-checked, so repeating one is harmless.
+                Err(error) if error.is_timeout() && calls_per_pipeline > 1 => {
+                    calls_per_pipeline /= 2;
+                }
+                Err(error) => {
+                    return Err(backend_error(None, "renewing leases failed", error));
+                }
+            }
+        }
+        Ok(extended)
+    }
+
     /// One pipeline of extend script calls; after `NOSCRIPT` (pipelines do not load scripts,
     /// e.g. after a `SCRIPT FLUSH`) loads the script and sends the pipeline again.
     async fn extend_pipeline(&self, calls: &[&[HeldLease]]) -> Result<Vec<Vec<i64>>, RedisError> {
@@ -233,6 +333,42 @@ impl RedisBackend {
     }
 }
 
+// Release.
+impl RedisBackend {
+    /// Deletes (or, with `keep`, shortens) `lease`'s grant if it is still the owner's.
+    async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
+        let keep_ms = keep.as_millis().to_string();
+        let lock_key = self.lock_key(&lease.key);
+        let channel = Self::release_channel(&lock_key);
+        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+        let reservation_key = Self::reservation_key(&lock_key);
+        let released_by = Self::released_by_key(&lock_key);
+        let keys = [
+            lock_key,
+            queue_key,
+            deadlines_key,
+            reservation_key,
+            released_by,
+        ];
+        let args = [lease.owner.as_str(), &keep_ms, &channel];
+        let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
+        match integer(&reply) {
+            Some(1) => Ok(Release::Released),
+            Some(0 | -1) => Ok(Release::NotOwner),
+            _ => Err(unexpected(&lease.key, "release", &reply)),
+        }
+    }
+}
+
+// Release notifications.
+impl RedisBackend {
+    /// A watch of `key`'s release channel.
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
+        let channel = Self::release_channel(&self.lock_key(key));
+        self.notifier.subscribe(&channel).await
+    }
+}
+
 /// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
 /// of the lock (`...:fence`, `...:queue`, `...:turn`) lands in one Redis Cluster slot. Redis
 /// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
@@ -246,7 +382,7 @@ fn lock_key(prefix: &str, key: &str) -> String {
 /// A prefix with a brace would move or empty the hash tag of every key.
 fn check_prefix(prefix: &str) -> Result<(), LockError> {
     if prefix.contains(['{', '}']) {
-        return Err(LockError::config(format!(
+        return Err(LockError::invalid_config(format!(
             "the key prefix {prefix:?} contains a brace: the lock key goes into a hash tag \
              (`<prefix>{{<key>}}`), and a brace in the prefix would split a lock's keys over \
              Redis Cluster slots; use a prefix without braces"
@@ -259,7 +395,7 @@ fn check_prefix(prefix: &str) -> Result<(), LockError> {
 /// system's roots when given.
 pub(crate) fn open(url: &str, tls_root: Option<Vec<u8>>) -> Result<Client, LockError> {
     let bad_url = |e: RedisError| {
-        LockError::config(format!(
+        LockError::invalid_config(format!(
             "cannot use Redis URL: {e}; expected redis://[user:password@]host[:port][/db] \
              or rediss://..."
         ))
@@ -287,7 +423,7 @@ fn check_tls_ready() -> Result<(), LockError> {
     #[cfg(feature = "tls-rustls")]
     {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
-            return Err(LockError::config(
+            return Err(LockError::invalid_config(
                 "a rediss:// URL needs a rustls crypto provider: call \
                  `rustls::crypto::aws_lc_rs::default_provider().install_default()` (or the \
                  ring provider) once at start-up",
@@ -296,13 +432,14 @@ fn check_tls_ready() -> Result<(), LockError> {
         Ok(())
     }
     #[cfg(not(feature = "tls-rustls"))]
-    Err(LockError::config(
+    Err(LockError::invalid_config(
         "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
     ))
 }
 
+/// A backend error saying what failed (`context`), with the Redis error as its source.
 fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
-    LockError::backend(key, format!("{context}: {error}"), Some(Arc::new(error)))
+    LockError::backend(key, context, Some(Arc::new(error)))
 }
 
 fn unexpected(key: &str, what: &str, reply: &Value) -> LockError {
@@ -328,10 +465,7 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
     if let [status, Value::BulkString(why)] = items.as_slice()
         && integer(status) == Some(2)
     {
-        return Err(LockError::KeyInUse {
-            key: key.to_owned(),
-            reason: String::from_utf8_lossy(why).into_owned(),
-        });
+        return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
     }
     let parsed = match items.as_slice() {
         [status, value] => integer(status).zip(integer(value)),
@@ -355,65 +489,15 @@ impl LockBackend for RedisBackend {
         lease: &'a Lease,
         turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        Box::pin(async move {
-            let lock_key = self.lock_key(&lease.key);
-            let fence_key = format!("{lock_key}:fence");
-            let ttl_ms = lease.ttl.as_millis().to_string();
-            let reply = match turn {
-                Turn::Barge | Turn::Reserve(_) => {
-                    let reserve_ms = match turn {
-                        Turn::Reserve(time) => time.as_millis().max(1).to_string(),
-                        _ => "0".to_owned(),
-                    };
-                    let reservation_key = Self::reservation_key(&lock_key);
-                    let keys = [lock_key, fence_key, reservation_key];
-                    let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
-                    self.run(&ACQUIRE, &keys, &args, &lease.key).await?
-                }
-                Turn::Queue(place) => {
-                    let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-                    let keys = [lock_key, fence_key, queue_key, deadlines_key];
-                    let place_ms = place.as_millis().to_string();
-                    let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
-                    self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
-                }
-            };
-            parse_acquire(&lease.key, &reply)
-        })
+        Box::pin(self.try_acquire(lease, turn))
     }
 
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
-        Box::pin(async move {
-            let channel = Self::release_channel(&self.lock_key(key));
-            self.notifier.subscribe(&channel).await
-        })
+        Box::pin(self.watch_releases(key))
     }
 
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        Box::pin(async move {
-            let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
-            let mut extended = Vec::with_capacity(held.len());
-            let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
-            let mut done = 0;
-            while done < calls.len() {
-                let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
-                match self.extend_pipeline(group).await {
-                    Ok(replies) => {
-                        extended.extend(replies.into_iter().flatten().map(|r| r == 1));
-                        done += group.len();
-                    }
-                    // A large pipeline that timed out is split and sent again: every extend
-                    // is owner-checked, so repeating one is harmless.
-                    Err(error) if error.is_timeout() && calls_per_pipeline > 1 => {
-                        calls_per_pipeline /= 2;
-                    }
-                    Err(error) => {
-                        return Err(backend_error(None, "renewing leases failed", error));
-                    }
-                }
-            }
-            Ok(extended)
-        })
+        Box::pin(self.extend_grants(held))
     }
 
     fn release<'a>(
@@ -421,27 +505,27 @@ impl LockBackend for RedisBackend {
         lease: &'a Lease,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(async move {
-            let keep_ms = keep.as_millis().to_string();
-            let lock_key = self.lock_key(&lease.key);
-            let channel = Self::release_channel(&lock_key);
-            let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-            let reservation_key = Self::reservation_key(&lock_key);
-            let released_by = format!("{lock_key}:released-by");
-            let keys = [
-                lock_key,
-                queue_key,
-                deadlines_key,
-                reservation_key,
-                released_by,
-            ];
-            let args = [lease.owner.as_str(), &keep_ms, &channel];
-            let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
-            match integer(&reply) {
-                Some(1) => Ok(Release::Released),
-                Some(0 | -1) => Ok(Release::NotOwner),
-                _ => Err(unexpected(&lease.key, "release", &reply)),
-            }
-        })
+        Box::pin(self.release_grant(lease, keep))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::WithSources;
+
+    // A Redis error of its own (no source): redis-rs errors that wrap an I/O, server or
+    // parse error display that error and also return it as their source, which this
+    // library cannot change.
+    #[test]
+    fn a_backend_error_names_the_redis_error_once_in_its_chain() {
+        let redis_error = RedisError::from((ErrorKind::Io, "the wire was cut"));
+        let error = backend_error(Some("stock:42"), "Redis command failed", redis_error);
+        let chain = WithSources(&error).to_string();
+        assert_eq!(chain.matches("the wire was cut").count(), 1, "{chain}");
+        assert!(
+            chain.starts_with("lock backend failed for lock `stock:42`: Redis command failed: "),
+            "{chain}"
+        );
     }
 }

@@ -1,6 +1,6 @@
--- Release the lock only if ARGV[1] still owns it (the seed's T1/T2 case: a holder whose lease
--- expired must not delete the next holder's lock), and take back whatever ARGV[1] left as a
--- waiter: its place in the fair queue, its reservation of the next turn.
+-- Release the lock only if ARGV[1] still owns it (a holder whose lease expired must not delete
+-- the next holder's lock), and take back whatever ARGV[1] left as a waiter: its place in the
+-- fair queue, its reservation of the next turn.
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation,
 -- KEYS[5] who released the lock last (kept for RELEASE_MEMORY_MS)
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;

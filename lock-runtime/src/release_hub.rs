@@ -1,4 +1,5 @@
-//! Release notifications: waiters sleep until the key they wait for is released.
+//! The in-process side of release notifications: waiters sleep until the key they wait for
+//! is released, whatever the backend that announces it.
 //!
 //! Each backend feeds one `ReleaseHub` per client: the Redis backend from its pub/sub
 //! subscription, the memory backend directly from its release. A waiter holds a
@@ -9,6 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, OnceCell, mpsc};
+
+use crate::sync::lock_ignoring_poison;
 
 /// A waiter's subscription to the releases of one key; dropping it ends the subscription.
 #[derive(Debug)]
@@ -31,11 +34,11 @@ struct Releases {
 
 impl Releases {
     fn count(&self) -> u64 {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+        *lock_ignoring_poison(&self.count)
     }
 
     fn announce(&self) {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *lock_ignoring_poison(&self.count) += 1;
         self.announced.notify_waiters();
     }
 }
@@ -56,9 +59,7 @@ impl ReleaseWatch {
             announced.await;
         }
     }
-}
 
-impl ReleaseWatch {
     /// Whether the backend still announces releases of the key to this watch: `false` after
     /// the subscription connection was lost, until someone subscribes the key again.
     pub fn is_subscribed(&self) -> bool {
@@ -103,7 +104,7 @@ impl ReleaseHub {
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
         // Every update is one insert, remove or counter change: never half-done.
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+        lock_ignoring_poison(&self.keys)
     }
 
     /// A new watch of `key`, and the cell in which the backend records its subscription.

@@ -19,7 +19,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::LockError;
 use crate::driver::Background;
-use crate::notify::{ReleaseHub, ReleaseWatch};
+use crate::release_hub::{ReleaseHub, ReleaseWatch};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -117,7 +117,7 @@ impl Notifier {
                 };
                 Err(LockError::backend(
                     None,
-                    format!("cannot subscribe to release notifications: {error}"),
+                    "cannot subscribe to release notifications",
                     Some(Arc::new(error)),
                 ))
             })

@@ -27,10 +27,9 @@ pub(crate) struct Held {
 
 impl Held {
     fn lost_error(&self) -> Option<LockError> {
-        self.signal.cause().map(|cause| LockError::Lost {
-            key: self.key.clone(),
-            cause,
-        })
+        self.signal
+            .cause()
+            .map(|cause| LockError::lost(self.key.clone(), cause))
     }
 }
 
@@ -40,6 +39,26 @@ fn innermost() -> Option<Held> {
 
 /// Inside the body of a `#[redis_lock]` function, the fencing token of the innermost lock
 /// held; `None` elsewhere (including in tasks spawned from the body).
+///
+/// ```
+/// use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
+///
+/// #[redis_lock(key = "account:{id}")]
+/// async fn debit(id: u64) -> Result<u64, LockError> {
+///     // Hand the token to the store, which refuses writes with a token older than the last.
+///     Ok(current_token().expect("runs under the lock"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let locks = LockClient::memory();
+/// let first = with_client(locks.clone(), debit(1)).await?;
+/// let second = with_client(locks, debit(1)).await?;
+/// assert!(second > first);
+/// assert_eq!(current_token(), None);
+/// # Ok(())
+/// # }
+/// ```
 pub fn current_token() -> Option<u64> {
     innermost().map(|held| held.token)
 }
