@@ -1,7 +1,11 @@
-//! Compile-time checks of `#[redis_lock]`: every misconfiguration is an error on the
-//! offending token with a message that says how to fix it (`tests/ui/fail`), and the
-//! attribute composes with `#[tracing::instrument]` in either order (`tests/ui/pass`).
-//! Regenerate the expected output with `TRYBUILD=overwrite cargo test --test ui`.
+//! What only a real compile can show about `#[redis_lock]`. `tests/ui/fail`: rustc's
+//! trait errors (a `client` that is no lock client, an error type without
+//! `From<LockError>`, a placeholder value that is not `Display`), the output of the real
+//! `#[async_trait]`, and errors of every stage in one compile with the item kept.
+//! `tests/ui/pass`: shapes that must compile, such as either order with
+//! `#[tracing::instrument]`. The macro's own errors, message and span, are unit tests in
+//! `lock-macros/src/error_tests.rs`.
+//! Regenerate the expected output with `TRYBUILD=overwrite cargo test --all-features --test ui`.
 
 #[test]
 fn ui() {

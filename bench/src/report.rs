@@ -180,14 +180,38 @@ pub fn w1(fence: &Latency, rs: &Latency, ping: Duration, targets: &mut Vec<Targe
     json!({ "fencelock": row(fence), "rslock": row(rs) })
 }
 
+/// The best W2 could do: `W2_FLOOR_ROUND_TRIPS` PINGs per critical section.
+struct Floor {
+    critical_section: Duration,
+    ops_per_s: f64,
+}
+
+impl Floor {
+    fn of(ping: Duration) -> Floor {
+        let critical_section = ping.mul_f64(W2_FLOOR_ROUND_TRIPS);
+        Floor {
+            critical_section,
+            ops_per_s: 1.0 / critical_section.as_secs_f64(),
+        }
+    }
+}
+
 pub fn w2(
     rows: &[Contention],
     per_worker: usize,
     ping: Duration,
     targets: &mut Vec<Target>,
 ) -> Value {
-    let floor_cs = ping.mul_f64(W2_FLOOR_ROUND_TRIPS);
-    let floor_ops = 1.0 / floor_cs.as_secs_f64();
+    let floor = Floor::of(ping);
+    print_w2_table(rows, per_worker, ping, &floor);
+    let new = w2_targets(rows, &floor);
+    print_targets(&new);
+    targets.extend(new);
+    w2_json(rows, per_worker, &floor)
+}
+
+/// The heading, the floor, one row per mode and each mode's first errors.
+fn print_w2_table(rows: &[Contention], per_worker: usize, ping: Duration, floor: &Floor) {
     println!(
         "\nW2  contended: {W2_WORKERS} workers, each its own client and connection, one key, \
          {per_worker} x (acquire -> GET -> SET -> release) each, wait <= {} s",
@@ -195,9 +219,10 @@ pub fn w2(
     );
     println!(
         "  floor: {W2_FLOOR_ROUND_TRIPS} round trips per critical section = \
-         {W2_FLOOR_ROUND_TRIPS} x {:.1} µs PING = {:.1} µs -> {floor_ops:.0} ops/s",
+         {W2_FLOOR_ROUND_TRIPS} x {:.1} µs PING = {:.1} µs -> {:.0} ops/s",
         us(ping),
-        us(floor_cs)
+        us(floor.critical_section),
+        floor.ops_per_s
     );
     let table_rows: Vec<Vec<String>> = rows
         .iter()
@@ -205,7 +230,7 @@ pub fn w2(
             vec![
                 r.mode.label().to_owned(),
                 format!("{:.0}", r.ops_per_s()),
-                format!("{:.1}%", 100.0 * r.ops_per_s() / floor_ops),
+                format!("{:.1}%", 100.0 * r.ops_per_s() / floor.ops_per_s),
                 format!("{:.2}", ms(r.wait.p50)),
                 format!("{:.2}", ms(r.wait.p99)),
                 format!("{:.2}", ms(r.wait.max)),
@@ -243,11 +268,15 @@ pub fn w2(
         );
         first_errors(&format!("op error, {}", r.mode.label()), &r.op_errors);
     }
+}
 
+/// Throughput and worst wait against the floor and rslock, no lost update in any
+/// fencelock mode, and the fair mode's p99 wait; a target whose mode did not run is left out.
+fn w2_targets(rows: &[Contention], floor: &Floor) -> Vec<Target> {
     let find = |mode: Mode| rows.iter().find(|r| r.mode == mode);
     let mut new = Vec::new();
     if let (Some(default), Some(rs)) = (find(Mode::Default), find(Mode::Rslock)) {
-        let share = default.ops_per_s() / floor_ops;
+        let share = default.ops_per_s() / floor.ops_per_s;
         new.push(Target::new(
             "W2 fencelock ops/s",
             format!("{:.1}% of floor", 100.0 * share),
@@ -300,9 +329,11 @@ pub fn w2(
             fair.wait.p99 <= bound && fair.acquire_failures.count == 0,
         ));
     }
-    print_targets(&new);
-    targets.extend(new);
+    new
+}
 
+/// The same figures as the table, and the floor, for the JSON report.
+fn w2_json(rows: &[Contention], per_worker: usize, floor: &Floor) -> Value {
     let json_rows: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -310,7 +341,7 @@ pub fn w2(
                 "mode": r.mode.label(),
                 "wall_s": r.wall.as_secs_f64(),
                 "ops_per_s": r.ops_per_s(),
-                "percent_of_floor": 100.0 * r.ops_per_s() / floor_ops,
+                "percent_of_floor": 100.0 * r.ops_per_s() / floor.ops_per_s,
                 "wait": summary_json(&r.wait),
                 "critical_section": summary_json(&r.critical_section),
                 "granted": r.granted,
@@ -327,8 +358,8 @@ pub fn w2(
         "workers": W2_WORKERS,
         "per_worker": per_worker,
         "floor_round_trips": W2_FLOOR_ROUND_TRIPS,
-        "floor_critical_section_us": us(floor_cs),
-        "floor_ops_per_s": floor_ops,
+        "floor_critical_section_us": us(floor.critical_section),
+        "floor_ops_per_s": floor.ops_per_s,
         "rows": json_rows,
     })
 }

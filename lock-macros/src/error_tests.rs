@@ -952,3 +952,19 @@ fn body_syntax_is_left_to_rustc() {
     assert!(!output.contains("compile_error"), "{output}");
     assert!(output.contains("let = ;"), "{output}");
 }
+
+#[test]
+fn placeholders_of_two_arguments_without_a_colon_between_them() {
+    for (template, at) in [("pair:{a}{b}", "{a}{b}"), ("pair:{a}-{b}", "{a}-{b}")] {
+        assert_eq!(
+            error(&format!(
+                "#[redis_lock(key = \"{template}\")] async fn f(a: u32, b: u32) -> Result<(), E> {{}}"
+            )),
+            (
+                "placeholders `{a}` and `{b}` must be separated by literal text containing `:` (e.g. `{a}:{b}`): argument values have `:` escaped, so only a `:` keeps distinct arguments from forming the same key".to_owned(),
+                at.to_owned()
+            ),
+            "{template}"
+        );
+    }
+}

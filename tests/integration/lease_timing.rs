@@ -2,8 +2,6 @@
 //! client's background work runs on the test's runtime (`LockClient::from_backend_on`), so
 //! virtual time drives leases, renewals and expiry alike, and every figure is exact.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,9 +11,10 @@ use fencelock::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
-use support::expect_lost;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+
+use crate::support::expect_lost;
 
 /// The memory backend, with renewals that fail on demand (a partition, as the client sees
 /// it) and a forced release of a key under its holder.

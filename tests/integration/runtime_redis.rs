@@ -1,13 +1,12 @@
 //! The runtime against a real, private `redis-server`.
 
-mod support;
-
 use std::time::Duration;
 
 use fencelock::testing::{Delivery, Direction, TcpProxy, conformance};
 use fencelock::{LockClient, LockError, redis_lock};
 use redis::AsyncCommands;
-use support::{client, eventually, inspector, redis_server};
+
+use crate::support::{self, client, eventually, inspector, redis_server};
 
 #[tokio::test]
 async fn redis_backend_passes_the_conformance_suite() {

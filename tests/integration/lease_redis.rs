@@ -1,16 +1,14 @@
 //! Lease safety against a real `redis-server`: renewal, loss, reentrancy. Bounds are
 //! generous (10x the expected value), so that a loaded 2-core machine passes.
 
-mod support;
-
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::TcpProxy;
 use fencelock::{LockClient, LockError, LossCause, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
-use support::{client, expect_lost, inspector, lock_once, redis_server, script_calls};
+
+use crate::support::{self, client, expect_lost, inspector, lock_once, redis_server, script_calls};
 
 const CONTENDER_URL: &str = "FENCELOCK_CONTENDER_URL";
 const CONTENDER_MS: u64 = 2_500;
@@ -38,23 +36,11 @@ async fn contender() {
 /// Holds `long-job` with a 500 ms lease while a second process tries to take it for 2.5 s.
 #[redis_lock(key = "long-job", ttl_ms = 500)]
 async fn long_job(url: String) -> Result<String, LockError> {
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "contender", "--nocapture"])
-        .env(CONTENDER_URL, url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+    let contender = support::spawn_test_process("lease_redis::contender", CONTENDER_URL, &url);
+    let report = tokio::task::spawn_blocking(move || support::test_process_output(contender))
         .await
-        .unwrap()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    Ok(report)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

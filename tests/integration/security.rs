@@ -1,13 +1,12 @@
 //! Credentials and ACLs: a user limited to the lock prefix (and, as Redis 7 defaults, to no
 //! pub/sub channels) can lock and release; a wrong password is a clear error.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
-use support::{eventually, inspector, redis_server, script_calls, with_sources};
+
+use crate::support::{self, eventually, inspector, redis_server, script_calls, with_sources};
 
 fn url_as(server: &fencelock::testing::RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port())

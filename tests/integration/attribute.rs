@@ -1,47 +1,14 @@
 //! `#[redis_lock]` functions, run: the seed's counter, failure paths, and every function
 //! shape the attribute accepts.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
-use support::{client, redis_server};
 
-#[derive(Debug)]
-#[allow(
-    dead_code,
-    reason = "the fields are read through Debug in failure messages"
-)]
-enum AppError {
-    Lock(LockError),
-    Redis(redis::RedisError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for AppError {
-    fn from(e: redis::RedisError) -> Self {
-        AppError::Redis(e)
-    }
-}
-
-/// The seed's critical section: GET, pause, SET+1. Without the lock, increments are lost.
-#[redis_lock(key = "counter:{name}", ttl_ms = 10_000, retry = 10_000, sleep_ms = 20)]
-async fn increment(redis: redis::aio::MultiplexedConnection, name: &str) -> Result<(), AppError> {
-    let mut redis = redis;
-    let value: i64 = redis.get(name).await.unwrap_or(0);
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    let _: () = redis.set(name, value + 1).await?;
-    Ok(())
-}
+use crate::support::{self, AppError, client, increment, redis_server};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_tasks_increment_the_counter_exactly_two_hundred_times() {

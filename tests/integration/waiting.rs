@@ -2,8 +2,6 @@
 //! not missed, and fair mode serves waiters in arrival order. Against a real redis-server,
 //! and on the memory backend with the paused clock.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,7 +11,8 @@ use fencelock::backend::{
 };
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
-use support::{client, eventually, inspector, redis_server};
+
+use crate::support::{self, client, eventually, inspector, redis_server};
 
 /// With `sleep_ms = 5000`, a waiter that polled would take seconds; a woken one, a round trip.
 const SLEEPY: u64 = 5_000;

@@ -1,10 +1,11 @@
 //! Shared helpers of the integration tests.
-#![allow(dead_code)]
 
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fencelock::LockClient;
 use fencelock::testing::RedisServer;
+use fencelock::{LockClient, LockError, redis_lock};
+use redis::AsyncCommands;
 
 pub fn redis_server() -> RedisServer {
     RedisServer::start().unwrap_or_else(|e| panic!("cannot start a private redis-server: {e}"))
@@ -91,4 +92,65 @@ pub fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+/// An application's error type: the lock's failures and its own Redis calls.
+#[derive(Debug)]
+#[allow(
+    dead_code,
+    reason = "the fields are read through Debug in failure messages"
+)]
+pub enum AppError {
+    Lock(LockError),
+    Redis(redis::RedisError),
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for AppError {
+    fn from(e: redis::RedisError) -> Self {
+        AppError::Redis(e)
+    }
+}
+
+/// The flash-sale critical section: GET, pause, SET+1. Without the lock, increments are lost.
+#[redis_lock(key = "counter:{name}", ttl_ms = 10_000, retry = 10_000, sleep_ms = 20)]
+pub async fn increment(
+    mut redis: redis::aio::MultiplexedConnection,
+    name: &str,
+) -> Result<(), AppError> {
+    let value: Option<i64> = redis.get(name).await?;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let _: () = redis.set(name, value.unwrap_or(0) + 1).await?;
+    Ok(())
+}
+
+/// Runs this test binary again as a child process for the ignored test `test` alone
+/// (its full name, e.g. `multiprocess::counter_worker`), with the environment variable
+/// `var` set to `value`.
+pub fn spawn_test_process(test: &str, var: &str, value: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .env(var, value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child of `spawn_test_process` and returns its stdout. Panics unless its
+/// one test ran and passed: a name that matches no test would otherwise pass silently.
+pub fn test_process_output(child: Child) -> String {
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && stdout.contains(" 1 passed;"),
+        "the test process failed or ran no test:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }

@@ -1,0 +1,12 @@
+//! The integration tests, one binary: each module starts its own private `redis-server`
+//! processes (or uses the memory backend), so the modules share nothing but `support`.
+//! `global_client` (a process-wide client), `simulation` and `ui` are binaries of their own.
+
+mod attribute;
+mod lease_redis;
+mod lease_timing;
+mod multiprocess;
+mod runtime_redis;
+mod security;
+mod support;
+mod waiting;

@@ -1,8 +1,0 @@
-use fencelock::{LockError, redis_lock};
-
-#[redis_lock(key = "order:{id")]
-async fn ship(id: u64) -> Result<(), LockError> {
-    Ok(())
-}
-
-fn main() {}

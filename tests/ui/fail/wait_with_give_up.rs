@@ -1,8 +1,0 @@
-use fencelock::{LockError, redis_lock};
-
-#[redis_lock(key = "job", wait_ms = 5_000, action = GiveUp)]
-async fn job() -> Result<(), LockError> {
-    Ok(())
-}
-
-fn main() {}
