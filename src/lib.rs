@@ -46,11 +46,6 @@ pub use fencelock_runtime::{
 #[cfg(feature = "testing")]
 pub use fencelock_runtime::testing;
 
-/// The README's examples, compiled and run as doctests.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
-
 #[doc(hidden)]
 pub mod __private {
     pub use fencelock_runtime::__private::*;

@@ -6,6 +6,7 @@ mod attribute;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;
+mod readme;
 mod runtime_redis;
 mod security;
 mod support;
