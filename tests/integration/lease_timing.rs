@@ -2,41 +2,72 @@
 //! client's background work runs on the test's runtime (`LockClient::from_backend_on`), so
 //! virtual time drives leases, renewals and expiry alike, and every figure is exact.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencelock::backend::memory::MemoryBackend;
-use fencelock::backend::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
-};
+use fencelock::backend::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Turn};
+use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, LossCause, redis_lock};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::support::expect_lost;
 
-/// The memory backend, with renewals that fail on demand (a partition, as the client sees
-/// it) and a forced release of a key under its holder.
-#[derive(Debug, Default, Clone)]
-struct Partitionable {
-    memory: Arc<MemoryBackend>,
-    cut_off: Arc<AtomicBool>,
+/// The memory backend, with calls that fail on demand (a partition, as the client sees it),
+/// renewals of chosen keys that never answer, and a forced release of a key under its holder.
+#[derive(Debug, Clone)]
+struct Partitionable(Intercepted<MemoryBackend, Partition>);
+
+impl Default for Partitionable {
+    fn default() -> Self {
+        Partitionable(Intercepted::new(MemoryBackend::new(), Partition::default()))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Partition {
+    cut_off: AtomicBool,
     /// Renewal rounds that include one of these keys never answer.
-    hang_renewals_of: Arc<std::sync::Mutex<Vec<&'static str>>>,
+    hang_renewals_of: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Interceptor for Partition {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let hangs = |held: &[HeldLease]| {
+            let keys = self.hang_renewals_of.lock().unwrap();
+            held.iter().any(|l| keys.contains(&l.lease.key.as_str()))
+        };
+        let verdict = match call {
+            Call::Extend { held } if hangs(held) => Verdict::Hang,
+            Call::Subscribe { .. } => Verdict::Pass,
+            _ if self.cut_off.load(Ordering::SeqCst) => Verdict::Fail(LockError::NoClient),
+            _ => Verdict::Pass,
+        };
+        Box::pin(std::future::ready(verdict))
+    }
 }
 
 impl Partitionable {
     fn client(&self) -> LockClient {
-        LockClient::from_backend_on(self.clone(), Handle::current())
+        LockClient::from_backend_on(self.0.clone(), Handle::current())
+    }
+
+    fn memory(&self) -> &MemoryBackend {
+        &self.0.backend
     }
 
     fn hang_renewals_of(&self, keys: &[&'static str]) {
-        self.hang_renewals_of.lock().unwrap().extend(keys);
+        self.0
+            .interceptor
+            .hang_renewals_of
+            .lock()
+            .unwrap()
+            .extend(keys);
     }
 
     fn cut_off(&self) {
-        self.cut_off.store(true, Ordering::SeqCst);
+        self.0.interceptor.cut_off.store(true, Ordering::SeqCst);
     }
 
     /// Asserts that another owner cannot take `key` now.
@@ -46,59 +77,11 @@ impl Partitionable {
             owner: "intruder".into(),
             ttl: Duration::from_secs(1),
         };
-        let attempt = self.memory.acquire(&intruder, Turn::Barge).await.unwrap();
+        let attempt = self.memory().acquire(&intruder, Turn::Barge).await.unwrap();
         assert!(
             matches!(attempt, Acquire::Held { .. }),
             "{why}: {attempt:?}"
         );
-    }
-
-    fn unreachable<T>(&self) -> Option<Result<T, LockError>> {
-        self.cut_off
-            .load(Ordering::SeqCst)
-            .then(|| Err(LockError::NoClient))
-    }
-}
-
-impl LockBackend for Partitionable {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        match self.unreachable() {
-            Some(error) => Box::pin(std::future::ready(error)),
-            None => self.memory.acquire(lease, turn),
-        }
-    }
-
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
-        self.memory.subscribe(key)
-    }
-
-    fn extend<'a>(
-        &'a self,
-        leases: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        let hangs = self.hang_renewals_of.lock().unwrap();
-        if leases.iter().any(|l| hangs.contains(&l.lease.key.as_str())) {
-            return Box::pin(std::future::pending());
-        }
-        match self.unreachable() {
-            Some(error) => Box::pin(std::future::ready(error)),
-            None => self.memory.extend(leases),
-        }
-    }
-
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        match self.unreachable() {
-            Some(error) => Box::pin(std::future::ready(error)),
-            None => self.memory.release(lease, keep),
-        }
     }
 }
 
@@ -210,7 +193,7 @@ async fn a_forced_release_is_found_by_the_next_renewal() {
     let client = backend.client();
     let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(backend.memory.force_release("k"));
+    assert!(backend.memory().force_release("k"));
     let forced_at = Instant::now();
     let lost = within_a_minute(guard.lost()).await;
     expect_lost(Err::<(), _>(lost), LossCause::NotOwner);
@@ -445,7 +428,7 @@ async fn a_lease_taken_while_a_renewal_round_hangs_is_renewed_and_guarded() {
 async fn swept_job(locks: &LockClient, backend: &Partitionable) -> Result<u32, LockError> {
     // An operator deletes the key (or Redis restarts without its data) before the first
     // renewal could notice.
-    assert!(backend.memory.force_release("swept"));
+    assert!(backend.memory().force_release("swept"));
     Ok(7)
 }
 
@@ -454,7 +437,7 @@ async fn swept_job_continued(
     locks: &LockClient,
     backend: &Partitionable,
 ) -> Result<u32, LockError> {
-    assert!(backend.memory.force_release("swept"));
+    assert!(backend.memory().force_release("swept"));
     Ok(7)
 }
 

@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
-use fencelock::backend::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
-};
+use fencelock::backend::{BoxFuture, Lease, LockBackend, Turn};
+use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
 
@@ -95,47 +95,24 @@ async fn on_the_memory_backend_a_waiter_takes_the_lock_the_moment_it_is_released
     );
 }
 
-/// A Redis backend whose subscriptions are slow: the holder's release happens after the
-/// waiter's failed attempt but before its subscription is in place, so no notification
-/// reaches the waiter.
+/// Releases the holder when the waiter subscribes: the release happens after the waiter's
+/// failed attempt but before its subscription is in place, so no notification reaches it.
 #[derive(Debug)]
 struct ReleaseBeforeSubscribing {
-    redis: RedisBackend,
     holder: Mutex<Option<LockGuard>>,
 }
 
-impl LockBackend for ReleaseBeforeSubscribing {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        self.redis.acquire(lease, turn)
-    }
-
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+impl Interceptor for ReleaseBeforeSubscribing {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
-            let holder = self.holder.lock().unwrap().take();
-            if let Some(holder) = holder {
-                holder.release().await.unwrap();
+            if let Call::Subscribe { .. } = call {
+                let holder = self.holder.lock().unwrap().take();
+                if let Some(holder) = holder {
+                    holder.release().await.unwrap();
+                }
             }
-            self.redis.subscribe(key).await
+            Verdict::Pass
         })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        leases: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        self.redis.extend(leases)
-    }
-
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        self.redis.release(lease, keep)
     }
 }
 
@@ -152,10 +129,12 @@ async fn a_release_between_the_failed_attempt_and_the_subscription_is_not_missed
     let redis = RedisBackend::connect(&server.url(), RedisSettings::default())
         .await
         .unwrap();
-    let waiter = LockClient::from_backend(ReleaseBeforeSubscribing {
+    let waiter = LockClient::from_backend(Intercepted::new(
         redis,
-        holder: Mutex::new(Some(holder)),
-    });
+        ReleaseBeforeSubscribing {
+            holder: Mutex::new(Some(holder)),
+        },
+    ));
     let started = Instant::now();
     let guard = waiter
         .lock("k")
@@ -299,47 +278,25 @@ async fn a_waiter_cancelled_while_subscribing_leaves_no_connection_behind() {
     let _: () = redis.del("unused").await.unwrap();
 }
 
-/// A memory backend whose calls answer late, on the paused clock: `acquire` after
-/// `attempt_delay`, `subscribe` after `subscribe_delay`.
+/// Calls that answer late, on the paused clock: `acquire` after `attempt_delay`, `subscribe`
+/// after `subscribe_delay`.
 #[derive(Debug, Default)]
 struct Slow {
-    memory: fencelock::backend::memory::MemoryBackend,
     attempt_delay: Duration,
     subscribe_delay: Duration,
 }
 
-impl LockBackend for Slow {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+impl Interceptor for Slow {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let delay = match call {
+            Call::Acquire { .. } => self.attempt_delay,
+            Call::Subscribe { .. } => self.subscribe_delay,
+            _ => Duration::ZERO,
+        };
         Box::pin(async move {
-            tokio::time::sleep(self.attempt_delay).await;
-            self.memory.acquire(lease, turn).await
+            tokio::time::sleep(delay).await;
+            Verdict::Pass
         })
-    }
-
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.subscribe_delay).await;
-            self.memory.subscribe(key).await
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        leases: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        self.memory.extend(leases)
-    }
-
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        self.memory.release(lease, keep)
     }
 }
 
@@ -360,13 +317,14 @@ async fn wait_ms_bounds_the_call_while_the_backend_is_slow() {
         (slow_attempts, "an attempt", true),
         (slow_subscriptions, "a subscription", false),
     ];
-    for (backend, what, backend_error) in cases {
+    for (slow, what, backend_error) in cases {
+        let backend = Intercepted::new(MemoryBackend::new(), slow);
         let holder = Lease {
             key: "k".into(),
             owner: "holder".into(),
             ttl: Duration::from_secs(60),
         };
-        backend.memory.acquire(&holder, Turn::Barge).await.unwrap();
+        backend.backend.acquire(&holder, Turn::Barge).await.unwrap();
         let client = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());
         let started = tokio::time::Instant::now();
         let outcome = client.lock("k").sleep_ms(10).wait_ms(50).acquire().await;

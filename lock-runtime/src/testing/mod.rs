@@ -1,12 +1,15 @@
 //! Test support (feature `testing`): private `redis-server` processes, a TCP proxy that
-//! cuts clients off, the conformance suite every backend must pass, and the history checker
-//! that proves mutual exclusion on recorded runs.
+//! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
+//! conformance suite every backend must pass, and the history checker that proves mutual
+//! exclusion on recorded runs.
 
 pub mod conformance;
 pub mod history;
+mod intercept;
 mod proxy;
 mod redis_server;
 
+pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
 

@@ -1,0 +1,162 @@
+//! A backend wrapper for fault-injection tests: before each call, an [`Interceptor`] decides
+//! whether the call goes on to the wrapped backend, fails, or never answers, and may take its
+//! time deciding (a slow network, on tokio's paused clock an exact one).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::LockError;
+use crate::backend::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+};
+
+/// A call on its way to the wrapped backend.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Call<'a> {
+    /// [`LockBackend::acquire`].
+    Acquire {
+        /// The lease asked for.
+        lease: &'a Lease,
+        /// How the attempt competes.
+        turn: Turn,
+    },
+    /// [`LockBackend::subscribe`].
+    Subscribe {
+        /// The key whose releases are watched.
+        key: &'a str,
+    },
+    /// [`LockBackend::extend`].
+    Extend {
+        /// The leases to renew.
+        held: &'a [HeldLease],
+    },
+    /// [`LockBackend::release`].
+    Release {
+        /// The lease to release.
+        lease: &'a Lease,
+        /// How long the key stays taken (`min_hold_ms`).
+        keep: Duration,
+    },
+}
+
+/// What happens to a call.
+#[derive(Debug)]
+pub enum Verdict {
+    /// It goes on to the wrapped backend.
+    Pass,
+    /// It fails with this error, and the wrapped backend never sees it.
+    Fail(LockError),
+    /// It never answers (until the caller gives up on it).
+    Hang,
+}
+
+/// Decides the fate of each call of an [`Intercepted`] backend.
+pub trait Interceptor: Debug + Send + Sync + 'static {
+    /// Decides what happens to `call`; the call waits for the answer.
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict>;
+}
+
+/// `backend` with every call first put to `interceptor`. Clones share both.
+///
+/// ```
+/// use fencelock::backend::memory::MemoryBackend;
+/// use fencelock::backend::BoxFuture;
+/// use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
+/// use fencelock::{LockClient, LockError};
+///
+/// /// Renewals fail: the holder loses its lease when it ends.
+/// #[derive(Debug)]
+/// struct NoRenewals;
+///
+/// impl Interceptor for NoRenewals {
+///     fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+///         Box::pin(async move {
+///             match call {
+///                 Call::Extend { .. } => {
+///                     Verdict::Fail(LockError::backend(None, "renewals are cut off", None))
+///                 }
+///                 _ => Verdict::Pass,
+///             }
+///         })
+///     }
+/// }
+///
+/// let client = LockClient::from_backend(Intercepted::new(MemoryBackend::new(), NoRenewals));
+/// ```
+#[derive(Debug)]
+pub struct Intercepted<B, I> {
+    /// The wrapped backend, e.g. to look at its state behind the client's back.
+    pub backend: Arc<B>,
+    /// The interceptor, e.g. to change what it does while a test runs.
+    pub interceptor: Arc<I>,
+}
+
+impl<B, I> Intercepted<B, I> {
+    /// Wraps `backend`.
+    pub fn new(backend: B, interceptor: I) -> Self {
+        Intercepted {
+            backend: Arc::new(backend),
+            interceptor: Arc::new(interceptor),
+        }
+    }
+}
+
+impl<B, I> Clone for Intercepted<B, I> {
+    fn clone(&self) -> Self {
+        Intercepted {
+            backend: self.backend.clone(),
+            interceptor: self.interceptor.clone(),
+        }
+    }
+}
+
+impl<B: LockBackend, I: Interceptor> Intercepted<B, I> {
+    /// `Ok` if `call` may go on; else its failure, or never.
+    async fn admit(&self, call: Call<'_>) -> Result<(), LockError> {
+        match self.interceptor.before(call).await {
+            Verdict::Pass => Ok(()),
+            Verdict::Fail(error) => Err(error),
+            Verdict::Hang => std::future::pending().await,
+        }
+    }
+}
+
+impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::Acquire { lease, turn }).await?;
+            self.backend.acquire(lease, turn).await
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::Subscribe { key }).await?;
+            self.backend.subscribe(key).await
+        })
+    }
+
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::Extend { held }).await?;
+            self.backend.extend(held).await
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::Release { lease, keep }).await?;
+            self.backend.release(lease, keep).await
+        })
+    }
+}
