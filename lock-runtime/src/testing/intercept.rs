@@ -61,10 +61,10 @@ pub trait Interceptor: Debug + Send + Sync + 'static {
 /// `backend` with every call first put to `interceptor`. Clones share both.
 ///
 /// ```
-/// use fencelock::backend::memory::MemoryBackend;
-/// use fencelock::backend::BoxFuture;
-/// use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
-/// use fencelock::{LockClient, LockError};
+/// use fencelock_runtime::backend::memory::MemoryBackend;
+/// use fencelock_runtime::backend::BoxFuture;
+/// use fencelock_runtime::testing::{Call, Intercepted, Interceptor, Verdict};
+/// use fencelock_runtime::{LockClient, LockError};
 ///
 /// /// Renewals fail: the holder loses its lease when it ends.
 /// #[derive(Debug)]
