@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, Expr, Index, LitStr, Path, Type, TypeInfer};
 
-use crate::args::{self, Number, OnLost};
+use crate::args::{self, Action, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::Field;
@@ -97,10 +97,11 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
 /// The function's attributes with a paragraph after its docs saying which lock it takes.
 /// An undocumented function stays undocumented, so that `missing_docs` still finds it.
 fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
-    let Some(last_doc) = outer_attrs
-        .iter()
-        .rposition(|attr| attr.path().is_ident("doc"))
-    else {
+    // `#[doc = "..."]` only: `#[doc(hidden)]` or `#[doc(alias = "..")]` are no docs.
+    let is_doc = |attr: &Attribute| {
+        attr.path().is_ident("doc") && matches!(attr.meta, syn::Meta::NameValue(_))
+    };
+    let Some(last_doc) = outer_attrs.iter().rposition(is_doc) else {
         return quote!(#(#outer_attrs)*);
     };
     let lease = match (&spec.options.ttl_ms, &spec.options.base) {
@@ -152,7 +153,7 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         ttl_ms,
         retry,
         sleep_ms,
-        give_up,
+        action,
         renew,
         on_lost,
         min_hold_ms,
@@ -160,6 +161,13 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         wait_ms,
         fair,
     } = options;
+    let action = action.map(|action| {
+        let action = match action {
+            Action::GiveUp => quote!(GiveUp),
+            Action::Continue => quote!(Continue),
+        };
+        quote!(#krate::__private::Action::#action)
+    });
     let on_lost = on_lost.map(|on_lost| {
         let policy = match on_lost {
             OnLost::Abort => quote!(Abort),
@@ -171,7 +179,7 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         ("ttl_ms", ttl_ms.as_ref().map(number)),
         ("retry", retry.as_ref().map(number)),
         ("sleep_ms", sleep_ms.as_ref().map(number)),
-        ("give_up", give_up.then(TokenStream::new)),
+        ("action", action),
         ("renew", renew.as_ref().map(ToTokens::to_token_stream)),
         ("on_lost", on_lost),
         ("min_hold_ms", min_hold_ms.as_ref().map(number)),

@@ -203,3 +203,24 @@ fn waiting() {
         unwrapped,
     );
 }
+
+#[test]
+fn only_documented_functions_gain_the_lock_line() {
+    let lock_line = "Runs while holding the distributed lock";
+    let expanded = |attrs: TokenStream| {
+        expand::redis_lock(
+            quote!(key = "job:{id}"),
+            quote! { #attrs pub async fn job(id: u32) -> Result<(), E> { Ok(()) } },
+        )
+        .to_string()
+    };
+    for undocumented in [
+        quote!(),
+        quote!(#[doc(alias = "take")]),
+        quote!(#[doc(hidden)]),
+    ] {
+        let output = expanded(undocumented);
+        assert!(!output.contains(lock_line), "{output}");
+    }
+    assert!(expanded(quote!(#[doc = " Takes a job."])).contains(lock_line));
+}

@@ -58,7 +58,8 @@ pub(crate) struct Options {
     pub ttl_ms: Option<Number<u64>>,
     pub retry: Option<Number<u32>>,
     pub sleep_ms: Option<Number<u64>>,
-    pub give_up: bool,
+    /// `action = GiveUp` or `action = Continue`, as written.
+    pub action: Option<Action>,
     /// `renew = true` or `renew = false`, as written.
     pub renew: Option<LitBool>,
     pub on_lost: Option<OnLost>,
@@ -97,7 +98,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             ttl_ms: args.ttl_ms.map(|ttl_ms| ttl_ms.value),
             retry: args.retry.map(|retry| retry.value),
             sleep_ms: args.sleep_ms.map(|sleep_ms| sleep_ms.value),
-            give_up,
+            action: args.action.map(|action| action.value),
             renew: args.renew.map(|renew| renew.value),
             on_lost: args.on_lost.map(|on_lost| on_lost.value),
             min_hold_ms: args.min_hold_ms.map(|min_hold_ms| min_hold_ms.value),
@@ -115,7 +116,7 @@ fn check_give_up(args: &LockArgs, give_up: bool, errors: &mut Errors) {
         return;
     }
     // Not only useless: the runtime's `wait_ms()` switches back to
-    // `Continue`, and the expansion calls it after `give_up()`.
+    // `Continue`, and the expansion calls it after `action(GiveUp)`.
     const ONE_ATTEMPT: &str = " (one attempt, then fail)";
     if let Some(retry) = &args.retry {
         errors.push(no_effect_with_give_up(&retry.name, "retry", ONE_ATTEMPT));

@@ -35,7 +35,7 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
 pub use options::{
-    DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,
+    Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,
 };
 pub use renewal::{LossCause, RenewalStats};
 pub use request::LockRequest;

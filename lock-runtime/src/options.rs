@@ -7,6 +7,17 @@ use crate::LockError;
 pub use fencelock_options::{DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, MAX_TTL_MS};
 use fencelock_options::{Settings, Value};
 
+/// What a request does when another owner holds the lock (the attribute's `action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Action {
+    /// One attempt, then [`LockError::NotAcquired`] (ShedLock's skip).
+    GiveUp,
+    /// Keep trying, as `retry`, `sleep_ms` and `wait_ms` say.
+    #[default]
+    Continue,
+}
+
 /// What a `#[redis_lock]` body does when its lease is lost while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -142,9 +153,15 @@ setters! {
     }
 
     /// One attempt, then [`LockError::NotAcquired`] if someone else holds the lock
-    /// (ShedLock's skip).
+    /// (ShedLock's skip); the same as `action(Action::GiveUp)`.
     fn give_up(mut self) {
         self.give_up = true;
+    }
+
+    /// [`Action::GiveUp`] (one attempt) or [`Action::Continue`] (the default: keep trying as
+    /// configured), e.g. to undo the `give_up()` of a shared base.
+    fn action(mut self, action: Action) {
+        self.give_up = matches!(action, Action::GiveUp);
     }
 
     /// Renew the lease every `ttl_ms / 3` while the lock is held (default `true`). Without
@@ -154,6 +171,8 @@ setters! {
     }
 
     /// What a `#[redis_lock]` body does when the lease is lost (default [`OnLost::Abort`]).
+    /// A guard from `acquire` is not stopped by anything: it reports the loss through
+    /// [`LockGuard::lost`](crate::LockGuard::lost) and its release, whatever this says.
     fn on_lost(mut self, on_lost: OnLost) {
         self.on_lost = on_lost;
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::body_locks::{self, Held};
 use crate::error::WithSources;
 pub use crate::key::{KeyPart, KeyValue, render_key};
-pub use crate::options::{LockOptions, OnLost};
+pub use crate::options::{Action, LockOptions, OnLost};
 use crate::{LockClient, LockError, LockGuard};
 
 /// The client of the enclosing `with_client` scope, else the global one.
@@ -193,6 +193,10 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         Ok(found) => found,
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
+    // Also when reentering: options given by expressions are checked only now.
+    if let Err(error) = options.validate() {
+        return Ran::Done(R::from_lock_error(error));
+    }
     if let Some(held) = body_locks::held(client.id(), &key) {
         let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);

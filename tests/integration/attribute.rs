@@ -396,3 +396,49 @@ async fn options_and_constants_configure_the_lock_and_break_the_same_rules() {
         "the body ran with an invalid lease"
     );
 }
+
+const GIVE_UP: fencelock::LockOptions = fencelock::LockOptions::new().give_up();
+
+#[redis_lock(key = "waits:{id}", options = GIVE_UP, action = Continue, wait_ms = 60_000)]
+async fn waits_despite_its_base(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn action_continue_overrides_a_base_that_gives_up() {
+    let locks = LockClient::memory_on(tokio::runtime::Handle::current());
+    let held = locks.lock("waits:1").acquire().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        held.release().await.unwrap();
+    });
+    let waited = with_client(locks, waits_despite_its_base(1)).await;
+    assert_eq!(waited.unwrap(), 1, "gave up instead of waiting");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    release.await.unwrap();
+}
+
+const NO_LEASE_MS: u64 = 0;
+
+#[redis_lock(key = "reentered")]
+async fn holds_then_reenters(ran: &AtomicBool) -> Result<(), LockError> {
+    reenters_with_a_bad_lease(ran).await
+}
+
+#[redis_lock(key = "reentered", ttl_ms = NO_LEASE_MS)]
+async fn reenters_with_a_bad_lease(ran: &AtomicBool) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_option_is_refused_also_when_reentering() {
+    let ran = AtomicBool::new(false);
+    let nested = with_client(LockClient::memory(), holds_then_reenters(&ran)).await;
+    assert!(
+        matches!(nested, Err(LockError::InvalidConfig { .. })),
+        "{nested:?}"
+    );
+    assert!(!ran.load(Ordering::SeqCst), "the body ran with ttl_ms = 0");
+}

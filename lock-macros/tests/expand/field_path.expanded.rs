@@ -8,7 +8,8 @@ async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
             ::fencelock::__private::KeyPart::value(&order.lines.0),
         ],
     );
-    let __fencelock_options = ::fencelock::__private::LockOptions::new();
+    let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .action(::fencelock::__private::Action::Continue);
     let __fencelock_ending = {
         use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
         (&&::fencelock::__private::Ending::<AppResult<Shipment>>::new()).ending()

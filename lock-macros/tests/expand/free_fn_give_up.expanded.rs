@@ -12,7 +12,7 @@ pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
         .ttl_ms(10000)
-        .give_up();
+        .action(::fencelock::__private::Action::GiveUp);
     let __fencelock_ending = {
         use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
         (&&::fencelock::__private::Ending::<Result<u32, AppError>>::new()).ending()

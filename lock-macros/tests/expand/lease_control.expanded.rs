@@ -8,7 +8,7 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
         .ttl_ms(10000)
-        .give_up()
+        .action(::fencelock::__private::Action::GiveUp)
         .renew(true)
         .on_lost(::fencelock::__private::OnLost::Continue)
         .min_hold_ms(60000)
