@@ -1,4 +1,4 @@
-//! The seeds' flash sale: 100 units of stock, several worker processes, each running many
+//! The flash sale: 100 units of stock, several worker processes, each running many
 //! concurrent buyers that read the stock, think for a moment, and write it back minus one.
 //! Without a lock the read-modify-write races and units are sold twice (oversold); with
 //! `#[redis_lock]` around it, exactly 100 are sold.
@@ -98,7 +98,7 @@ struct Shop {
     locks: LockClient,
 }
 
-/// One purchase: read the stock, take a moment (the seeds' business logic), write it back.
+/// One purchase: read the stock, take a moment (the business logic), write it back.
 async fn buy(counters: &mut Counters) -> Result<bool, SaleError> {
     let stock = counters.stock().await?;
     if stock <= 0 {

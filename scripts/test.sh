@@ -37,7 +37,12 @@ cargo test --workspace --all-features
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
 echo "== cargo package (the published crates, built from their packages)"
-cargo package --workspace --exclude fencelock-bench --allow-dirty
+# Cargo takes a package it has unpacked or built once for good (registry crates never change
+# within a version), so the packages of an earlier run would be what gets verified: start
+# from no copies and a target directory of this step's own.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/fencelock-{options,macros,runtime}-[0-9]* \
+  target/package-verify
+cargo package --workspace --exclude fencelock-bench --allow-dirty --target-dir target/package-verify
 
 if $extended; then
   echo "== simulation, 20,000 seeds"

@@ -106,7 +106,7 @@ use proc_macro::TokenStream;
 ///
 /// The setters of `fencelock::LockOptions` and `fencelock::LockRequest` (the
 /// builder of `client.lock(key)`) have the same names as these arguments
-/// (`action = GiveUp` is `.give_up()`).
+/// (`action = GiveUp` is `.action(Action::GiveUp)`, or `.give_up()`).
 ///
 /// # Compile-time checks
 ///

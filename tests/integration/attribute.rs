@@ -1,4 +1,4 @@
-//! `#[redis_lock]` functions, run: the seed's counter, failure paths, and every function
+//! `#[redis_lock]` functions, run: the flash-sale counter, failure paths, and every function
 //! shape the attribute accepts.
 
 use std::sync::Arc;
@@ -304,7 +304,7 @@ async fn boxed_error(locks: &LockClient, id: u32) -> Result<u32, Box<dyn std::er
     Ok(id)
 }
 
-/// Finding 10: the annotated function's future is `Send` whenever the plain function's would
+/// Review defect 10: the annotated function's future is `Send` whenever the plain function's would
 /// be, also when its output is not `Send`. Before, `run_locked` held the output across the
 /// release, so this did not compile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

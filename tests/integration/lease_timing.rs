@@ -388,7 +388,7 @@ async fn a_renewal_round_that_hangs_does_not_delay_another_lease_s_loss() {
     drop(long);
 }
 
-/// Finding 1: a round that hangs must not leave a lease taken meanwhile unrenewed and
+/// Review defect 1: a round that hangs must not leave a lease taken meanwhile unrenewed and
 /// unguarded. Before, the loop awaited the round, so the short lease below was neither
 /// renewed (the memory backend expired it at 13.5 s and anyone could take it) nor counted
 /// lost until the hanging round gave up at the long lease's deadline (29.7 s).
@@ -441,7 +441,7 @@ async fn swept_job_continued(
     Ok(7)
 }
 
-/// Finding 5: a loss that only the release finds still fails the call under `Abort`; under
+/// Review defect 5: a loss that only the release finds still fails the call under `Abort`; under
 /// `Continue` the call returns the body's output. Before, both returned `Ok(7)`.
 #[tokio::test(start_paused = true)]
 async fn a_loss_found_by_the_release_fails_an_aborting_call() {
@@ -465,7 +465,7 @@ async fn careful_job(
     Ok((lost_before, cause, fencelock::is_lost()))
 }
 
-/// Finding 12: under `on_lost = Continue` the body can ask whether its lock was lost, and
+/// Review defect 12: under `on_lost = Continue` the body can ask whether its lock was lost, and
 /// wait for it, as a guard's holder can.
 #[tokio::test(start_paused = true)]
 async fn a_continuing_body_can_ask_whether_its_lock_was_lost() {

@@ -1,4 +1,4 @@
-//! The seed's counter across OS processes: the point of a distributed lock is several
+//! The flash-sale counter across OS processes: the point of a distributed lock is several
 //! servers, not several tasks. The test binary runs itself as 4 child processes.
 
 use fencelock::{LockClient, with_client};

@@ -230,7 +230,7 @@ fn a_guard_dropped_outside_any_runtime_is_released() {
     );
 }
 
-/// Finding 8: every key of one lock must hash to one Redis Cluster slot whatever the key
+/// Review defect 8: every key of one lock must hash to one Redis Cluster slot whatever the key
 /// text, also when it starts with `}` (which used to give the empty hash tag `{}`, so that
 /// Redis hashed each whole key and `:fence`, `:queue` and `:turn` landed in other slots). A
 /// one-node cluster owning every slot refuses scripts whose keys span slots (`CROSSSLOT`), so
@@ -279,7 +279,7 @@ async fn a_key_prefix_with_braces_is_refused() {
     }
 }
 
-/// Finding 11: the fencing counter of a lock nobody takes any more must not stay forever.
+/// Review defect 11: the fencing counter of a lock nobody takes any more must not stay forever.
 /// It expires a fixed time after the token it holds (tokens are server time in µs, so the
 /// counter is only needed while it may lead the clock).
 #[tokio::test]
@@ -329,7 +329,7 @@ async fn proxied_client(
     (proxy, client)
 }
 
-/// Finding 2: an acquire held in the network past the client's timeout, then delivered after
+/// Review defect 2: an acquire held in the network past the client's timeout, then delivered after
 /// the lock was taken (by the retry) and released, must not take the key for an owner nobody
 /// tracks. Before, the retry went out on a new connection while the old one stayed open, and
 /// the late request granted the key for its whole lease (here 60 s). Now the server closes
@@ -377,7 +377,7 @@ async fn an_acquire_delivered_after_its_timeout_and_the_release_takes_nothing() 
     }
 }
 
-/// Finding 6, first half: a release whose reply is lost is sent again; when the second send
+/// Review defect 6, first half: a release whose reply is lost is sent again; when the second send
 /// finds the key gone, the first one may have deleted it, or the lease had run out before.
 /// Here it had: the call reports the loss instead of guessing "released".
 #[tokio::test]
@@ -412,7 +412,7 @@ async fn a_resent_release_of_an_expired_lease_reports_the_loss() {
     );
 }
 
-/// Finding 6, second half: when the second send finds the key taken by another owner, the
+/// Review defect 6, second half: when the second send finds the key taken by another owner, the
 /// first send may have released it; Redis remembers who released the key last, so the call
 /// reports the release, not a loss.
 #[tokio::test]

@@ -266,7 +266,7 @@ async fn debug_output_shows_neither_owner_tokens_nor_passwords() {
     guard.release().await.unwrap();
 }
 
-/// Finding 3: one lease key replaced by a hash must cost that lease only; before, the batch
+/// Review defect 3: one lease key replaced by a hash must cost that lease only; before, the batch
 /// extend script failed as a whole and every lease of the client was counted lost.
 #[tokio::test]
 async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
@@ -308,7 +308,7 @@ async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
     assert_eq!(untouched, "value");
 }
 
-/// Finding 4: what a lock keeps next to its key (`:fence`, `:turn`, `:queue`) may also be
+/// Review defect 4: what a lock keeps next to its key (`:fence`, `:turn`, `:queue`) may also be
 /// taken by foreign data. Acquiring then reports `KeyInUse` at once, naming the key, and
 /// releasing still releases; the foreign data is left as it was.
 #[tokio::test]

@@ -226,7 +226,7 @@ async fn a_fair_waiter_that_gives_up_leaves_the_queue() {
     let _: () = redis.del("unused").await.unwrap();
 }
 
-/// Finding 7: a waiter cancelled while its client opens the subscription connection must not
+/// Review defect 7: a waiter cancelled while its client opens the subscription connection must not
 /// leave that connection (and the tasks serving it) behind. Before, the task opening it ran
 /// on after the cancellation and kept the connection forever.
 #[tokio::test]
@@ -300,7 +300,7 @@ impl Interceptor for Slow {
     }
 }
 
-/// Finding 9: `wait_ms` bounds the whole call, also while the backend is slow to answer an
+/// Review defect 9: `wait_ms` bounds the whole call, also while the backend is slow to answer an
 /// attempt or a subscription. Before, an attempt or a subscription ran to its end (a response
 /// timeout: 2 s by default) whatever was left of `wait_ms`.
 #[tokio::test(start_paused = true)]
