@@ -36,7 +36,7 @@ echo "== cargo test"
 cargo test --workspace --all-features
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
-echo "== cargo package (the published crates, built from their packages)"
+echo "== cargo package (each published library built from its package: no file left out)"
 # Cargo takes a package it has unpacked or built once for good (registry crates never change
 # within a version), so the packages of an earlier run would be what gets verified: start
 # from no copies and a target directory of this step's own.

@@ -86,7 +86,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         .as_ref()
         .is_some_and(|action| action.value == Action::GiveUp);
     check_give_up(&args, give_up, errors);
-    check_settings(&args, give_up, errors);
+    check_settings(&args, errors);
     Some(LockSpec {
         crate_path: args
             .crate_path
@@ -155,7 +155,7 @@ fn no_effect_with_give_up(name: &Ident, written: &str, why: &str) -> syn::Error 
 /// written as literals, so that a configuration every call would reject fails to compile.
 /// What is not known here (an expression, or what `options = EXPR` sets) is left to the
 /// runtime, which applies the same rules.
-fn check_settings(args: &LockArgs, give_up: bool, errors: &mut Errors) {
+fn check_settings(args: &LockArgs, errors: &mut Errors) {
     let with_base = args.options.is_some();
     // A value rejected on its own has its own error, and comparing it too would add a
     // misleading second one: it counts as unknown, as does anything else not a literal.
@@ -167,12 +167,7 @@ fn check_settings(args: &LockArgs, give_up: bool, errors: &mut Errors) {
     let settings = Settings {
         ttl_ms: value(&args.ttl_ms, "ttl_ms"),
         sleep_ms: value(&args.sleep_ms, "sleep_ms"),
-        // With `GiveUp`, `wait_ms` has its error already (see `check_give_up`).
-        wait_ms: if give_up {
-            Value::Unknown
-        } else {
-            value(&args.wait_ms, "wait_ms")
-        },
+        wait_ms: value(&args.wait_ms, "wait_ms"),
         renew: match &args.renew {
             Some(renew) => Value::Given(renew.value.value),
             None if with_base || args.was_written("renew") => Value::Unknown,
@@ -180,6 +175,12 @@ fn check_settings(args: &LockArgs, give_up: bool, errors: &mut Errors) {
         },
         min_hold_ms: value(&args.min_hold_ms, "min_hold_ms"),
         max_hold_ms: value(&args.max_hold_ms, "max_hold_ms"),
+        // With `GiveUp`, a written `wait_ms` has its own error (see `check_give_up`).
+        give_up: match &args.action {
+            Some(action) => Value::Given(action.value == Action::GiveUp),
+            None if with_base || args.was_written("action") => Value::Unknown,
+            None => Value::Default,
+        },
     };
     for problem in settings.problems() {
         let arg = match problem.setting {

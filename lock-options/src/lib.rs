@@ -115,6 +115,9 @@ pub struct Settings {
     pub wait_ms: Value<u64>,
     /// `renew`.
     pub renew: Value<bool>,
+    /// `action = GiveUp` (`Given(true)`): a single attempt, which never waits, so `wait_ms`
+    /// is not compared with `sleep_ms`.
+    pub give_up: Value<bool>,
     /// `min_hold_ms`.
     pub min_hold_ms: Value<u64>,
     /// `max_hold_ms`.
@@ -193,6 +196,7 @@ impl Settings {
             min_hold_ms: valid(Setting::MinHoldMs, self.min_hold_ms),
             max_hold_ms: valid(Setting::MaxHoldMs, self.max_hold_ms),
             renew: self.renew,
+            give_up: self.give_up,
         };
         problems.extend(checked.conflicts());
         problems
@@ -207,9 +211,13 @@ impl Settings {
             message,
         };
         // Only when both are given: then the two numbers contradict each other (a short
-        // `wait_ms` with the default pause only shortens the pause).
-        if let (Some(wait_ms), Some(sleep_ms)) = (self.wait_ms.given(), self.sleep_ms.given())
-            && wait_ms < sleep_ms
+        // `wait_ms` with the default pause only shortens the pause). Not for a request that
+        // gives up, or may: it never waits.
+        if let (Some(false), Some(wait_ms), Some(sleep_ms)) = (
+            self.give_up.or(false),
+            self.wait_ms.given(),
+            self.sleep_ms.given(),
+        ) && wait_ms < sleep_ms
         {
             problems.push(conflict(
                 Setting::WaitMs,
@@ -363,6 +371,9 @@ mod tests {
             ..wait
         };
         assert_eq!(messages(both).len(), 1);
+        for give_up in [Value::Given(true), Value::Unknown] {
+            assert!(messages(Settings { give_up, ..both }).is_empty());
+        }
     }
 
     #[test]

@@ -269,6 +269,7 @@ impl LockOptions {
             sleep_ms: self.sleep_ms.into(),
             wait_ms: self.wait_ms.into(),
             renew: Value::Given(self.renew),
+            give_up: Value::Given(self.give_up),
             min_hold_ms: self.min_hold_ms.into(),
             max_hold_ms: self.max_hold_ms.into(),
         };
@@ -339,6 +340,8 @@ mod tests {
                 "{broken:?}"
             );
         }
+        // One attempt never waits: its `wait_ms` (say, from a shared base) is not compared.
+        assert!(ok.wait_ms(100).sleep_ms(500).give_up().validate().is_ok());
         let error = ok.ttl_ms(1_000).max_hold_ms(999).validate().unwrap_err();
         assert!(
             error

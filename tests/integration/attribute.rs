@@ -442,3 +442,18 @@ async fn an_invalid_option_is_refused_also_when_reentering() {
     );
     assert!(!ran.load(Ordering::SeqCst), "the body ran with ttl_ms = 0");
 }
+
+const WAITS_100_MS: fencelock::LockOptions = fencelock::LockOptions::new().wait_ms(100);
+
+#[redis_lock(key = "once:{id}", options = WAITS_100_MS, action = GiveUp, sleep_ms = 500)]
+async fn tries_once(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[tokio::test]
+async fn a_single_attempt_ignores_the_wait_of_its_base() {
+    // The attribute compiles it, so every call must run it: one attempt never waits, and
+    // its base's `wait_ms` is not compared with `sleep_ms`, at compile or at run time.
+    let done = with_client(LockClient::memory(), tries_once(3)).await;
+    assert_eq!(done.unwrap(), 3);
+}

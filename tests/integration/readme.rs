@@ -1,6 +1,6 @@
-//! The README's examples. The README shows them without scaffolding; here each one is
-//! compiled, and run where it needs no Redis on port 6379, and `the_readme_shows_these`
-//! checks that every Rust block of the README is one of them, line for line.
+//! The README's examples. The README shows them without scaffolding; here each one is a
+//! file, compiled, and run where it needs no Redis on port 6379. `the_readme_shows_these`
+//! checks that the README's Rust blocks are these files, in order, line for line.
 
 mod guard;
 mod memory_test;
@@ -9,55 +9,116 @@ mod spawned_tasks;
 mod tracing_order;
 mod usage;
 
-/// The Rust blocks of the README, each as its lines without indentation or blank lines.
-fn readme_blocks() -> Vec<Vec<&'static str>> {
-    let readme = include_str!("../../README.md");
+/// The example files in the order the README shows them.
+const EXAMPLES: [(&str, &str); 6] = [
+    ("usage.rs", include_str!("readme/usage.rs")),
+    ("guard.rs", include_str!("readme/guard.rs")),
+    ("tracing_order.rs", include_str!("readme/tracing_order.rs")),
+    ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),
+    ("memory_test.rs", include_str!("readme/memory_test.rs")),
+    ("redis_test.rs", include_str!("readme/redis_test.rs")),
+];
+
+/// The languages a README block may have; only Rust blocks are code that must compile.
+const LANGUAGES: [&str; 4] = ["rust", "toml", "sh", "text"];
+
+/// Where a file's scaffolding starts: the lines from here on are not in the README.
+const SCAFFOLDING: &str = "// ---- not in the README";
+
+/// The fenced blocks of `markdown` as (language, lines), with the fence's indentation
+/// taken off the lines. Fences are ``` or ~~~, indented or not, as Markdown reads them.
+fn fenced_blocks(markdown: &str) -> Vec<(String, Vec<String>)> {
     let mut blocks = Vec::new();
-    let mut block: Option<Vec<&str>> = None;
-    for line in readme.lines() {
-        match (&mut block, line.trim_end()) {
-            (None, fence) if fence.starts_with("```rust") => block = Some(Vec::new()),
-            (Some(_), "```") => blocks.extend(block.take()),
-            (Some(lines), line) => lines.extend(normalized(line)),
-            (None, _) => {}
+    let mut open: Option<(&str, usize, String, Vec<String>)> = None;
+    for line in markdown.lines() {
+        let text = line.trim_start();
+        let indent = line.len() - text.len();
+        let fence = ["```", "~~~"]
+            .into_iter()
+            .find(|fence| text.starts_with(fence));
+        match (&mut open, fence) {
+            (Some((marker, ..)), Some(fence)) if fence == *marker && text.trim_end() == fence => {
+                let (_, _, language, lines) = open.take().expect("an open block");
+                blocks.push((language, lines));
+            }
+            (Some((_, indent, _, lines)), _) => {
+                let unindented = line.get(*indent..).unwrap_or(line.trim_start());
+                lines.push(unindented.trim_end().to_owned());
+            }
+            (None, Some(fence)) => {
+                let info = text[fence.len()..].trim();
+                let language = info.split(',').next().unwrap_or_default().trim().to_owned();
+                open = Some((fence, indent, language, Vec::new()));
+            }
+            (None, None) => {}
         }
     }
+    assert!(
+        open.is_none(),
+        "a fenced block of the README is never closed"
+    );
     blocks
 }
 
-fn normalized(line: &str) -> Option<&str> {
-    Some(line.trim()).filter(|line| !line.is_empty())
+/// The part of an example file the README shows: after its `//!` and `#![...]` header,
+/// before its scaffolding, without the blank lines around it.
+fn shown_part(source: &str) -> Vec<String> {
+    let lines: Vec<&str> = source
+        .lines()
+        .skip_while(|line| line.starts_with("//!") || line.starts_with("#![") || line.is_empty())
+        .take_while(|line| !line.starts_with(SCAFFOLDING))
+        .map(str::trim_end)
+        .collect();
+    let end = lines
+        .iter()
+        .rposition(|line| !line.is_empty())
+        .map_or(0, |last| last + 1);
+    lines[..end].iter().map(|line| (*line).to_owned()).collect()
 }
 
 #[test]
 fn the_readme_shows_these() {
-    let sources = [
-        include_str!("readme/usage.rs"),
-        include_str!("readme/guard.rs"),
-        include_str!("readme/tracing_order.rs"),
-        include_str!("readme/spawned_tasks.rs"),
-        include_str!("readme/memory_test.rs"),
-        include_str!("readme/redis_test.rs"),
-    ];
-    let sources: Vec<Vec<&str>> = sources
-        .iter()
-        .map(|source| source.lines().filter_map(normalized).collect())
-        .collect();
-    let blocks = readme_blocks();
-    assert_eq!(
-        blocks.len(),
-        sources.len(),
-        "a README block without its file here, or the reverse"
-    );
-    for block in blocks {
-        let found = sources
-            .iter()
-            .any(|source| source.windows(block.len()).any(|window| window == block));
+    let blocks = fenced_blocks(include_str!("../../README.md"));
+    for (language, lines) in &blocks {
         assert!(
-            found,
-            "this README block is not in tests/integration/readme/ as written; update the file \
-             (or the README) so they match:\n{}",
-            block.join("\n")
+            LANGUAGES.contains(&language.as_str()),
+            "a README block in `{language}` (one of {LANGUAGES:?} expected; a Rust block \
+             must say `rust` to be checked here):\n{}",
+            lines.join("\n")
         );
     }
+    let rust: Vec<&Vec<String>> = blocks
+        .iter()
+        .filter(|(language, _)| language == "rust")
+        .map(|(_, lines)| lines)
+        .collect();
+    assert_eq!(
+        rust.len(),
+        EXAMPLES.len(),
+        "each Rust block of the README has its file in tests/integration/readme/, in order"
+    );
+    for (block, (file, source)) in rust.into_iter().zip(EXAMPLES) {
+        assert_eq!(
+            *block,
+            shown_part(source),
+            "the README's block differs from tests/integration/readme/{file}; make them equal"
+        );
+    }
+}
+
+#[test]
+fn fences_are_found_as_markdown_reads_them() {
+    let markdown =
+        "text\n```rust\nfn a() {}\n```\n- item\n\n  ~~~toml,extra\n  a = 1\n  ~~~\n```\n```\n";
+    let blocks = fenced_blocks(markdown);
+    let languages: Vec<&str> = blocks
+        .iter()
+        .map(|(language, _)| language.as_str())
+        .collect();
+    assert_eq!(languages, ["rust", "toml", ""]);
+    assert_eq!(blocks[1].1, ["a = 1"]);
+    assert_eq!(
+        shown_part("//! doc\n#![allow(x)]\n\nfn a() {}\n\n// ---- not in the README\nfn b() {}\n"),
+        ["fn a() {}"]
+    );
 }

@@ -1,6 +1,10 @@
 //! A backend wrapper for fault-injection tests: before each call, an [`Interceptor`] decides
 //! whether the call goes on to the wrapped backend, fails, or never answers, and may take its
 //! time deciding (a slow network, on tokio's paused clock an exact one).
+//!
+//! The verdict comes before the wrapped backend sees the call: a call that fails here was
+//! never applied. A reply lost after the store applied the call (the case the runtime's
+//! resend and cleanup exist for) needs a real connection cut: see [`TcpProxy`](super::TcpProxy).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -61,10 +65,10 @@ pub trait Interceptor: Debug + Send + Sync + 'static {
 /// `backend` with every call first put to `interceptor`. Clones share both.
 ///
 /// ```
-/// use fencelock_runtime::backend::memory::MemoryBackend;
-/// use fencelock_runtime::backend::BoxFuture;
-/// use fencelock_runtime::testing::{Call, Intercepted, Interceptor, Verdict};
-/// use fencelock_runtime::{LockClient, LockError};
+/// use fencelock::backend::memory::MemoryBackend;
+/// use fencelock::backend::BoxFuture;
+/// use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
+/// use fencelock::{LockClient, LockError};
 ///
 /// /// Renewals fail: the holder loses its lease when it ends.
 /// #[derive(Debug)]

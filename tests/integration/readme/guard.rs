@@ -36,6 +36,7 @@ async fn main() -> Result<(), LockError> {
     run(&client).await
 }
 
+// ---- not in the README: runs it.
 #[test]
 fn runs() {
     main().unwrap();

@@ -22,6 +22,7 @@ async fn main() {
     .await;
 }
 
+// ---- not in the README: runs it.
 #[test]
 fn runs() {
     main();

@@ -16,6 +16,7 @@ async fn body_only(id: u32) -> Result<u32, LockError> {
     Ok(id + 1)
 }
 
+// ---- not in the README: runs it.
 #[tokio::test]
 async fn both_orders_lock_and_return() {
     let client = fencelock::LockClient::memory();
