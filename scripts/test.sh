@@ -38,11 +38,13 @@ echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
 echo "== cargo package (each published library built from its package: no file left out)"
 # Cargo takes a package it has unpacked or built once for good (registry crates never change
-# within a version), so the packages of an earlier run would be what gets verified: start
-# from no copies and a target directory of this step's own.
+# within a version), so the packages of an earlier run would be what gets verified: drop the
+# unpacked copies and what was built from them (in a target directory of this step's own,
+# whose other crates stay built).
+verify=target/package-verify
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/fencelock-{options,macros,runtime}-[0-9]* \
-  target/package-verify
-cargo package --workspace --exclude fencelock-bench --allow-dirty --target-dir target/package-verify
+  "$verify"/debug/.fingerprint/fencelock-* "$verify"/debug/deps/*fencelock*
+cargo package --workspace --exclude fencelock-bench --allow-dirty --target-dir "$verify"
 
 if $extended; then
   echo "== simulation, 20,000 seeds"
