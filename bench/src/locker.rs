@@ -18,6 +18,34 @@ pub enum Locker {
     Rslock(LockManager),
 }
 
+/// How often one rslock `lock` call tries, and the longest pause between two tries (each
+/// pause is drawn from `0..delay` whole milliseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct RslockRetry {
+    pub count: u32,
+    pub delay: Duration,
+}
+
+impl RslockRetry {
+    /// rslock's own default.
+    pub const DEFAULT: RslockRetry = RslockRetry {
+        count: 3,
+        delay: Duration::from_millis(200),
+    };
+    const TIGHT_DELAY: Duration = Duration::from_millis(3);
+
+    /// Retries every 0..3 ms, as a user tuning rslock for latency would; enough of them that
+    /// one `lock` call could span `wait` even at the longest pauses (`rslock_acquire` ends
+    /// the wait at `wait` either way).
+    pub fn tight(wait: Duration) -> RslockRetry {
+        let count = wait.as_millis() / RslockRetry::TIGHT_DELAY.as_millis();
+        RslockRetry {
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            delay: RslockRetry::TIGHT_DELAY,
+        }
+    }
+}
+
 pub enum Held {
     Fencelock(LockGuard),
     Rslock(rslock::Lock),
@@ -32,8 +60,9 @@ impl Locker {
     }
 
     /// rslock connects on first use: open its connection now, before any clock starts.
-    pub async fn rslock(url: &str) -> Locker {
-        let manager = LockManager::new(vec![url]);
+    pub async fn rslock(url: &str, retry: RslockRetry) -> Locker {
+        let mut manager = LockManager::new(vec![url]);
+        manager.set_retry(retry.count, retry.delay);
         // The reply does not matter; a connection that fails now is retried by `lock`.
         let _ = manager.query_redis_for_key_value(b"warm-up").await;
         Locker::Rslock(manager)

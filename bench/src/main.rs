@@ -6,24 +6,34 @@
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
-//! with its own client, incrementing a counter under one key, in four modes. W3: 64 workers
-//! on 64 keys through one shared client, next to `redis-benchmark` SET on the same server.
-//! Prints a table per workload and the issue's targets; writes the same figures as JSON
-//! (default `target/fencelock-bench.json`). `--quick` runs every workload about 10x shorter.
+//! with its own client, incrementing a counter under one key, in five modes (fencelock
+//! default, fair, polling; rslock with its default and with a tight retry). Script calls per
+//! grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared client and
+//! with a client each, next to `redis-benchmark` SET on the same server. Client cost (connect
+//! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
+//! latency at 20/50/80% of the measured capacity. Prints a table per workload and the issue's
+//! targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
+//! `--quick` runs every workload about 4-10x shorter.
 
+mod footprint;
 mod locker;
+mod open_loop;
+mod probe;
 mod report;
 mod stats;
 mod workloads;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use fencelock::LockClient;
 use fencelock::testing::RedisServer;
-use serde_json::json;
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value, json};
 
-use locker::Locker;
-use workloads::{BoxError, Mode, W3_WORKERS};
+use locker::{Locker, RslockRetry};
+use report::{ScriptUse, Target};
+use workloads::{BoxError, Mode};
 
 /// How much each workload does.
 struct Sizes {
@@ -32,20 +42,35 @@ struct Sizes {
     w2_per_worker: usize,
     w3_per_worker: usize,
     benchmark_requests: usize,
+    /// Clients connected for the client cost.
+    clients: usize,
+    held_locks: usize,
+    /// The closed-loop run that finds the open loop's capacity.
+    capacity_run: Duration,
+    /// Each open-loop run.
+    open_loop_run: Duration,
 }
 
 const FULL: Sizes = Sizes {
     sequential: 3_000,
     w2_per_worker: 100,
-    w3_per_worker: 50,
+    w3_per_worker: 200,
     benchmark_requests: 100_000,
+    clients: 64,
+    held_locks: 100_000,
+    capacity_run: Duration::from_secs(1),
+    open_loop_run: Duration::from_secs(2),
 };
 
 const QUICK: Sizes = Sizes {
     sequential: 300,
     w2_per_worker: 10,
-    w3_per_worker: 5,
+    w3_per_worker: 20,
     benchmark_requests: 10_000,
+    clients: 64,
+    held_locks: 10_000,
+    capacity_run: Duration::from_millis(300),
+    open_loop_run: Duration::from_millis(500),
 };
 
 struct Args {
@@ -97,6 +122,7 @@ async fn main() -> Result<(), BoxError> {
 
     let server = RedisServer::start()?;
     let url = server.url();
+    // The inspector: W0's connection, and every INFO read between workloads.
     let mut redis = workloads::connect(&url).await?;
     let version = redis_version(&mut redis).await?;
     let nproc = std::thread::available_parallelism().map_or(0, usize::from);
@@ -104,7 +130,7 @@ async fn main() -> Result<(), BoxError> {
         "fencelock-bench: nproc {nproc}, redis-server {version} on 127.0.0.1:{}, {profile} build{}",
         server.port(),
         if args.quick {
-            ", --quick (10x shorter)"
+            ", --quick (shorter)"
         } else {
             ""
         }
@@ -121,11 +147,11 @@ async fn main() -> Result<(), BoxError> {
     let w0 = report::w0(&ping);
     let floor = ping.summary.mean;
 
-    // One client of each library for W1, shared by all W3 workers later.
+    // One client of each library for W1, shared by all W3 workers and the open loop later.
     let fence = Locker::fencelock(LockClient::connect(&url).await?);
-    let rs = Locker::rslock(&url).await;
-    let w1_fence = workloads::uncontended(&fence, sizes.sequential).await;
-    let w1_rs = workloads::uncontended(&rs, sizes.sequential).await;
+    let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
+    let (w1_fence, w1_fence_scripts) = uncontended(&mut redis, "fencelock", &fence, &sizes).await?;
+    let (w1_rs, w1_rs_scripts) = uncontended(&mut redis, "rslock", &rs, &sizes).await?;
     let w1 = report::w1(&w1_fence, &w1_rs, floor, &mut targets);
 
     let mut contention = Vec::with_capacity(Mode::ALL.len());
@@ -133,19 +159,27 @@ async fn main() -> Result<(), BoxError> {
         contention.push(workloads::contention(&url, mode, sizes.w2_per_worker).await?);
     }
     let w2 = report::w2(&contention, sizes.w2_per_worker, floor, &mut targets);
+    let scripts = report::scripts(
+        vec![w1_fence_scripts, w1_rs_scripts],
+        &contention,
+        &mut targets,
+    );
 
-    let w3_fence = workloads::many_keys(&fence, sizes.w3_per_worker).await?;
-    let w3_rs = workloads::many_keys(&rs, sizes.w3_per_worker).await?;
+    let w3_runs = workloads::many_keys_all(&url, &fence, &rs, sizes.w3_per_worker).await?;
     let benchmark = workloads::redis_benchmark(server.port(), sizes.benchmark_requests).await;
     let w3 = report::w3(
-        &w3_fence,
-        &w3_rs,
+        &w3_runs,
         &benchmark,
-        W3_WORKERS,
         sizes.w3_per_worker,
         sizes.benchmark_requests,
         &mut targets,
     );
+
+    let clients = footprint::client_cost(&url, &mut redis, sizes.clients).await?;
+    let held = footprint::held_locks(&url, &mut redis, sizes.held_locks).await?;
+    let cost = report::footprint(&clients, &held, &mut targets);
+
+    let latency = open_loop_table(&fence, &rs, &sizes).await?;
 
     let missed = targets.iter().filter(|t| !t.met()).count();
     println!("\n{missed} of {} targets missed", targets.len());
@@ -159,8 +193,11 @@ async fn main() -> Result<(), BoxError> {
         "w0_ping": w0,
         "w1_uncontended": w1,
         "w2_contended": w2,
+        "script_calls": scripts,
         "w3_many_keys": w3,
-        "targets": targets.iter().map(report::Target::json).collect::<Vec<_>>(),
+        "client_cost": cost,
+        "open_loop": latency,
+        "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -168,4 +205,53 @@ async fn main() -> Result<(), BoxError> {
     std::fs::write(&args.json, serde_json::to_string_pretty(&document)?)?;
     println!("JSON: {}", args.json.display());
     Ok(())
+}
+
+/// W1 for one library, with the script calls the server counted.
+async fn uncontended(
+    inspector: &mut MultiplexedConnection,
+    name: &str,
+    locker: &Locker,
+    sizes: &Sizes,
+) -> Result<(workloads::Latency, ScriptUse), BoxError> {
+    let work = workloads::uncontended(locker, sizes.sequential);
+    let (latency, calls) = probe::counting_scripts(inspector, work).await?;
+    let scripts = ScriptUse {
+        workload: format!("W1 {name}"),
+        grants: latency.operations,
+        calls,
+    };
+    Ok((latency, scripts))
+}
+
+/// Both libraries' capacity, then open-loop runs at shares of fencelock's, the same offered
+/// rates for both, so that the rows compare the libraries under one load.
+async fn open_loop_table(fence: &Locker, rs: &Locker, sizes: &Sizes) -> Result<Value, BoxError> {
+    let fence_capacity = open_loop::capacity(fence, sizes.capacity_run).await?;
+    let rs_capacity = open_loop::capacity(rs, sizes.capacity_run).await?;
+    let base = fence_capacity.ops_per_s();
+    let mut runs = [Vec::new(), Vec::new()];
+    for load in open_loop::LOADS {
+        for (locker, runs) in [fence, rs].into_iter().zip(&mut runs) {
+            runs.push(open_loop::open_loop(locker, load, load * base, sizes.open_loop_run).await?);
+        }
+    }
+    let [fence_runs, rs_runs] = runs;
+    let libraries = [
+        report::Library {
+            name: "fencelock",
+            capacity: &fence_capacity,
+            runs: &fence_runs,
+        },
+        report::Library {
+            name: "rslock",
+            capacity: &rs_capacity,
+            runs: &rs_runs,
+        },
+    ];
+    Ok(report::open_loop(
+        &libraries,
+        base,
+        sizes.open_loop_run.as_secs_f64(),
+    ))
 }

@@ -9,6 +9,7 @@ pub struct Summary {
     pub mean: Duration,
     pub p50: Duration,
     pub p99: Duration,
+    pub p999: Duration,
     pub max: Duration,
 }
 
@@ -25,6 +26,7 @@ impl Summary {
             mean: samples.iter().sum::<Duration>() / samples.len() as u32,
             p50: at(0.50),
             p99: at(0.99),
+            p999: at(0.999),
             max,
         }
     }

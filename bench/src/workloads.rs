@@ -13,7 +13,8 @@ use fencelock::LockClient;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Barrier;
 
-use crate::locker::Locker;
+use crate::locker::{Locker, RslockRetry};
+use crate::probe::{CommandStats, ScriptCalls};
 use crate::stats::{Failures, Summary};
 
 /// Workers contending for the one W2 key.
@@ -38,6 +39,8 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection, BoxError> {
 #[derive(Debug)]
 pub struct Latency {
     pub iterations: usize,
+    /// Calls of the operation, the unmeasured warm-up ones included.
+    pub operations: u64,
     pub summary: Summary,
     pub failures: Failures,
 }
@@ -49,7 +52,8 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    for _ in 0..iterations / 10 {
+    let warm_up = iterations / 10;
+    for _ in 0..warm_up {
         let _ = op().await;
     }
     let mut samples = Vec::with_capacity(iterations);
@@ -63,6 +67,7 @@ where
     }
     Latency {
         iterations,
+        operations: (warm_up + iterations) as u64,
         summary: Summary::of(samples),
         failures,
     }
@@ -97,10 +102,21 @@ pub enum Mode {
     Fair,
     Polling,
     Rslock,
+    RslockTight,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Default, Mode::Fair, Mode::Polling, Mode::Rslock];
+    pub const ALL: [Mode; 5] = [
+        Mode::Default,
+        Mode::Fair,
+        Mode::Polling,
+        Mode::Rslock,
+        Mode::RslockTight,
+    ];
+
+    pub fn is_fencelock(self) -> bool {
+        !matches!(self, Mode::Rslock | Mode::RslockTight)
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -108,6 +124,7 @@ impl Mode {
             Mode::Fair => "fencelock fair(true)",
             Mode::Polling => "fencelock polling (no notif.)",
             Mode::Rslock => "rslock",
+            Mode::RslockTight => "rslock tight retry (0..3 ms)",
         }
     }
 
@@ -118,6 +135,7 @@ impl Mode {
             Mode::Fair => "w2:fair",
             Mode::Polling => "w2:polling",
             Mode::Rslock => "w2:rslock",
+            Mode::RslockTight => "w2:rslock-tight",
         }
     }
 
@@ -135,7 +153,8 @@ impl Mode {
                     .connect()
                     .await?,
             ),
-            Mode::Rslock => Locker::rslock(url).await,
+            Mode::Rslock => Locker::rslock(url, RslockRetry::DEFAULT).await,
+            Mode::RslockTight => Locker::rslock(url, RslockRetry::tight(W2_WAIT)).await,
         })
     }
 }
@@ -158,6 +177,8 @@ pub struct Contention {
     pub acquire_failures: Failures,
     /// Failed GET, SET or release.
     pub op_errors: Failures,
+    /// Script calls the server counted while the workers ran.
+    pub scripts: ScriptCalls,
 }
 
 impl Contention {
@@ -195,6 +216,8 @@ pub async fn contention(url: &str, mode: Mode, per_worker: usize) -> Result<Cont
     }
     let start = Arc::new(Barrier::new(W2_WORKERS));
     let sequence = Arc::new(AtomicU64::new(0));
+    // Counted around the workers only: connecting the clients sends no script.
+    let stats_before = CommandStats::read(&mut redis).await?;
     let started = Instant::now();
     let tasks: Vec<_> = workers
         .into_iter()
@@ -211,6 +234,9 @@ pub async fn contention(url: &str, mode: Mode, per_worker: usize) -> Result<Cont
         logs.push(task.await?);
     }
     let wall = started.elapsed();
+    let scripts = CommandStats::read(&mut redis)
+        .await?
+        .scripts_since(&stats_before);
     let counter: Option<i64> = redis::cmd("GET")
         .arg(COUNTER)
         .query_async(&mut redis)
@@ -240,6 +266,7 @@ pub async fn contention(url: &str, mode: Mode, per_worker: usize) -> Result<Cont
         handoffs,
         acquire_failures,
         op_errors,
+        scripts,
     })
 }
 
@@ -303,14 +330,29 @@ impl Throughput {
     }
 }
 
-/// W3: `W3_WORKERS` tasks sharing `locker`, worker `i` on key `w3:{i}`, `per_worker`
-/// acquire + release pairs each, all at once.
-pub async fn many_keys(locker: &Locker, per_worker: usize) -> Result<Throughput, BoxError> {
-    let start = Arc::new(Barrier::new(W3_WORKERS));
+/// `count` lockers made one after another by `make`, before any clock starts.
+async fn lockers<F, Fut>(count: usize, mut make: F) -> Result<Vec<Locker>, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Locker, BoxError>>,
+{
+    let mut lockers = Vec::with_capacity(count);
+    for _ in 0..count {
+        lockers.push(make().await?);
+    }
+    Ok(lockers)
+}
+
+/// W3: a task per locker (clones of one shared client, or a client each), task `i` on key
+/// `w3:{i}`, `per_worker` acquire + release pairs each, all at once.
+async fn many_keys(lockers: Vec<Locker>, per_worker: usize) -> Result<Throughput, BoxError> {
+    let start = Arc::new(Barrier::new(lockers.len()));
     let started = Instant::now();
-    let tasks: Vec<_> = (0..W3_WORKERS)
-        .map(|i| {
-            let (locker, start) = (locker.clone(), start.clone());
+    let tasks: Vec<_> = lockers
+        .into_iter()
+        .enumerate()
+        .map(|(i, locker)| {
+            let start = start.clone();
             tokio::spawn(async move {
                 start.wait().await;
                 let key = format!("w3:{i}");
@@ -381,4 +423,54 @@ pub async fn redis_benchmark(port: u16, requests: usize) -> Result<f64, String> 
         .filter_map(|line| line.strip_prefix("SET: "))
         .find_map(|rest| rest.split(" requests per second").next()?.parse().ok())
         .ok_or_else(|| format!("redis-benchmark ({status}) printed no SET rate: {output:?}"))
+}
+
+/// W3's four runs.
+#[derive(Debug)]
+pub struct ManyKeys {
+    pub workers: usize,
+    pub fencelock_shared: Throughput,
+    pub rslock_shared: Throughput,
+    pub fencelock_own: Throughput,
+    pub rslock_own: Throughput,
+}
+
+impl ManyKeys {
+    pub fn rows(&self) -> [(&'static str, &Throughput); 4] {
+        [
+            ("fencelock, shared client", &self.fencelock_shared),
+            ("rslock, shared manager", &self.rslock_shared),
+            ("fencelock, client per worker", &self.fencelock_own),
+            ("rslock, manager per worker", &self.rslock_own),
+        ]
+    }
+}
+
+/// W3: `W3_WORKERS` workers through `fence` and `rs` shared, then each with a client of its
+/// own (connected before the clock starts).
+pub async fn many_keys_all(
+    url: &str,
+    fence: &Locker,
+    rs: &Locker,
+    per_worker: usize,
+) -> Result<ManyKeys, BoxError> {
+    let fencelock_shared = many_keys(vec![fence.clone(); W3_WORKERS], per_worker).await?;
+    let rslock_shared = many_keys(vec![rs.clone(); W3_WORKERS], per_worker).await?;
+    let own = lockers(W3_WORKERS, || async {
+        Ok(Locker::fencelock(LockClient::connect(url).await?))
+    })
+    .await?;
+    let fencelock_own = many_keys(own, per_worker).await?;
+    let own = lockers(W3_WORKERS, || async {
+        Ok(Locker::rslock(url, RslockRetry::DEFAULT).await)
+    })
+    .await?;
+    let rslock_own = many_keys(own, per_worker).await?;
+    Ok(ManyKeys {
+        workers: W3_WORKERS,
+        fencelock_shared,
+        rslock_shared,
+        fencelock_own,
+        rslock_own,
+    })
 }
