@@ -53,9 +53,13 @@ end
 local function grant(lock_key, fence_key, owner, lease_ms, last)
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local token = string.format('%.0f', math.max(last + 1, now_us))
-  redis.call('SET', fence_key, token)
-  redis.call('PEXPIREAT', fence_key, string.format('%.0f', math.floor(tonumber(token) / 1000) + FENCE_RETENTION_MS))
+  local token_us = math.max(last + 1, now_us)
+  local token = string.format('%.0f', token_us)
+  -- Expires FENCE_RETENTION_MS after the server time the token stands for (at least that
+  -- long from now: tokens are never below the clock); one write, where SET and PEXPIREAT
+  -- were two.
+  local retention_ms = math.floor(token_us / 1000) - math.floor(now_us / 1000) + FENCE_RETENTION_MS
+  redis.call('SET', fence_key, token, 'PX', string.format('%.0f', retention_ms))
   redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
   return {1, token}
 end
