@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::locker::Locker;
 use crate::stats::{Failures, Summary};
-use crate::workloads::{BoxError, Throughput};
+use crate::workloads::{BoxError, Throughput, throughput};
 
 /// Keys the requests are spread over, uniformly.
 pub const KEYS: u64 = 1_000;
@@ -63,17 +63,7 @@ pub async fn capacity(locker: &Locker, run: Duration) -> Result<Throughput, BoxE
             })
         })
         .collect();
-    let (mut pairs, mut failures) = (0, Failures::default());
-    for task in tasks {
-        let (done, failed) = task.await?;
-        pairs += done;
-        failures.merge(failed);
-    }
-    Ok(Throughput {
-        pairs,
-        wall: started.elapsed(),
-        failures,
-    })
+    throughput(tasks, started).await
 }
 
 /// One open-loop run at one offered rate.

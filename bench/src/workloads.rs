@@ -368,6 +368,14 @@ async fn many_keys(lockers: Vec<Locker>, per_worker: usize) -> Result<Throughput
             })
         })
         .collect();
+    throughput(tasks, started).await
+}
+
+/// The pairs and failures of `tasks`, each counting its own, over the time since `started`.
+pub async fn throughput(
+    tasks: Vec<tokio::task::JoinHandle<(u64, Failures)>>,
+    started: Instant,
+) -> Result<Throughput, BoxError> {
     let (mut pairs, mut failures) = (0, Failures::default());
     for task in tasks {
         let (done, failed) = task.await?;
