@@ -193,11 +193,12 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         Ok(found) => found,
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };
-    // Also when reentering: options given by expressions are checked only now.
-    if let Err(error) = options.validate() {
-        return Ran::Done(R::from_lock_error(error));
-    }
     if let Some(held) = body_locks::held(client.id(), &key) {
+        // Reentering sends nothing, so nothing else checks the options (which expressions may
+        // have made invalid); `acquire` does on the other path.
+        if let Err(error) = options.validate() {
+            return Ran::Done(R::from_lock_error(error));
+        }
         let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);
     }
