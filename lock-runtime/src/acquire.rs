@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once};
 use crate::background_release::release_in_background;
 use crate::error::WithSources;
+use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
 /// One request's way to a guard: what its attempts found so far, and its bounds.
@@ -235,7 +236,8 @@ impl Acquisition {
             .pause(holder_remaining)
             .min(self.give_up_at.saturating_duration_since(Instant::now()));
         tracing::debug!(key = %self.pending.lease.key, attempts = self.attempts, ?pause, "lock not acquired; waiting");
-        if !wait_for_release(self.releases.as_mut(), pause).await {
+        let owner = &self.pending.lease.owner;
+        if !wait_for_release(self.releases.as_mut(), pause, owner).await {
             self.unnotified_waits += 1;
         }
     }
@@ -270,17 +272,30 @@ async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Out
 /// that a lock passed around quickly is not handed off (an extra round trip) on every release.
 const STARVING_AFTER: Duration = Duration::from_millis(10);
 
-/// Sleeps for `pause`, or until `releases` announces a release; `true` in the latter case.
-async fn wait_for_release(releases: Option<&mut ReleaseWatch>, pause: Duration) -> bool {
-    match releases {
-        Some(watch) => tokio::select! {
+/// Sleeps for `pause`, or until `releases` announces a release that `owner` may take; `true`
+/// if a release came. A release that names another waiter's turn (only that waiter can take
+/// the key) is slept through, not to wake every waiter for one, but still counts: the pause
+/// then ends in a free attempt, which also keeps a fair place from lapsing.
+async fn wait_for_release(
+    releases: Option<&mut ReleaseWatch>,
+    pause: Duration,
+    owner: &str,
+) -> bool {
+    let Some(watch) = releases else {
+        tokio::time::sleep(pause).await;
+        return false;
+    };
+    let mine = owner_tag(owner);
+    let until = Instant::now() + pause;
+    let mut released_for_another = false;
+    loop {
+        tokio::select! {
             biased;
-            () = watch.released() => true,
-            () = tokio::time::sleep(pause) => false,
-        },
-        None => {
-            tokio::time::sleep(pause).await;
-            false
+            next = watch.released() => match next {
+                Some(next) if next != mine => released_for_another = true,
+                _ => return true,
+            },
+            () = tokio::time::sleep_until(until) => return released_for_another,
         }
     }
 }

@@ -28,33 +28,66 @@ pub struct ReleaseWatch {
 /// path on every run of a seed.
 #[derive(Debug, Default)]
 struct Releases {
-    count: Mutex<u64>,
+    announced_so_far: Mutex<Announced>,
     announced: Notify,
 }
 
+/// How many releases were announced, and whom the last one named.
+#[derive(Debug, Default, Clone, Copy)]
+struct Announced {
+    count: u64,
+    next: Option<OwnerTag>,
+}
+
 impl Releases {
-    fn count(&self) -> u64 {
-        *lock_ignoring_poison(&self.count)
+    fn announced(&self) -> Announced {
+        *lock_ignoring_poison(&self.announced_so_far)
     }
 
-    fn announce(&self) {
-        *lock_ignoring_poison(&self.count) += 1;
+    fn announce(&self, next: Option<OwnerTag>) {
+        {
+            let mut announced = lock_ignoring_poison(&self.announced_so_far);
+            announced.count += 1;
+            announced.next = next;
+        }
         self.announced.notify_waiters();
     }
 }
 
+/// A short, one-way tag of an owner token, by which a release names the waiter whose turn
+/// is next without revealing its token: the first 64 bits of the token's SHA-1 (Redis
+/// computes it with `redis.sha1hex`).
+pub(crate) type OwnerTag = u64;
+
+/// The tag of `owner`.
+pub(crate) fn owner_tag(owner: &str) -> OwnerTag {
+    let digest = sha1_smol::Sha1::from(owner).digest().bytes();
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The tag in a release message, as the hex digest the release script sends.
+pub(crate) fn parse_owner_tag(hex_digest: &str) -> Option<OwnerTag> {
+    u64::from_str_radix(hex_digest.get(..16)?, 16).ok()
+}
+
 impl ReleaseWatch {
-    /// Completes at the next release of the key after the watch was made or last completed.
-    pub async fn released(&mut self) {
+    /// Completes at the next release of the key after the watch was made or last completed,
+    /// with the tag of the waiter whose turn it is, when the release named one (its fair
+    /// queue's head, or the waiter that reserved the turn): the others cannot take the key
+    /// now. `None` when anyone may try. Of several releases at once, the last one tells:
+    /// it names whose turn it is now.
+    pub(crate) async fn released(&mut self) -> Option<OwnerTag> {
         loop {
             let announced = self.releases.announced.notified();
             tokio::pin!(announced);
             // Registered before the check: a release right after it still wakes this waiter.
             announced.as_mut().enable();
-            let count = self.releases.count();
-            if count > self.seen {
-                self.seen = count;
-                return;
+            let now = self.releases.announced();
+            if now.count > self.seen {
+                self.seen = now.count;
+                return now.next;
             }
             announced.await;
         }
@@ -119,7 +152,7 @@ impl ReleaseHub {
         let watch = ReleaseWatch {
             hub: self.clone(),
             key: key.to_owned(),
-            seen: watched.releases.count(),
+            seen: watched.releases.announced().count,
             releases: watched.releases.clone(),
         };
         (watch, watched.subscribed.clone())
@@ -154,11 +187,11 @@ impl ReleaseHub {
         idle
     }
 
-    /// Wakes the waiters of `key`.
-    pub(crate) fn released(&self, key: &str) {
+    /// Wakes the waiters of `key`; `next` names the one whose turn it is, if any.
+    pub(crate) fn released(&self, key: &str, next: Option<OwnerTag>) {
         let releases = self.keys().get(key).map(|watched| watched.releases.clone());
         if let Some(releases) = releases {
-            releases.announce();
+            releases.announce(next);
         }
     }
 
@@ -171,7 +204,22 @@ impl ReleaseHub {
             announce.push(watched.releases.clone());
         }
         for releases in announce {
-            releases.announce();
+            releases.announce(None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_agree_with_the_release_script_s_sha1hex() {
+        // SHA-1("abc") = a9993e364706816aba3e25717850c26c9cd0d89d
+        assert_eq!(owner_tag("abc"), 0xa999_3e36_4706_816a);
+        let hex = sha1_smol::Sha1::from("abc").digest().to_string();
+        assert_eq!(parse_owner_tag(&hex), Some(owner_tag("abc")));
+        assert_eq!(parse_owner_tag("short"), None);
+        assert_eq!(parse_owner_tag("zz993e364706816aba3e"), None);
     }
 }

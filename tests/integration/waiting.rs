@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
-use fencelock::backend::{BoxFuture, Lease, LockBackend, Turn};
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
 use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
@@ -196,6 +196,112 @@ async fn fair_mode_serves_waiters_in_arrival_order() {
     assert!(
         leftovers.is_empty(),
         "the queue is gone with its last waiter: {leftovers:?}"
+    );
+}
+
+/// A release names the waiter whose turn it is: in a fair queue only the head wakes and
+/// attempts, the waiters behind it sleep on. Three queued waiters, served one after the
+/// other: four releases and three attempts (when every release woke every waiter, the
+/// attempts were 3 + 2 + 1).
+#[tokio::test]
+async fn a_release_wakes_only_the_head_of_a_fair_queue() {
+    const WAITERS: usize = 3;
+    // Pauses of 10 to 20 s: no waiter attempts on its own while the test runs.
+    const PAUSE_MS: u64 = 20_000;
+    let server = redis_server();
+    let holder_client = client(&server).await;
+    let mut redis = inspector(&server).await;
+    // Loads the release script, whose first call Redis counts twice (NOSCRIPT, then again).
+    let warm = holder_client.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let holder = holder_client
+        .lock("fair")
+        .ttl_ms(60_000)
+        .acquire()
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for id in 0..WAITERS {
+        let waiter_client = client(&server).await;
+        waiters.push(tokio::spawn(async move {
+            let request = waiter_client
+                .lock("fair")
+                .fair(true)
+                .sleep_ms(PAUSE_MS)
+                .wait_ms(60_000);
+            request.acquire().await.unwrap().release().await.unwrap();
+        }));
+        let queued = eventually(Duration::from_secs(10), || {
+            let mut redis = redis.clone();
+            async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == id + 1 }
+        })
+        .await;
+        assert!(queued, "waiter {id} joined the queue");
+    }
+    subscribers(&redis, "fair", WAITERS as u64).await;
+    let before = support::script_calls(&mut redis).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert!(
+        released_at.elapsed() < Duration::from_millis(PAUSE_MS / 2),
+        "each release woke the next head, none waited for its pause"
+    );
+    let calls = support::script_calls(&mut redis).await - before;
+    assert_eq!(calls, 7, "4 releases and 3 attempts, nothing else");
+}
+
+/// Passes every call: an `Intercepted` backend only to keep a handle on the memory backend
+/// that the client uses.
+#[derive(Debug)]
+struct Passes;
+
+impl Interceptor for Passes {
+    fn before<'a>(&'a self, _: Call<'a>) -> BoxFuture<'a, Verdict> {
+        Box::pin(std::future::ready(Verdict::Pass))
+    }
+}
+
+/// A release that names a head that died (it never attempts again) does not stall the
+/// waiters behind it past the documented bound: its place lapses after `3 × sleep_ms`, and
+/// the next waiter's own pause (at most `sleep_ms`) then ends in an attempt that gets the key.
+#[tokio::test(start_paused = true)]
+async fn a_dead_head_named_by_a_release_holds_the_queue_up_no_longer_than_its_place() {
+    const SLEEP_MS: u64 = 1_000;
+    let backend = Intercepted::new(MemoryBackend::new(), Passes);
+    let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
+    let holder = client.lock("k").acquire().await.unwrap();
+    let dead = Lease {
+        key: "k".into(),
+        owner: "dead".into(),
+        ttl: Duration::from_secs(1),
+    };
+    let place = Duration::from_millis(3 * SLEEP_MS);
+    let queued_at = tokio::time::Instant::now();
+    let attempt = backend.backend.acquire(&dead, Turn::Queue(place)).await;
+    assert!(matches!(attempt, Ok(Acquire::Held { .. })), "{attempt:?}");
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let request = client
+                .lock("k")
+                .fair(true)
+                .sleep_ms(SLEEP_MS)
+                .wait_ms(60_000);
+            let guard = request.acquire().await;
+            (guard, tokio::time::Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    holder.release().await.unwrap();
+    let (guard, granted_at) = waiter.await.unwrap();
+    assert!(guard.is_ok(), "{guard:?}");
+    let waited = granted_at - queued_at;
+    assert!(
+        waited >= place && waited <= place + Duration::from_millis(SLEEP_MS + 1),
+        "granted {waited:?} after the dead head queued"
     );
 }
 

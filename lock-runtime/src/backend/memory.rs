@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::release_hub::ReleaseHub;
+use crate::release_hub::{OwnerTag, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -51,13 +51,15 @@ impl MemoryBackend {
     /// Deletes `key` whoever holds it (an operator's forced release); `true` if it was held.
     /// Its holder learns of the loss at its next renewal.
     pub fn force_release(&self, key: &str) -> bool {
+        let now = Instant::now();
         let released = self.with_state(|state| {
-            state.live_holder(key, Instant::now()).is_some() && state.holders.remove(key).is_some()
+            let held = state.live_holder(key, now).is_some() && state.holders.remove(key).is_some();
+            held.then(|| state.next_waiter(key, now))
         });
-        if released {
-            self.releases.released(key);
+        if let Some(next) = released {
+            self.releases.released(key, next);
         }
-        released
+        released.is_some()
     }
 
     /// How many keys hold something now: live leases (kept ones included), fair queues with
@@ -103,6 +105,17 @@ impl State {
             Some(entry) => entry.1 = now + place,
             None => queue.push_back((owner.to_owned(), now + place)),
         }
+    }
+
+    /// The waiter whose turn it is now that `key` is free, as the Redis release script names
+    /// it: the fair queue's head while its place lasts, else the waiter that reserved the
+    /// turn. `None` when anyone may try (a lapsed head: the next attempt prunes it).
+    fn next_waiter(&mut self, key: &str, now: Instant) -> Option<OwnerTag> {
+        if let Some((head, lapses_at)) = self.queues.get(key).and_then(VecDeque::front) {
+            return (*lapses_at > now).then(|| owner_tag(head));
+        }
+        self.reservation(key, now)
+            .map(|(reserver, _)| owner_tag(reserver))
     }
 
     /// The live reservation of `key`'s next free turn, if any.
@@ -210,8 +223,9 @@ impl State {
     }
 
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
-    /// out of the fair queue. Also says whether waiters should hear of it.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, bool) {
+    /// out of the fair queue. Also says whether waiters should hear of it, and whose turn
+    /// it is then.
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<Option<OwnerTag>>) {
         let now = Instant::now();
         let left_queue = self.queues.get_mut(&lease.key).is_some_and(|queue| {
             let before = queue.len();
@@ -238,20 +252,24 @@ impl State {
                 if keep.as_millis() == 0 {
                     self.holders.remove(&lease.key);
                     self.remember_release(&lease.key, &lease.owner, now);
-                    (Release::Released, true)
+                    (Release::Released, Some(self.next_waiter(&lease.key, now)))
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
                     holder.expires_at = now + keep;
-                    (Release::Released, false)
+                    (Release::Released, None)
                 }
             }
             Some(holder) if holder.owner == released_mark(&lease.owner) => {
-                (Release::Released, false)
+                (Release::Released, None)
             }
-            _ if released_before => (Release::Released, false),
-            Some(_) => (Release::NotOwner, false),
-            None => (Release::NotOwner, left_queue || left_reservation),
+            _ if released_before => (Release::Released, None),
+            Some(_) => (Release::NotOwner, None),
+            // A waiter that leaves may have been the one whose turn it was: anyone may try.
+            None => (
+                Release::NotOwner,
+                (left_queue || left_reservation).then_some(None),
+            ),
         }
     }
 
@@ -312,8 +330,8 @@ impl LockBackend for MemoryBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let (result, announce) = self.with_state(|state| state.release(lease, keep));
-        if announce {
-            self.releases.released(&lease.key);
+        if let Some(next) = announce {
+            self.releases.released(&lease.key, next);
         }
         Box::pin(std::future::ready(Ok(result)))
     }

@@ -19,7 +19,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::LockError;
 use crate::driver::Background;
-use crate::release_hub::{ReleaseHub, ReleaseWatch};
+use crate::release_hub::{OwnerTag, ReleaseHub, ReleaseWatch, parse_owner_tag};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -188,11 +188,18 @@ async fn announce(
 ) {
     while let Some(message) = messages.next().await {
         let Some(hub) = hub.upgrade() else { return };
-        hub.released(message.get_channel_name());
+        hub.released(message.get_channel_name(), next_waiter(&message));
     }
     if let (Some(current), Some(hub)) = (current.upgrade(), hub.upgrade()) {
         close(&mut *current.lock().await, Some(generation), &hub);
     }
+}
+
+/// The waiter a release message names as next (`released <sha1 of its owner token>`), if
+/// any: `released` and `left` name nobody, nor does anything unexpected.
+fn next_waiter(message: &redis::Msg) -> Option<OwnerTag> {
+    let payload: String = message.get_payload().ok()?;
+    parse_owner_tag(payload.strip_prefix("released ")?)
 }
 
 /// Unsubscribes channels nobody has waited for during `LINGER`.

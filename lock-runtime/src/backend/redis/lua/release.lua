@@ -4,7 +4,8 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] turn reservation,
 -- KEYS[5] who released the lock last (kept for RELEASE_MEMORY_MS)
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete;
--- ARGV[3] the channel on which waiters hear of releases.
+-- ARGV[3] the channel on which waiters hear of releases (`released`, or `released <sha1>` naming
+-- the waiter whose turn it is; `left` when a waiter that may have had the turn leaves).
 -- Returns 1 if released, 0 if another owner (or foreign data) holds the key, -1 if nobody
 -- does. The key holds `<owner>:<token>`; any grant of the owner is released. A kept key
 -- (min_hold_ms) is marked `<owner>:released`, so that a renewal already on its way cannot
@@ -17,15 +18,42 @@
 -- How long KEYS[5] remembers the last release: longer than a resend takes.
 local RELEASE_MEMORY_MS = 30000
 
+-- 'released', naming the waiter whose turn it is now, if any, by the SHA-1 of its owner
+-- token (never the token): the fair queue's head while its place lasts (a lapsed head names
+-- nobody: the next attempt prunes it), else the waiter that reserved the turn. Only that
+-- waiter can take the key now, so only it needs to wake.
+local function released_message(reserved)
+  local next
+  local head = redis.pcall('LINDEX', KEYS[2], 0)
+  if type(head) == 'string' then
+    local lapses_at = redis.pcall('ZSCORE', KEYS[3], head)
+    if type(lapses_at) == 'string' then
+      local time = redis.call('TIME')
+      local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+      if tonumber(lapses_at) > now_ms then
+        next = head
+      end
+    end
+  elseif type(reserved) == 'string' then
+    next = reserved
+  end
+  if next then
+    return 'released ' .. redis.sha1hex(next)
+  end
+  return 'released'
+end
+
 local left = false
 local removed = redis.pcall('LREM', KEYS[2], 0, ARGV[1])
 if type(removed) == 'number' and removed > 0 then
   redis.pcall('ZREM', KEYS[3], ARGV[1])
   left = true
 end
-if redis.pcall('GET', KEYS[4]) == ARGV[1] then
+local reserved = redis.pcall('GET', KEYS[4])
+if reserved == ARGV[1] then
   redis.call('DEL', KEYS[4])
   left = true
+  reserved = nil
 end
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] .. ':released' then
@@ -47,7 +75,7 @@ if not ours then
 end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', ARGV[3], 'released')
+  redis.pcall('PUBLISH', ARGV[3], released_message(reserved))
   -- Not over another program's data: an empty key, or a string with a TTL, as this leaves.
   local kind = redis.call('TYPE', KEYS[5]).ok
   if kind == 'none' or (kind == 'string' and redis.call('PTTL', KEYS[5]) > 0) then
