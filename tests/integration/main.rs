@@ -6,6 +6,7 @@ mod attribute;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;
+mod named_release;
 mod readme;
 mod runtime_redis;
 mod security;

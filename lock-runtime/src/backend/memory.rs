@@ -108,14 +108,24 @@ impl State {
     }
 
     /// The waiter whose turn it is now that `key` is free, as the Redis release script names
-    /// it: the fair queue's head while its place lasts, else the waiter that reserved the
-    /// turn. `None` when anyone may try (a lapsed head: the next attempt prunes it).
+    /// it: the fair queue's head while its place lasts and no other waiter reserved the turn,
+    /// else the waiter that reserved the turn. `None` when anyone may try (a lapsed head: the
+    /// next attempt prunes it; a head and another reserver: both may take the key).
     fn next_waiter(&mut self, key: &str, now: Instant) -> Option<OwnerTag> {
-        if let Some((head, lapses_at)) = self.queues.get(key).and_then(VecDeque::front) {
-            return (*lapses_at > now).then(|| owner_tag(head));
+        let reserver = self
+            .reservation(key, now)
+            .map(|(reserver, _)| reserver.clone());
+        // As Redis, whose queue keys expire with the last live place.
+        let queue = self
+            .queues
+            .get(key)
+            .filter(|queue| queue.iter().any(|(_, lapses_at)| *lapses_at > now));
+        if let Some((head, lapses_at)) = queue.and_then(VecDeque::front) {
+            // A reserver may take the key as well as the head: both must hear of it.
+            let alone = reserver.as_ref().is_none_or(|r| r == head);
+            return (*lapses_at > now && alone).then(|| owner_tag(head));
         }
-        self.reservation(key, now)
-            .map(|(reserver, _)| owner_tag(reserver))
+        reserver.map(|reserver| owner_tag(&reserver))
     }
 
     /// The live reservation of `key`'s next free turn, if any.

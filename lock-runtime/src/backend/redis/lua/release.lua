@@ -20,8 +20,8 @@ local RELEASE_MEMORY_MS = 30000
 
 -- 'released', naming the waiter whose turn it is now, if any, by the SHA-1 of its owner
 -- token (never the token): the fair queue's head while its place lasts (a lapsed head names
--- nobody: the next attempt prunes it), else the waiter that reserved the turn. Only that
--- waiter can take the key now, so only it needs to wake.
+-- nobody: the next attempt prunes it) and no other waiter reserved the turn, else the waiter
+-- that reserved the turn. Only that waiter can take the key now, so only it needs to wake.
 local function released_message(reserved)
   local next
   local head = redis.pcall('LINDEX', KEYS[2], 0)
@@ -30,7 +30,9 @@ local function released_message(reserved)
     if type(lapses_at) == 'string' then
       local time = redis.call('TIME')
       local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-      if tonumber(lapses_at) > now_ms then
+      -- A waiter that reserved the turn may take the key as well (plain requests do not
+      -- look at the queue): then both must hear of it, and the message names nobody.
+      if tonumber(lapses_at) > now_ms and (type(reserved) ~= 'string' or reserved == head) then
         next = head
       end
     end
