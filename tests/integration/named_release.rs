@@ -168,32 +168,68 @@ async fn a_fully_lapsed_fair_queue_names_the_reserver_as_on_redis() {
     );
 }
 
+/// A key held on a private redis-server, with waiters queued or reserving by hand, and the
+/// message its release publishes.
+struct OnRedis {
+    server: fencelock::testing::RedisServer,
+    backend: fencelock::backend::redis::RedisBackend,
+    holder: Lease,
+}
+
+impl OnRedis {
+    async fn held() -> Self {
+        use fencelock::backend::redis::{RedisBackend, RedisSettings};
+        let server = crate::support::redis_server();
+        let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
+            .await
+            .unwrap();
+        let holder = lease("holder");
+        let granted = backend.acquire(&holder, Turn::Barge).await;
+        assert!(
+            matches!(granted, Ok(Acquire::Granted { .. })),
+            "{granted:?}"
+        );
+        OnRedis {
+            server,
+            backend,
+            holder,
+        }
+    }
+
+    /// `owner` waits as `turn` says (a fair place or a reservation).
+    async fn waits(&self, owner: &str, turn: Turn) {
+        let attempt = self.backend.acquire(&lease(owner), turn).await;
+        assert!(matches!(attempt, Ok(Acquire::Held { .. })), "{attempt:?}");
+    }
+
+    /// What the holder's release publishes.
+    async fn release_message(&self) -> String {
+        use futures::StreamExt;
+        let mut pubsub = redis::Client::open(self.server.url())
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        pubsub.subscribe("lock:{k}:released").await.unwrap();
+        self.backend
+            .release(&self.holder, Duration::ZERO)
+            .await
+            .unwrap();
+        let message = pubsub.on_message().next().await.unwrap();
+        message.get_payload().unwrap()
+    }
+}
+
 /// The Redis side of the test above: with the queue's keys expired, the release names the
 /// reserver (`released <sha1 of its token>`), what the memory backend mirrors.
 #[tokio::test]
 async fn on_redis_a_fully_lapsed_fair_queue_names_the_reserver() {
-    use fencelock::backend::redis::{RedisBackend, RedisSettings};
-    use futures::StreamExt;
-    let server = crate::support::redis_server();
-    let mut redis = crate::support::inspector(&server).await;
-    let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
-        .await
-        .unwrap();
-    let holder = lease("holder");
-    assert!(matches!(
-        backend.acquire(&holder, Turn::Barge).await,
-        Ok(Acquire::Granted { .. })
-    ));
-    let dead = lease("dead");
-    let queued = backend
-        .acquire(&dead, Turn::Queue(Duration::from_millis(10)))
+    let key = OnRedis::held().await;
+    let mut redis = crate::support::inspector(&key.server).await;
+    key.waits("dead", Turn::Queue(Duration::from_millis(10)))
         .await;
-    assert!(matches!(queued, Ok(Acquire::Held { .. })), "{queued:?}");
-    let reserver = lease("reserver");
-    let reserved = backend
-        .acquire(&reserver, Turn::Reserve(Duration::from_secs(60)))
+    key.waits("reserver", Turn::Reserve(Duration::from_secs(60)))
         .await;
-    assert!(matches!(reserved, Ok(Acquire::Held { .. })), "{reserved:?}");
     let lapsed = crate::support::eventually(Duration::from_secs(10), || {
         let mut redis = redis.clone();
         async move {
@@ -207,15 +243,6 @@ async fn on_redis_a_fully_lapsed_fair_queue_names_the_reserver() {
         lapsed,
         "the queue's keys expired with the dead waiter's place"
     );
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe("lock:{k}:released").await.unwrap();
-    backend.release(&holder, Duration::ZERO).await.unwrap();
-    let message = pubsub.on_message().next().await.unwrap();
-    let payload: String = message.get_payload().unwrap();
     let sha1: String = redis::cmd("EVAL")
         .arg("return redis.sha1hex(ARGV[1])")
         .arg(0)
@@ -223,40 +250,17 @@ async fn on_redis_a_fully_lapsed_fair_queue_names_the_reserver() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(payload, format!("released {sha1}"));
+    assert_eq!(key.release_message().await, format!("released {sha1}"));
 }
 
 /// On Redis too, a release names nobody when a fair queue's head and another waiter's turn
 /// reservation could both take the key: both must wake.
 #[tokio::test]
 async fn on_redis_a_head_and_another_reserver_are_both_woken() {
-    use fencelock::backend::redis::{RedisBackend, RedisSettings};
-    use futures::StreamExt;
-    let server = crate::support::redis_server();
-    let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
-        .await
-        .unwrap();
-    let holder = lease("holder");
-    assert!(matches!(
-        backend.acquire(&holder, Turn::Barge).await,
-        Ok(Acquire::Granted { .. })
-    ));
-    let head = backend
-        .acquire(&lease("head"), Turn::Queue(Duration::from_secs(60)))
+    let key = OnRedis::held().await;
+    key.waits("head", Turn::Queue(Duration::from_secs(60)))
         .await;
-    assert!(matches!(head, Ok(Acquire::Held { .. })), "{head:?}");
-    let reserved = backend
-        .acquire(&lease("reserver"), Turn::Reserve(Duration::from_secs(60)))
+    key.waits("reserver", Turn::Reserve(Duration::from_secs(60)))
         .await;
-    assert!(matches!(reserved, Ok(Acquire::Held { .. })), "{reserved:?}");
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe("lock:{k}:released").await.unwrap();
-    backend.release(&holder, Duration::ZERO).await.unwrap();
-    let message = pubsub.on_message().next().await.unwrap();
-    let payload: String = message.get_payload().unwrap();
-    assert_eq!(payload, "released");
+    assert_eq!(key.release_message().await, "released");
 }

@@ -36,6 +36,16 @@ async fn subscribers(redis: &redis::aio::MultiplexedConnection, key: &str, count
     assert!(subscribed, "{count} subscriber(s) on {channel}");
 }
 
+/// Waits until the fair queue of the key `fair` holds `length` waiters.
+async fn queue_reaches(redis: &redis::aio::MultiplexedConnection, length: usize) {
+    let reached = eventually(Duration::from_secs(10), || {
+        let mut redis = redis.clone();
+        async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == length }
+    })
+    .await;
+    assert!(reached, "the fair queue holds {length} waiter(s)");
+}
+
 #[tokio::test]
 async fn a_waiter_wakes_on_release_not_after_sleep_ms() {
     let server = redis_server();
@@ -180,12 +190,7 @@ async fn fair_mode_serves_waiters_in_arrival_order() {
             guard.release().await.unwrap();
         }));
         // Start the next waiter only once this one is visibly queued.
-        let queued = eventually(Duration::from_secs(10), || {
-            let mut redis = redis.clone();
-            async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == id + 1 }
-        })
-        .await;
-        assert!(queued, "waiter {id} joined the queue");
+        queue_reaches(&redis, id + 1).await;
     }
     holder.release().await.unwrap();
     for waiter in waiters {
@@ -231,12 +236,7 @@ async fn a_release_wakes_only_the_head_of_a_fair_queue() {
                 .wait_ms(60_000);
             request.acquire().await.unwrap().release().await.unwrap();
         }));
-        let queued = eventually(Duration::from_secs(10), || {
-            let mut redis = redis.clone();
-            async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == id + 1 }
-        })
-        .await;
-        assert!(queued, "waiter {id} joined the queue");
+        queue_reaches(&redis, id + 1).await;
     }
     subscribers(&redis, "fair", WAITERS as u64).await;
     let before = support::script_calls(&mut redis).await;
@@ -322,12 +322,8 @@ async fn a_fair_waiter_that_gives_up_leaves_the_queue() {
         matches!(gave_up, Err(LockError::NotAcquired { .. })),
         "{gave_up:?}"
     );
-    let left = eventually(Duration::from_secs(10), || {
-        let mut redis = redis.clone();
-        async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == 0 }
-    })
-    .await;
-    assert!(left, "the place was given back");
+    // The place was given back.
+    queue_reaches(&redis, 0).await;
     holder.release().await.unwrap();
     let _: () = redis.del("unused").await.unwrap();
 }
