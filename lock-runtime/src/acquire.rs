@@ -27,8 +27,10 @@ pub(crate) struct Acquisition {
     give_up_at: Instant,
     /// With `wait_ms`: the call ends by then, also while an attempt or a subscription is out.
     deadline: Option<Instant>,
-    /// When the first attempt that found the key held was sent.
-    waiting_since: Option<Instant>,
+    /// The last attempt that found the key held: when it was sent, and the key's latest
+    /// fencing token then. A release that hands the key over later grants a greater token,
+    /// and its lease started after that send.
+    in_line: Option<InLine>,
     /// Cleared once subscribing failed: a failing subscription can cost a response timeout
     /// each time.
     may_subscribe: bool,
@@ -81,7 +83,7 @@ impl Acquisition {
         Ok(Acquisition {
             give_up_at: started + options.wait(),
             deadline: options.wait_bound().map(|wait| started + wait),
-            waiting_since: None,
+            in_line: None,
             releases: None,
             may_subscribe: client.notifies(),
             pending: PendingAcquire {
@@ -110,9 +112,15 @@ impl Acquisition {
             }
             let holder_remaining = match self.attempt().await {
                 Attempt::Granted { token, sent_at } => {
+                    let granted = Granted {
+                        token,
+                        sent_at,
+                        lease: self.options.ttl(),
+                        acquired_at: sent_at,
+                    };
                     return self
                         .pending
-                        .into_guard(token, sent_at, &self.options, self.reply_lost);
+                        .into_guard(granted, &self.options, self.reply_lost);
                 }
                 Attempt::Refused { holder_remaining } => holder_remaining,
                 Attempt::Failed(error) => return Err(error),
@@ -126,7 +134,20 @@ impl Acquisition {
                 Subscribing::Skipped => {}
                 Subscribing::Cut => return Err(self.give_up().await),
             }
-            self.pause(holder_remaining).await;
+            if let Some(token) = self.pause(holder_remaining).await {
+                let Some(in_line) = self.in_line else {
+                    continue;
+                };
+                let granted = Granted {
+                    token,
+                    sent_at: in_line.sent_at,
+                    lease: self.options.queue_timeout(),
+                    acquired_at: Instant::now(),
+                };
+                return self
+                    .pending
+                    .into_guard(granted, &self.options, self.reply_lost);
+            }
         }
     }
 
@@ -147,10 +168,16 @@ impl Acquisition {
         self.reply_lost |= resent;
         match outcome {
             Ok(Acquire::Granted { token }) => Attempt::Granted { token, sent_at },
-            Ok(Acquire::Held { remaining }) => {
-                self.waiting_since.get_or_insert(sent_at);
-                // A fair place or a reserved turn stays until the waiter leaves.
-                self.pending.leaves_traces = self.reply_lost || turn != Turn::Barge;
+            Ok(Acquire::Held {
+                remaining,
+                latest_token,
+            }) => {
+                self.in_line = Some(InLine {
+                    sent_at,
+                    latest_token,
+                });
+                // A place in line stays until the waiter leaves.
+                self.pending.leaves_traces = self.reply_lost || turn.place().is_some();
                 let key = self.pending.lease.key.clone();
                 self.last_error = Some(LockError::not_acquired(key, self.attempts));
                 Attempt::Refused {
@@ -170,19 +197,16 @@ impl Acquisition {
         }
     }
 
-    /// How the next attempt competes: in the queue if fair, else freely until the waiter
-    /// has waited `STARVING_AFTER`, then reserving the next free turn (for as long as a fair
-    /// place).
+    /// How the attempt competes: a request that will not wait leaves no place in line; a
+    /// fair one waits for its turn in line even when the key is free.
     fn turn(&self) -> Turn {
-        if self.options.fair {
-            Turn::Queue(self.options.queue_timeout())
-        } else if self
-            .waiting_since
-            .is_some_and(|since| since.elapsed() >= STARVING_AFTER)
-        {
-            Turn::Reserve(self.options.queue_timeout())
+        let place = self.options.queue_timeout();
+        if self.options.give_up || self.options.unnotified_retries() == 0 {
+            Turn::Once
+        } else if self.options.fair {
+            Turn::Queue(place)
         } else {
-            Turn::Barge
+            Turn::Wait(place)
         }
     }
 
@@ -229,16 +253,30 @@ impl Acquisition {
     }
 
     /// Waits for a release, at most `sleep_ms` (jittered) or until the holder's lease ends,
-    /// and never past `give_up_at`.
-    async fn pause(&mut self, holder_remaining: Option<Duration>) {
+    /// and never past `give_up_at`. Returns the fencing token of a release that handed the
+    /// key to this request (granted until the request's place in line would have lapsed), if
+    /// that lasts a while yet and renewal takes it over from there; else the next attempt
+    /// finds the key this request's and restarts the lease at `ttl_ms`.
+    async fn pause(&mut self, holder_remaining: Option<Duration>) -> Option<u64> {
         let pause = self
             .options
             .pause(holder_remaining)
             .min(self.give_up_at.saturating_duration_since(Instant::now()));
         tracing::debug!(key = %self.pending.lease.key, attempts = self.attempts, ?pause, "lock not acquired; waiting");
         let owner = &self.pending.lease.owner;
-        if !wait_for_release(self.releases.as_mut(), pause, owner).await {
-            self.unnotified_waits += 1;
+        let latest_token = self.in_line.map_or(u64::MAX, |line| line.latest_token);
+        match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {
+            Woken::HandedOver(token) => {
+                let in_line_since = self.in_line.map(|line| line.sent_at.elapsed());
+                let lasts =
+                    in_line_since.is_some_and(|since| since < self.options.queue_timeout() / 2);
+                (lasts && self.options.renew).then_some(token)
+            }
+            Woken::Released => None,
+            Woken::Slept => {
+                self.unnotified_waits += 1;
+                None
+            }
         }
     }
 
@@ -267,35 +305,67 @@ async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Out
     }
 }
 
-/// How long a waiter competes freely (barging) before it reserves the next free turn:
-/// short enough to bound the wait behind a holder that keeps re-taking the key, long enough
-/// that a lock passed around quickly is not handed off (an extra round trip) on every release.
-const STARVING_AFTER: Duration = Duration::from_millis(10);
+/// A grant, as far as the request knows it.
+struct Granted {
+    token: u64,
+    /// The server holds the grant for at least `lease` after this.
+    sent_at: Instant,
+    lease: Duration,
+    /// When the grant was known to be ours (what `min_hold_ms` counts from).
+    acquired_at: Instant,
+}
 
-/// Sleeps for `pause`, or until `releases` announces a release that `owner` may take; `true`
-/// if a release came. A release that names another waiter's turn (only that waiter can take
-/// the key) is slept through, not to wake every waiter for one, but still counts: the pause
-/// then ends in a free attempt, which also keeps a fair place from lapsing.
+/// The last attempt that found the key held.
+#[derive(Clone, Copy)]
+struct InLine {
+    sent_at: Instant,
+    latest_token: u64,
+}
+
+/// How a pause ended.
+enum Woken {
+    /// A release handed the key to this waiter, with this fencing token.
+    HandedOver(u64),
+    /// A release left the key free (or a release went to another waiter during the pause):
+    /// the next attempt does not use up a retry.
+    Released,
+    /// No release came.
+    Slept,
+}
+
+/// Sleeps for `pause`, or until `releases` announces a release that hands the key to
+/// `owner` or leaves it free. A release that handed the key to another waiter is slept
+/// through, not to wake every waiter for one, but still counts: the pause then ends in an
+/// attempt that renews the waiter's place. An announcement of a hand-off to `owner` whose
+/// token is not above `latest_token` (what the last attempt saw) was sent before that
+/// attempt ran, and is stale: that grant has ended since.
 async fn wait_for_release(
     releases: Option<&mut ReleaseWatch>,
     pause: Duration,
     owner: &str,
-) -> bool {
+    latest_token: u64,
+) -> Woken {
     let Some(watch) = releases else {
         tokio::time::sleep(pause).await;
-        return false;
+        return Woken::Slept;
     };
     let mine = owner_tag(owner);
     let until = Instant::now() + pause;
-    let mut released_for_another = false;
+    let mut released_to_another = false;
     loop {
         tokio::select! {
             biased;
-            next = watch.released() => match next {
-                Some(next) if next != mine => released_for_another = true,
-                _ => return true,
+            released = watch.released() => match released {
+                Some(hand_off) if hand_off.owner != mine => released_to_another = true,
+                Some(hand_off) if hand_off.token > latest_token => {
+                    return Woken::HandedOver(hand_off.token);
+                }
+                Some(_) => {}
+                None => return Woken::Released,
             },
-            () = tokio::time::sleep_until(until) => return released_for_another,
+            () = tokio::time::sleep_until(until) => {
+                return if released_to_another { Woken::Released } else { Woken::Slept };
+            }
         }
     }
 }
@@ -310,22 +380,28 @@ struct PendingAcquire {
 }
 
 impl PendingAcquire {
-    /// The guard of a grant: from now on the lease is renewed and watched for loss. If that
-    /// cannot start, `self` is dropped with traces and the grant deleted again. After a lost
-    /// reply the guard keeps a cleanup due past its own release.
+    /// The guard of `granted`: from now on the lease is renewed and watched for loss. If
+    /// that cannot start, `self` is dropped with traces and the grant deleted again. After a
+    /// lost reply the guard keeps a cleanup due past its own release.
     fn into_guard(
         mut self,
-        token: u64,
-        sent_at: Instant,
+        granted: Granted,
         options: &LockOptions,
         reply_lost: bool,
     ) -> Result<LockGuard, LockError> {
+        let Granted {
+            token,
+            sent_at,
+            lease,
+            acquired_at,
+        } = granted;
         let tracking = self.client.renewer().track(
             HeldLease {
                 lease: self.lease.clone(),
                 token,
             },
             sent_at,
+            lease,
             options,
         )?;
         self.leaves_traces = false;
@@ -333,14 +409,14 @@ impl PendingAcquire {
             self.client.clone(),
             self.lease.clone(),
             token,
-            sent_at,
+            acquired_at,
             options.min_hold(),
             tracking,
             reply_lost,
         ))
     }
 
-    /// Gives back the place in a fair queue or the reserved turn before giving up, so that
+    /// Gives back the place in line (or a grant a release handed over) before giving up, so that
     /// the next request does not find the key held for a waiter that has left. A lost reply
     /// keeps the background cleanup due (its attempt may still arrive); whatever fails here,
     /// or would outlast the deadline, is left to it too.
@@ -366,5 +442,41 @@ impl Drop for PendingAcquire {
                 false,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::release_hub::{HandOff, ReleaseHub};
+
+    /// An announcement that handed the key to this waiter can reach it after an attempt
+    /// that found that grant ended and the key another owner's (on Redis the message comes
+    /// on the subscription connection, the attempt's reply on another; an operator's `DEL`
+    /// ends a grant unannounced). Its token is not above what the attempt saw: taken for a
+    /// grant, the waiter would hold the lock beside that owner.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_announced_before_the_last_attempt_is_not_taken() {
+        let hub = Arc::new(ReleaseHub::default());
+        let (mut watch, _) = hub.watch("k");
+        let hand_off = |token| HandOff {
+            owner: owner_tag("waiter"),
+            token,
+        };
+        hub.released("k", Some(hand_off(5)));
+        let pause = Duration::from_millis(100);
+        let woken = wait_for_release(Some(&mut watch), pause, "waiter", 7).await;
+        assert!(
+            matches!(woken, Woken::Slept),
+            "the stale hand-off is slept through"
+        );
+        hub.released("k", Some(hand_off(8)));
+        let woken = wait_for_release(Some(&mut watch), pause, "waiter", 7).await;
+        assert!(
+            matches!(woken, Woken::HandedOver(8)),
+            "a later one is taken"
+        );
     }
 }

@@ -32,11 +32,18 @@ struct Releases {
     announced: Notify,
 }
 
-/// How many releases were announced, and whom the last one named.
+/// How many releases were announced, and to whom the last one handed the key.
 #[derive(Debug, Default, Clone, Copy)]
 struct Announced {
     count: u64,
-    next: Option<OwnerTag>,
+    handed_to: Option<HandOff>,
+}
+
+/// A release that handed the key to a waiter: whom (by tag), with which fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandOff {
+    pub(crate) owner: OwnerTag,
+    pub(crate) token: u64,
 }
 
 impl Releases {
@@ -44,18 +51,18 @@ impl Releases {
         *lock_ignoring_poison(&self.announced_so_far)
     }
 
-    fn announce(&self, next: Option<OwnerTag>) {
+    fn announce(&self, handed_to: Option<HandOff>) {
         {
             let mut announced = lock_ignoring_poison(&self.announced_so_far);
             announced.count += 1;
-            announced.next = next;
+            announced.handed_to = handed_to;
         }
         self.announced.notify_waiters();
     }
 }
 
-/// A short, one-way tag of an owner token, by which a release names the waiter whose turn
-/// is next without revealing its token: the first 64 bits of the token's SHA-1 (Redis
+/// A short, one-way tag of an owner token, by which a release names the waiter it handed
+/// the key to without revealing its token: the first 64 bits of the token's SHA-1 (Redis
 /// computes it with `redis.sha1hex`).
 pub(crate) type OwnerTag = u64;
 
@@ -68,17 +75,24 @@ pub(crate) fn owner_tag(owner: &str) -> OwnerTag {
 }
 
 /// The tag in a release message, as the hex digest the release script sends.
-pub(crate) fn parse_owner_tag(hex_digest: &str) -> Option<OwnerTag> {
+fn parse_owner_tag(hex_digest: &str) -> Option<OwnerTag> {
     u64::from_str_radix(hex_digest.get(..16)?, 16).ok()
+}
+
+/// The hand-off a release message announces: `granted <sha1 of the owner token> <token>`;
+/// `None` for `released` (the key is free: anyone may try), `left`, or anything unexpected.
+pub(crate) fn parse_hand_off(message: &str) -> Option<HandOff> {
+    let mut words = message.strip_prefix("granted ")?.split(' ');
+    let owner = parse_owner_tag(words.next()?)?;
+    let token = words.next()?.parse().ok()?;
+    Some(HandOff { owner, token })
 }
 
 impl ReleaseWatch {
     /// Completes at the next release of the key after the watch was made or last completed,
-    /// with the tag of the waiter whose turn it is, when the release named one (its fair
-    /// queue's head, or the waiter that reserved the turn): the others cannot take the key
-    /// now. `None` when anyone may try. Of several releases at once, the last one tells:
-    /// it names whose turn it is now.
-    pub(crate) async fn released(&mut self) -> Option<OwnerTag> {
+    /// with the hand-off, when the release gave the key to a waiter (only that waiter can
+    /// use it). `None` when anyone may try. Of several releases at once, the last one tells.
+    pub(crate) async fn released(&mut self) -> Option<HandOff> {
         loop {
             let announced = self.releases.announced.notified();
             tokio::pin!(announced);
@@ -87,7 +101,7 @@ impl ReleaseWatch {
             let now = self.releases.announced();
             if now.count > self.seen {
                 self.seen = now.count;
-                return now.next;
+                return now.handed_to;
             }
             announced.await;
         }
@@ -187,11 +201,11 @@ impl ReleaseHub {
         idle
     }
 
-    /// Wakes the waiters of `key`; `next` names the one whose turn it is, if any.
-    pub(crate) fn released(&self, key: &str, next: Option<OwnerTag>) {
+    /// Wakes the waiters of `key`; `handed_to` names the one the key went to, if any.
+    pub(crate) fn released(&self, key: &str, handed_to: Option<HandOff>) {
         let releases = self.keys().get(key).map(|watched| watched.releases.clone());
         if let Some(releases) = releases {
-            releases.announce(next);
+            releases.announce(handed_to);
         }
     }
 
@@ -221,5 +235,19 @@ mod tests {
         assert_eq!(parse_owner_tag(&hex), Some(owner_tag("abc")));
         assert_eq!(parse_owner_tag("short"), None);
         assert_eq!(parse_owner_tag("zz993e364706816aba3e"), None);
+    }
+
+    #[test]
+    fn hand_offs_are_read_from_granted_messages_only() {
+        let hex = sha1_smol::Sha1::from("abc").digest().to_string();
+        let hand_off = HandOff {
+            owner: owner_tag("abc"),
+            token: 17,
+        };
+        assert_eq!(parse_hand_off(&format!("granted {hex} 17")), Some(hand_off));
+        assert_eq!(parse_hand_off(&format!("granted {hex}")), None);
+        assert_eq!(parse_hand_off(&format!("granted {hex} x")), None);
+        assert_eq!(parse_hand_off("released"), None);
+        assert_eq!(parse_hand_off("left"), None);
     }
 }

@@ -198,9 +198,14 @@ impl Tracked {
 
     /// Records that the lease was granted or extended by a request sent at `sent_at`.
     fn confirm(&mut self, sent_at: Instant) {
-        let ttl = self.held.lease.ttl;
-        self.valid_until = sent_at + ttl - drift(ttl);
-        self.next_due = sent_at + self.interval();
+        self.confirm_lease(sent_at, self.held.lease.ttl);
+    }
+
+    /// Records that the server holds the grant for at least `lease` after `sent_at`: valid
+    /// until then (less the drift), renewed after a third of it.
+    fn confirm_lease(&mut self, sent_at: Instant, lease: Duration) {
+        self.valid_until = sent_at + lease - drift(lease);
+        self.next_due = sent_at + lease / 3;
     }
 
     /// Whether the next round should take this lease: renewed, not out in another round, and
@@ -281,11 +286,14 @@ impl Renewer {
         }
     }
 
-    /// Starts tracking a lease granted by a request sent at `sent_at`.
+    /// Starts tracking a lease that the server holds for at least `lease` after `sent_at`:
+    /// the lease asked for, for a grant by a request sent then; for a grant a release handed
+    /// over, the waiter's place in line as its attempt sent then renewed it.
     pub(crate) fn track(
         &self,
         held: HeldLease,
         sent_at: Instant,
+        lease: Duration,
         options: &LockOptions,
     ) -> Result<Tracking, LockError> {
         let signal = Arc::new(LossSignal::default());
@@ -298,7 +306,7 @@ impl Renewer {
             signal: signal.clone(),
             held,
         };
-        tracked.confirm(sent_at);
+        tracked.confirm_lease(sent_at, lease);
         let first_event = tracked.next_wake();
         let mut registry = self.shared.registry();
         if !registry.loop_running {

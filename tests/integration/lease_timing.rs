@@ -77,7 +77,7 @@ impl Partitionable {
             owner: "intruder".into(),
             ttl: Duration::from_secs(1),
         };
-        let attempt = self.memory().acquire(&intruder, Turn::Barge).await.unwrap();
+        let attempt = self.memory().acquire(&intruder, Turn::Once).await.unwrap();
         assert!(
             matches!(attempt, Acquire::Held { .. }),
             "{why}: {attempt:?}"

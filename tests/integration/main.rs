@@ -3,10 +3,10 @@
 //! `global_client` (a process-wide client), `simulation` and `ui` are binaries of their own.
 
 mod attribute;
+mod hand_off;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;
-mod named_release;
 mod readme;
 mod runtime_redis;
 mod security;

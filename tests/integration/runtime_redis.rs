@@ -232,7 +232,7 @@ fn a_guard_dropped_outside_any_runtime_is_released() {
 
 /// Review defect 8: every key of one lock must hash to one Redis Cluster slot whatever the key
 /// text, also when it starts with `}` (which used to give the empty hash tag `{}`, so that
-/// Redis hashed each whole key and `:fence`, `:queue` and `:turn` landed in other slots). A
+/// Redis hashed each whole key and `:fence` and `:queue` landed in other slots). A
 /// one-node cluster owning every slot refuses scripts whose keys span slots (`CROSSSLOT`), so
 /// the conformance suite run on it with keys starting with `}` proves the layout.
 #[tokio::test]

@@ -308,7 +308,7 @@ async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
     assert_eq!(untouched, "value");
 }
 
-/// Review defect 4: what a lock keeps next to its key (`:fence`, `:turn`, `:queue`) may also be
+/// Review defect 4: what a lock keeps next to its key (`:fence`, `:queue`) may also be
 /// taken by foreign data. Acquiring then reports `KeyInUse` at once, naming the key, and
 /// releasing still releases; the foreign data is left as it was.
 #[tokio::test]
@@ -321,7 +321,10 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
         .hset("lock:{hash-fence}:fence", "f", "v")
         .await
         .unwrap();
-    let _: () = redis.rpush("lock:{list-turn}:turn", "x").await.unwrap();
+    let _: () = redis
+        .rpush("lock:{list-deadlines}:queue:deadlines", "x")
+        .await
+        .unwrap();
     let _: () = redis
         .set("lock:{huge-fence}:fence", "99999999999999999999")
         .await
@@ -334,8 +337,8 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
         ("text-fence", false, "fence"),
         ("hash-fence", false, "fence"),
         ("huge-fence", false, "fence"),
-        ("list-turn", false, "turn"),
-        ("text-queue", true, "queue"),
+        ("list-deadlines", false, "queue deadlines"),
+        ("text-queue", false, "queue"),
     ];
     for (key, fair, helper) in cases {
         let started = Instant::now();
@@ -353,10 +356,13 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
     let fence: String = redis.get("lock:{text-fence}:fence").await.unwrap();
     assert_eq!(fence, "abc", "the foreign data is left alone");
 
-    // A release must not trip over a foreign queue or turn key either.
+    // A release must not trip over foreign queue keys either (nor hand the key over).
     let guard = locks.lock("held").ttl_ms(60_000).acquire().await.unwrap();
     let _: () = redis.set("lock:{held}:queue", "not a list").await.unwrap();
-    let _: () = redis.rpush("lock:{held}:turn", "x").await.unwrap();
+    let _: () = redis
+        .rpush("lock:{held}:queue:deadlines", "x")
+        .await
+        .unwrap();
     guard.release().await.expect("the release goes through");
     let held: bool = redis.exists("lock:{held}").await.unwrap();
     assert!(!held, "the lock key is deleted");

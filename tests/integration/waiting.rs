@@ -204,12 +204,18 @@ async fn fair_mode_serves_waiters_in_arrival_order() {
     );
 }
 
-/// A release names the waiter whose turn it is: in a fair queue only the head wakes and
-/// attempts, the waiters behind it sleep on. Three queued waiters, served one after the
-/// other: four releases and three attempts (when every release woke every waiter, the
-/// attempts were 3 + 2 + 1).
+/// A release hands the key to the oldest waiter, which holds it without another attempt;
+/// the waiters behind it sleep on. Three waiters in line, served one after the other: four
+/// releases and no attempt, in either mode (when every release woke every waiter, the
+/// attempts were 3 + 2 + 1; when a release named the head, 3).
 #[tokio::test]
-async fn a_release_wakes_only_the_head_of_a_fair_queue() {
+async fn releases_hand_the_key_down_the_line_without_an_attempt() {
+    for fair in [true, false] {
+        hand_down_the_line(fair).await;
+    }
+}
+
+async fn hand_down_the_line(fair: bool) {
     const WAITERS: usize = 3;
     // Pauses of 10 to 20 s: no waiter attempts on its own while the test runs.
     const PAUSE_MS: u64 = 20_000;
@@ -231,7 +237,7 @@ async fn a_release_wakes_only_the_head_of_a_fair_queue() {
         waiters.push(tokio::spawn(async move {
             let request = waiter_client
                 .lock("fair")
-                .fair(true)
+                .fair(fair)
                 .sleep_ms(PAUSE_MS)
                 .wait_ms(60_000);
             request.acquire().await.unwrap().release().await.unwrap();
@@ -247,10 +253,10 @@ async fn a_release_wakes_only_the_head_of_a_fair_queue() {
     }
     assert!(
         released_at.elapsed() < Duration::from_millis(PAUSE_MS / 2),
-        "each release woke the next head, none waited for its pause"
+        "fair({fair}): each release handed the key on, none waited for its pause"
     );
     let calls = support::script_calls(&mut redis).await - before;
-    assert_eq!(calls, 7, "4 releases and 3 attempts, nothing else");
+    assert_eq!(calls, 4, "fair({fair}): 4 releases, nothing else");
 }
 
 /// Passes every call: an `Intercepted` backend only to keep a handle on the memory backend
@@ -264,11 +270,12 @@ impl Interceptor for Passes {
     }
 }
 
-/// A release that names a head that died (it never attempts again) does not stall the
-/// waiters behind it past the documented bound: its place lapses after `3 × sleep_ms`, and
-/// the next waiter's own pause (at most `sleep_ms`) then ends in an attempt that gets the key.
+/// A release that hands the key to a waiter that died (it never attempts again) does not
+/// stall the waiters behind it past the documented bound: the grant lasts until its place
+/// would have lapsed, `3 × sleep_ms` after its last attempt, and the next waiter's own pause
+/// (cut at the end of that lease) then ends in an attempt that gets the key.
 #[tokio::test(start_paused = true)]
-async fn a_dead_head_named_by_a_release_holds_the_queue_up_no_longer_than_its_place() {
+async fn a_dead_waiter_handed_the_key_holds_it_no_longer_than_its_place() {
     const SLEEP_MS: u64 = 1_000;
     let backend = Intercepted::new(MemoryBackend::new(), Passes);
     let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
@@ -426,7 +433,7 @@ async fn wait_ms_bounds_the_call_while_the_backend_is_slow() {
             owner: "holder".into(),
             ttl: Duration::from_secs(60),
         };
-        backend.backend.acquire(&holder, Turn::Barge).await.unwrap();
+        backend.backend.acquire(&holder, Turn::Once).await.unwrap();
         let client = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());
         let started = tokio::time::Instant::now();
         let outcome = client.lock("k").sleep_ms(10).wait_ms(50).acquire().await;

@@ -298,7 +298,7 @@ impl History {
         if keys_in_use > 0 {
             found.push(format!(
                 "{keys_in_use} key(s) still in use after every client was done and every \
-                 lease, place and reservation had run out"
+                 lease and place had run out"
             ));
         }
         found

@@ -33,7 +33,7 @@ use crate::workload::Task;
 const CI_SEEDS: u64 = 1_000;
 /// Virtual time an operation set may take before it counts as hung.
 const BUDGET: Duration = Duration::from_secs(600);
-/// Virtual time after the last operation in which every lease, queue place, reservation,
+/// Virtual time after the last operation in which every lease, place in line,
 /// late request and background cleanup has run out.
 const WIND_DOWN: Duration = Duration::from_secs(30);
 

@@ -450,7 +450,7 @@ impl LockBackend for SimBackend {
         lease: &'a Lease,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        let (world, lease) = (self.world.clone(), lease.clone());
+        let (world, client, lease) = (self.world.clone(), self.client, lease.clone());
         let what = format!(
             "release {} by {}",
             lease.key,
@@ -460,10 +460,18 @@ impl LockBackend for SimBackend {
             let op = current_op();
             self.world.history().release_sent(op, &lease.owner);
             let run = Box::new(move || {
+                let before = world.memory.holder(&lease.key);
                 let outcome = world.memory.release(&lease, keep).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
                 if let Ok(released) = outcome {
-                    world.history().released(&lease.key, &lease.owner, released);
+                    let mut history = world.history();
+                    history.released(&lease.key, &lease.owner, released);
+                    // The release may have handed the key to a waiter: a new grant.
+                    let token_before = before.map(|(_, token)| token);
+                    let after = world.memory.holder(&lease.key);
+                    if let Some((owner, token)) = after.filter(|(_, t)| Some(*t) != token_before) {
+                        history.granted(client, &lease.key, &owner, token);
+                    }
                 }
                 Reply::Release(outcome)
             });

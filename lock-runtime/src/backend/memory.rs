@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::release_hub::{OwnerTag, ReleaseHub, owner_tag};
+use crate::release_hub::{HandOff, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -24,10 +24,8 @@ pub struct MemoryBackend {
 #[derive(Default)]
 struct State {
     holders: HashMap<String, Holder>,
-    /// Fair waiters per key, oldest first, with the time their place lapses.
-    queues: HashMap<String, VecDeque<(String, Instant)>>,
-    /// Next free turns reserved by starving waiters, until when.
-    reservations: HashMap<String, (String, Instant)>,
+    /// The waiters in line per key, oldest first.
+    lines: HashMap<String, VecDeque<Place>>,
     /// Who released each key last, until when that is remembered: a release sent again after
     /// its reply was lost learns that the first one released the key.
     released_by: HashMap<String, (String, Instant)>,
@@ -42,42 +40,55 @@ struct Holder {
     expires_at: Instant,
 }
 
+/// A waiter's place in a key's line, and when it lapses.
+struct Place {
+    owner: String,
+    lapses_at: Instant,
+}
+
 impl MemoryBackend {
     /// An empty backend.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Deletes `key` whoever holds it (an operator's forced release); `true` if it was held.
-    /// Its holder learns of the loss at its next renewal.
+    /// Deletes `key` whoever holds it (an operator's forced release; as a `DEL` on Redis, it
+    /// hands the key to nobody); `true` if it was held. Its holder learns of the loss at its
+    /// next renewal; waiters in this process wake and try.
     pub fn force_release(&self, key: &str) -> bool {
         let now = Instant::now();
         let released = self.with_state(|state| {
-            let held = state.live_holder(key, now).is_some() && state.holders.remove(key).is_some();
-            held.then(|| state.next_waiter(key, now))
+            state.live_holder(key, now).is_some() && state.holders.remove(key).is_some()
         });
-        if let Some(next) = released {
-            self.releases.released(key, next);
+        if released {
+            self.releases.released(key, None);
         }
-        released.is_some()
+        released
     }
 
-    /// How many keys hold something now: live leases (kept ones included), fair queues with
-    /// a live place, live turn reservations. 0 once every lock is released and every lease,
-    /// place and reservation left behind has run out.
+    /// The owner token and fencing token of `key`'s live grant, if any: test support, for
+    /// histories that record the grants a release hands over.
+    #[cfg(feature = "testing")]
+    pub fn holder(&self, key: &str) -> Option<(String, u64)> {
+        let now = Instant::now();
+        self.with_state(|state| {
+            let holder = state.live_holder(key, now)?;
+            Some((holder.owner.clone(), holder.token))
+        })
+    }
+
+    /// How many keys hold something now: live leases (kept ones included), lines with a
+    /// live place. 0 once every lock is released and every lease and place left behind has
+    /// run out.
     pub fn keys_in_use(&self) -> usize {
         let now = Instant::now();
         self.with_state(|state| {
             let holders = state.holders.values().filter(|h| h.expires_at > now);
-            let queues = state
-                .queues
+            let lines = state
+                .lines
                 .values()
-                .filter(|queue| queue.iter().any(|(_, lapses_at)| *lapses_at > now));
-            let reservations = state
-                .reservations
-                .values()
-                .filter(|(_, until)| *until > now);
-            holders.count() + queues.count() + reservations.count()
+                .filter(|line| line.iter().any(|place| place.lapses_at > now));
+            holders.count() + lines.count()
         })
     }
 
@@ -96,128 +107,97 @@ impl State {
         self.holders.get_mut(key)
     }
 
-    /// Puts `owner` at the back of `key`'s fair queue, or renews its place there, after
-    /// dropping the places that lapsed.
-    fn keep_place(&mut self, key: &str, owner: &str, place: Duration, now: Instant) {
-        let queue = self.queues.entry(key.to_owned()).or_default();
-        queue.retain(|(_, lapses_at)| *lapses_at > now);
-        match queue.iter_mut().find(|(waiter, _)| waiter == owner) {
-            Some(entry) => entry.1 = now + place,
-            None => queue.push_back((owner.to_owned(), now + place)),
+    /// `key`'s line without the places that lapsed (`None` when none is left, as Redis,
+    /// whose line keys expire with the last live place).
+    fn live_line(&mut self, key: &str, now: Instant) -> Option<&mut VecDeque<Place>> {
+        let line = self.lines.get_mut(key)?;
+        line.retain(|place| place.lapses_at > now);
+        if line.is_empty() {
+            self.lines.remove(key);
+            return None;
+        }
+        self.lines.get_mut(key)
+    }
+
+    /// Puts the lease's owner at the back of its key's line, or renews its place there.
+    fn keep_place(&mut self, lease: &Lease, place: Duration, now: Instant) {
+        let line = self.lines.entry(lease.key.clone()).or_default();
+        match line.iter_mut().find(|p| p.owner == lease.owner) {
+            Some(kept) => kept.lapses_at = now + place,
+            None => line.push_back(Place {
+                owner: lease.owner.clone(),
+                lapses_at: now + place,
+            }),
         }
     }
 
-    /// The waiter whose turn it is now that `key` is free, as the Redis release script names
-    /// it: the fair queue's head while its place lasts and no other waiter reserved the turn,
-    /// else the waiter that reserved the turn. `None` when anyone may try (a lapsed head: the
-    /// next attempt prunes it; a head and another reserver: both may take the key).
-    fn next_waiter(&mut self, key: &str, now: Instant) -> Option<OwnerTag> {
-        let reserver = self
-            .reservation(key, now)
-            .map(|(reserver, _)| reserver.clone());
-        // As Redis, whose queue keys expire with the last live place.
-        let queue = self
-            .queues
-            .get(key)
-            .filter(|queue| queue.iter().any(|(_, lapses_at)| *lapses_at > now));
-        if let Some((head, lapses_at)) = queue.and_then(VecDeque::front) {
-            // A reserver may take the key as well as the head: both must hear of it.
-            let alone = reserver.as_ref().is_none_or(|r| r == head);
-            return (*lapses_at > now && alone).then(|| owner_tag(head));
-        }
-        reserver.map(|reserver| owner_tag(&reserver))
-    }
-
-    /// The live reservation of `key`'s next free turn, if any.
-    fn reservation(&mut self, key: &str, now: Instant) -> Option<&(String, Instant)> {
-        if self
-            .reservations
-            .get(key)
-            .is_some_and(|(_, until)| *until <= now)
-        {
-            self.reservations.remove(key);
-        }
-        self.reservations.get(key)
-    }
-
-    /// Whether `owner` may take the free `key` now: not while another waiter has reserved
-    /// the turn; in fair mode only as the oldest waiter (its place is then used up).
-    fn takes_turn(&mut self, key: &str, owner: &str, turn: Turn, now: Instant) -> bool {
-        let Turn::Queue(place) = turn else {
-            return match self.reservation(key, now) {
-                Some((reserver, _)) if reserver != owner => false,
-                Some(_) => {
-                    self.reservations.remove(key);
-                    true
-                }
-                None => true,
-            };
+    /// Takes `owner` out of `key`'s line; `true` if it was there.
+    fn leave_line(&mut self, key: &str, owner: &str) -> bool {
+        let Some(line) = self.lines.get_mut(key) else {
+            return false;
         };
-        self.keep_place(key, owner, place, now);
-        let queue = self.queues.entry(key.to_owned()).or_default();
-        if queue.front().is_some_and(|(waiter, _)| waiter == owner) {
-            queue.pop_front();
-            if queue.is_empty() {
-                self.queues.remove(key);
-            }
-            true
-        } else {
-            false
+        let before = line.len();
+        line.retain(|place| place.owner != owner);
+        let left = line.len() < before;
+        if line.is_empty() {
+            self.lines.remove(key);
         }
+        left
     }
 
-    /// A held key: a fair waiter keeps its place, a starving one reserves the next turn
-    /// unless another waiter did.
-    fn wait_for_turn(&mut self, lease: &Lease, turn: Turn, now: Instant) {
-        match turn {
-            Turn::Queue(place) => self.keep_place(&lease.key, &lease.owner, place, now),
-            Turn::Reserve(time) => {
-                let free = self
-                    .reservation(&lease.key, now)
-                    .is_none_or(|(reserver, _)| *reserver == lease.owner);
-                if free {
-                    let reservation = (lease.owner.clone(), now + time);
-                    self.reservations.insert(lease.key.clone(), reservation);
-                }
-            }
-            Turn::Barge => {}
+    fn grant(&mut self, key: &str, owner: &str, expires_at: Instant) -> u64 {
+        self.last_token += 1;
+        let holder = Holder {
+            owner: owner.to_owned(),
+            token: self.last_token,
+            expires_at,
+        };
+        self.holders.insert(key.to_owned(), holder);
+        self.last_token
+    }
+
+    /// Grants the free `key` to the oldest waiter in line whose place lasts, until the place
+    /// would have lapsed, as the Redis release script does; `None` if nobody waits.
+    fn hand_off(&mut self, key: &str, now: Instant) -> Option<HandOff> {
+        let next = self.live_line(key, now)?.pop_front()?;
+        if self.lines.get(key).is_some_and(VecDeque::is_empty) {
+            self.lines.remove(key);
         }
+        let token = self.grant(key, &next.owner, next.lapses_at);
+        Some(HandOff {
+            owner: owner_tag(&next.owner),
+            token,
+        })
     }
 
     fn acquire(&mut self, lease: &Lease, turn: Turn) -> Acquire {
         let now = Instant::now();
-        match self.live_holder(&lease.key, now) {
+        let remaining = match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 holder.expires_at = now + lease.ttl;
                 return Acquire::Granted {
                     token: holder.token,
                 };
             }
-            Some(holder) => {
-                let remaining = holder.expires_at.saturating_duration_since(now);
-                self.wait_for_turn(lease, turn, now);
-                return Acquire::Held {
-                    remaining: Some(remaining),
-                };
+            Some(holder) => Some(holder.expires_at.saturating_duration_since(now)),
+            None => None,
+        };
+        let earlier_waiter = matches!(turn, Turn::Queue(_))
+            && self
+                .live_line(&lease.key, now)
+                .and_then(|line| line.front())
+                .is_some_and(|head| head.owner != lease.owner);
+        if remaining.is_some() || earlier_waiter {
+            if let Some(place) = turn.place() {
+                self.keep_place(lease, place, now);
             }
-            None => {}
+            return Acquire::Held {
+                remaining,
+                latest_token: self.last_token,
+            };
         }
-        if !self.takes_turn(&lease.key, &lease.owner, turn, now) {
-            let remaining = self
-                .reservation(&lease.key, now)
-                .map(|(_, until)| until.saturating_duration_since(now));
-            return Acquire::Held { remaining };
-        }
-        self.last_token += 1;
-        let token = self.last_token;
-        self.holders.insert(
-            lease.key.clone(),
-            Holder {
-                owner: lease.owner.clone(),
-                token,
-                expires_at: now + lease.ttl,
-            },
-        );
+        self.leave_line(&lease.key, &lease.owner);
+        let token = self.grant(&lease.key, &lease.owner, now + lease.ttl);
         Acquire::Granted { token }
     }
 
@@ -233,25 +213,11 @@ impl State {
     }
 
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
-    /// out of the fair queue. Also says whether waiters should hear of it, and whose turn
-    /// it is then.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<Option<OwnerTag>>) {
+    /// out of the line. Also says whether waiters should hear of it, and to whom the key
+    /// went.
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<Option<HandOff>>) {
         let now = Instant::now();
-        let left_queue = self.queues.get_mut(&lease.key).is_some_and(|queue| {
-            let before = queue.len();
-            queue.retain(|(waiter, _)| *waiter != lease.owner);
-            queue.len() < before
-        });
-        let left_reservation = self
-            .reservations
-            .get(&lease.key)
-            .is_some_and(|(reserver, _)| *reserver == lease.owner);
-        if left_reservation {
-            self.reservations.remove(&lease.key);
-        }
-        if self.queues.get(&lease.key).is_some_and(VecDeque::is_empty) {
-            self.queues.remove(&lease.key);
-        }
+        let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
             .released_by
             .get(&lease.key)
@@ -262,7 +228,7 @@ impl State {
                 if keep.as_millis() == 0 {
                     self.holders.remove(&lease.key);
                     self.remember_release(&lease.key, &lease.owner, now);
-                    (Release::Released, Some(self.next_waiter(&lease.key, now)))
+                    (Release::Released, Some(self.hand_off(&lease.key, now)))
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
@@ -275,11 +241,9 @@ impl State {
             }
             _ if released_before => (Release::Released, None),
             Some(_) => (Release::NotOwner, None),
-            // A waiter that leaves may have been the one whose turn it was: anyone may try.
-            None => (
-                Release::NotOwner,
-                (left_queue || left_reservation).then_some(None),
-            ),
+            // A fair waiter that leaves a free key may have been the one whose turn it was:
+            // the others try again.
+            None => (Release::NotOwner, left_line.then_some(None)),
         }
     }
 
@@ -362,22 +326,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn leases_expire_on_the_tokio_clock() {
         let backend = MemoryBackend::new();
-        let first = backend
-            .acquire(&lease("a", 100), Turn::Barge)
-            .await
-            .unwrap();
+        let first = backend.acquire(&lease("a", 100), Turn::Once).await.unwrap();
         assert!(matches!(first, Acquire::Granted { token: 1 }));
         tokio::time::advance(Duration::from_millis(99)).await;
         assert!(matches!(
-            backend.acquire(&lease("b", 100), Turn::Barge).await.unwrap(),
-            Acquire::Held { remaining: Some(r) } if r == Duration::from_millis(1)
+            backend.acquire(&lease("b", 100), Turn::Once).await.unwrap(),
+            Acquire::Held { remaining: Some(r), .. } if r == Duration::from_millis(1)
         ));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
-            backend
-                .acquire(&lease("b", 100), Turn::Barge)
-                .await
-                .unwrap(),
+            backend.acquire(&lease("b", 100), Turn::Once).await.unwrap(),
             Acquire::Granted { token: 2 }
         ));
         assert_eq!(

@@ -63,31 +63,47 @@ pub struct HeldLease {
 /// The answer to one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
-    /// The lease is ours (newly, or again for the same owner), with this fencing token.
+    /// The lease is ours (newly, again for the same owner, or handed over by a release),
+    /// with this fencing token.
     Granted {
         /// The fencing token of this grant.
         token: u64,
     },
-    /// Another owner holds the key.
+    /// Another owner holds the key, or it is an earlier waiter's turn.
     Held {
-        /// How long its lease still runs, when the backend knows.
+        /// How long the holder's lease still runs, when the backend knows.
         remaining: Option<Duration>,
+        /// The key's latest fencing token when the attempt ran: a release that hands the
+        /// key to this waiter later grants a greater one, which tells its announcement from
+        /// one sent before the attempt and delivered after it.
+        latest_token: u64,
     },
 }
 
 /// How an acquire attempt competes with other waiters for a free key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Turn {
-    /// Take a free key at once, unless it is reserved for a starving waiter.
+    /// Take a free key at once; if it is held, leave no trace (a single attempt).
     #[default]
-    Barge,
-    /// As `Barge`; if the key is held, also reserve its next free turn for this owner (unless
-    /// another waiter did), for the given time. A waiter that has waited long asks this, so
-    /// that newcomers and the holder itself cannot keep taking the key before it.
-    Reserve(Duration),
-    /// Fair mode: a free key goes only to the oldest waiter. The owner joins the key's queue,
-    /// or keeps its place there; the place lapses if it makes no attempt for the given time.
+    Once,
+    /// Take a free key at once; if it is held, keep a place in the key's line for the given
+    /// time, so that a release hands the key over (granted until the place would have
+    /// lapsed). A waiter renews its place with each attempt; a place that lapses (the waiter
+    /// died) is skipped.
+    Wait(Duration),
+    /// Fair mode: as `Wait`, but a free key goes only to the oldest waiter in line.
     Queue(Duration),
+}
+
+impl Turn {
+    /// How long a place in line lasts without an attempt renewing it, if the attempt takes
+    /// one.
+    pub fn place(self) -> Option<Duration> {
+        match self {
+            Turn::Once => None,
+            Turn::Wait(place) | Turn::Queue(place) => Some(place),
+        }
+    }
 }
 
 /// The answer to a release.
@@ -136,10 +152,12 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// in one call, so implementations should batch (Redis: one pipeline).
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
-    /// Delete the key if, and only if, `lease.owner` holds it, and announce the release;
-    /// with a non-zero `keep`, set its remaining lease to `keep` instead (`min_hold_ms`: the
-    /// key stays taken until then). Also takes the owner out of the key's fair queue. Safe to
-    /// retry.
+    /// Delete the key if, and only if, `lease.owner` holds it, hand it to the oldest waiter
+    /// in line whose place lasts (a grant with a new fencing token, lasting until the place
+    /// would have lapsed: the waiter renews it from there, and one that died holds the key
+    /// no longer than its place), and announce the release, naming the new owner; with a non-zero `keep`, set
+    /// its remaining lease to `keep` instead (`min_hold_ms`: the key stays taken until
+    /// then). Also takes the owner out of the key's line. Safe to retry.
     fn release<'a>(
         &'a self,
         lease: &'a Lease,

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
+use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LossCause};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
 /// enough that a loaded machine does not expire a lease between two steps that need it.
 const SHORT_TTL_MS: u64 = 300;
 const LONG_TTL_MS: u64 = 60_000;
+/// A place in line that outlasts every check.
+const LONG: Duration = Duration::from_millis(LONG_TTL_MS);
 
 /// Runs every check. `namespace` keeps keys apart from other runs on the same backend.
 pub async fn run(client: &LockClient, namespace: &str) {
@@ -26,9 +29,9 @@ pub async fn run(client: &LockClient, namespace: &str) {
     extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
     min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
     releases_are_announced(client, &format!("{namespace}:announce")).await;
-    fair_queue_grants_in_arrival_order(client, &format!("{namespace}:fair")).await;
-    a_lapsed_place_leaves_the_queue(client, &format!("{namespace}:lapsed")).await;
-    a_reserved_turn_goes_to_the_starving_waiter(client, &format!("{namespace}:reserve")).await;
+    a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off")).await;
+    a_lapsed_place_is_skipped(client, &format!("{namespace}:lapsed")).await;
+    a_free_key_goes_to_the_head_in_fair_mode_only(client, &format!("{namespace}:fair")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -260,7 +263,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         ttl: Duration::from_millis(LONG_TTL_MS),
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
-    let granted = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    let granted = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
     let not_granted = HeldLease {
         lease: other.clone(),
         token: granted.token,
@@ -287,7 +290,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
 
     // Deleted under its holder, then granted anew to the same owner (a late acquire of that
     // owner): the holder's grant is over, and renewing it must say so.
-    let again = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    let again = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
     assert!(again.token > granted.token, "a new grant has a new token");
     let extended = backend
         .extend(&[granted.clone(), again.clone()])
@@ -302,7 +305,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
 
     // Kept after release (min_hold_ms): a renewal already on its way must not revive it,
     // and the same release sent again still finds it released.
-    let kept = expect_granted(backend, &mine, Turn::Barge, "the free key is granted").await;
+    let kept = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
     let keep = Duration::from_millis(SHORT_TTL_MS);
     for _ in 0..2 {
         let released = backend.release(&mine, keep).await.expect("backend answers");
@@ -317,7 +320,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     expect_held(
         backend,
         &other,
-        Turn::Barge,
+        Turn::Once,
         "the key stays taken while kept",
     )
     .await;
@@ -373,68 +376,100 @@ fn owner(key: &str, name: &str) -> Lease {
     }
 }
 
-/// In fair mode a free key goes to the oldest waiter, and only to it.
-pub async fn fair_queue_grants_in_arrival_order(client: &LockClient, key: &str) {
+/// A release hands the key to the oldest waiter in line, in either mode: the release
+/// announces it with the new grant's token (which is greater, and which the waiter's next
+/// attempt finds its own); the others, newcomers included, find the key held.
+pub async fn a_release_hands_the_key_to_the_oldest_waiter(client: &LockClient, key: &str) {
     let backend = client.backend();
-    let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
-    let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
-    expect_granted(backend, &holder, place, "the free key is granted").await;
-    for waiter in [&first, &second] {
-        expect_held(backend, waiter, place, "the key is taken").await;
-    }
-    release_now(backend, &holder).await;
-    expect_held(
-        backend,
-        &second,
-        place,
-        "the second waiter must not jump the queue",
-    )
-    .await;
-    expect_held(backend, &owner(key, "newcomer"), place, "nor a newcomer").await;
-    expect_granted(backend, &first, place, "the oldest waiter's turn").await;
-    release_now(backend, &first).await;
-    expect_granted(backend, &second, place, "then the next").await;
-    for lease in [&second, &owner(key, "newcomer")] {
-        release_now(backend, lease).await;
+    for place in [Turn::Wait(LONG), Turn::Queue(LONG)] {
+        let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
+        let held = expect_granted(backend, &holder, place, "the free key is granted").await;
+        for waiter in [&first, &second] {
+            expect_held(backend, waiter, place, "the key is taken").await;
+        }
+        let first_grant = handed_over(client, &holder, &first).await;
+        assert!(first_grant.token > held.token, "{place:?}: tokens increase");
+        expect_held(backend, &owner(key, "newcomer"), place, "a newcomer waits").await;
+        let extended = backend.extend(std::slice::from_ref(&first_grant)).await;
+        assert_eq!(
+            extended.ok(),
+            Some(vec![true]),
+            "the handed-over grant renews"
+        );
+        handed_over(client, &first, &second).await;
+        for lease in [&second, &owner(key, "newcomer")] {
+            release_now(backend, lease).await;
+        }
     }
 }
 
-/// A waiter that stops attempting (it died) holds the queue up only until its place lapses.
-pub async fn a_lapsed_place_leaves_the_queue(client: &LockClient, key: &str) {
+/// Releases `from`'s grant, which must hand the key to `to`: the release announces that
+/// (with the token) and `to`'s next attempt finds the key its own, with that token. The
+/// watch shows what the backend announces (the Redis backend: a pub/sub message).
+async fn handed_over(client: &LockClient, from: &Lease, to: &Lease) -> HeldLease {
+    let backend = client.backend();
+    let mut watch = backend.subscribe(&from.key).await.expect("subscribes");
+    release_now(backend, from).await;
+    let announced = tokio::time::timeout(Duration::from_secs(5), watch.released()).await;
+    let hand_off = announced
+        .expect("the release is announced")
+        .expect("the release names the waiter it handed the key to");
+    assert_eq!(
+        hand_off.owner,
+        owner_tag(&to.owner),
+        "handed to the oldest waiter"
+    );
+    let grant = expect_granted(backend, to, Turn::Once, "the key was handed over").await;
+    assert_eq!(
+        grant.token, hand_off.token,
+        "the announced token is the grant's"
+    );
+    grant
+}
+
+/// A waiter that stops attempting (it died) is skipped once its place has lapsed.
+pub async fn a_lapsed_place_is_skipped(client: &LockClient, key: &str) {
     let backend = client.backend();
     let [ghost, waiter] = ["ghost", "waiter"].map(|name| owner(key, name));
-    let holder = hold(client, key).await;
+    let holder = expect_granted(backend, &owner(key, "holder"), Turn::Once, "free").await;
     let short_place = Turn::Queue(Duration::from_millis(SHORT_TTL_MS));
-    expect_held(backend, &ghost, short_place, "the free key is granted").await;
-    holder.release().await.expect("release");
-    let place = Turn::Queue(Duration::from_millis(LONG_TTL_MS));
-    expect_held(backend, &waiter, place, "the ghost's turn first").await;
+    expect_held(backend, &ghost, short_place, "the key is taken").await;
+    expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
-    expect_granted(backend, &waiter, place, "the ghost's place lapsed").await;
+    handed_over(client, &holder.lease, &waiter).await;
     release_now(backend, &waiter).await;
 }
 
-/// A waiter that reserved the next free turn gets it before the holder or a newcomer can
-/// take the key again; the reservation lapses if that waiter stops attempting.
-pub async fn a_reserved_turn_goes_to_the_starving_waiter(client: &LockClient, key: &str) {
+/// A key whose lease ran out (no release handed it over) goes, in fair mode, only to the
+/// oldest waiter; in the default mode to whoever asks first.
+pub async fn a_free_key_goes_to_the_head_in_fair_mode_only(client: &LockClient, key: &str) {
     let backend = client.backend();
-    let [holder, starving, newcomer] = ["holder", "starving", "newcomer"].map(|n| owner(key, n));
-    expect_granted(backend, &holder, Turn::Barge, "the free key is granted").await;
-    let reserve = Turn::Reserve(Duration::from_millis(SHORT_TTL_MS));
-    expect_held(backend, &starving, reserve, "the key is taken").await;
-    release_now(backend, &holder).await;
-    for other in [&holder, &newcomer] {
-        expect_held(backend, other, Turn::Barge, "the turn is reserved").await;
+    let [head, newcomer] = ["head", "newcomer"].map(|name| owner(key, name));
+    for (newcomer_turn, rule) in [
+        (Turn::Queue(LONG), "fair: the head's turn, not a newcomer's"),
+        (
+            Turn::Wait(LONG),
+            "default mode: a free key goes to whoever asks",
+        ),
+    ] {
+        let mut short_lived = owner(key, "short-lived");
+        short_lived.ttl = Duration::from_millis(SHORT_TTL_MS);
+        expect_granted(backend, &short_lived, Turn::Once, "the free key is granted").await;
+        expect_held(backend, &head, Turn::Queue(LONG), "the key is taken").await;
+        tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
+        let outcome = backend.acquire(&newcomer, newcomer_turn).await;
+        let granted = matches!(outcome, Ok(Acquire::Granted { .. }));
+        assert_eq!(
+            granted,
+            newcomer_turn == Turn::Wait(LONG),
+            "{rule}: {outcome:?}"
+        );
+        let first = if granted { &newcomer } else { &head };
+        let next = if granted { &head } else { &newcomer };
+        expect_granted(backend, first, newcomer_turn, rule).await;
+        handed_over(client, first, next).await;
+        release_now(backend, next).await;
     }
-    expect_granted(backend, &starving, reserve, "the reserving waiter's turn").await;
-    release_now(backend, &starving).await;
-
-    expect_granted(backend, &holder, Turn::Barge, "the free key is granted").await;
-    expect_held(backend, &starving, reserve, "the key is taken").await;
-    release_now(backend, &holder).await;
-    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
-    expect_granted(backend, &newcomer, Turn::Barge, "the reservation lapsed").await;
-    release_now(backend, &newcomer).await;
 }
 
 /// Bad keys and options are refused before anything reaches the backend.

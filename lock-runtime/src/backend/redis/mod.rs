@@ -3,11 +3,11 @@
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
 //! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is
 //! `P{K}:fence`, which expires a minute after the server time its token stands for
-//! (`grant.lua`); fair waiters queue in `P{K}:queue` (a list) and `P{K}:queue:deadlines` (a
-//! sorted set), which expire with their last waiter's place; a starving waiter reserves the
-//! next free turn in `P{K}:turn` (with a TTL); `P{K}:released-by` names the owner of the last
-//! release for 30 s, so that a release sent again after its reply was lost knows it released.
-//! Releases are published on the channel `P{K}:released`. The braces put every key in one
+//! (`grant.lua`); waiters queue in `P{K}:queue` (a list of owner tokens) and
+//! `P{K}:queue:deadlines` (a sorted set of the same, scored by when each place lapses), which expire with their last waiter's place; `P{K}:released-by` names the owner
+//! of the last release for 30 s, so that a release sent again after its reply was lost knows
+//! it released. A release hands the key to the oldest waiter whose place lasts and publishes
+//! that on the channel `P{K}:released` (`release.lua`). The braces put every key in one
 //! Redis Cluster hash slot, and `K` stays readable for operators; a key starting with a brace
 //! gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for an empty
 //! tag.
@@ -31,13 +31,12 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("lua/acquire.lua")
     ))
 });
-static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/grant.lua"),
-        include_str!("lua/fair_acquire.lua")
+        include_str!("lua/release.lua")
     ))
 });
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
 /// Leases per extend script call. A script blocks the server while it runs; 500 GET+PEXPIRE
@@ -181,17 +180,12 @@ impl RedisBackend {
         lock_key(&self.prefix, key)
     }
 
-    /// The keys of the fair queue next to `lock_key`.
+    /// The keys of the waiters' queue next to `lock_key`.
     fn queue_keys(lock_key: &str) -> [String; 2] {
         [
             format!("{lock_key}:queue"),
             format!("{lock_key}:queue:deadlines"),
         ]
-    }
-
-    /// The key that reserves the next free turn for a starving waiter.
-    fn reservation_key(lock_key: &str) -> String {
-        format!("{lock_key}:turn")
     }
 
     fn release_channel(lock_key: &str) -> String {
@@ -246,30 +240,24 @@ impl RedisBackend {
 
 // Acquire.
 impl RedisBackend {
-    /// One acquire attempt: the fair script for a queued turn, else the plain one.
+    /// One acquire attempt.
     async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         let lock_key = self.lock_key(&lease.key);
         let fence_key = Self::fence_key(&lock_key);
+        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+        let keys = [lock_key, fence_key, queue_key, deadlines_key];
         let ttl_ms = lease.ttl.as_millis().to_string();
-        let reply = match turn {
-            Turn::Barge | Turn::Reserve(_) => {
-                let reserve_ms = match turn {
-                    Turn::Reserve(time) => time.as_millis().max(1).to_string(),
-                    _ => "0".to_owned(),
-                };
-                let reservation_key = Self::reservation_key(&lock_key);
-                let keys = [lock_key, fence_key, reservation_key];
-                let args = [lease.owner.as_str(), &ttl_ms, &reserve_ms];
-                self.run(&ACQUIRE, &keys, &args, &lease.key).await?
-            }
-            Turn::Queue(place) => {
-                let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-                let keys = [lock_key, fence_key, queue_key, deadlines_key];
-                let place_ms = place.as_millis().to_string();
-                let args = [lease.owner.as_str(), &ttl_ms, &place_ms];
-                self.run(&FAIR_ACQUIRE, &keys, &args, &lease.key).await?
-            }
+        let place_ms = turn
+            .place()
+            .map_or(0, |place| place.as_millis().max(1))
+            .to_string();
+        let fair = if matches!(turn, Turn::Queue(_)) {
+            "1"
+        } else {
+            "0"
         };
+        let args = [lease.owner.as_str(), &ttl_ms, &place_ms, fair];
+        let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
         parse_acquire(&lease.key, &reply)
     }
 }
@@ -340,16 +328,10 @@ impl RedisBackend {
         let keep_ms = keep.as_millis().to_string();
         let lock_key = self.lock_key(&lease.key);
         let channel = Self::release_channel(&lock_key);
+        let fence_key = Self::fence_key(&lock_key);
         let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-        let reservation_key = Self::reservation_key(&lock_key);
         let released_by = Self::released_by_key(&lock_key);
-        let keys = [
-            lock_key,
-            queue_key,
-            deadlines_key,
-            reservation_key,
-            released_by,
-        ];
+        let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
         let args = [lease.owner.as_str(), &keep_ms, &channel];
         let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
         match integer(&reply) {
@@ -370,7 +352,7 @@ impl RedisBackend {
 }
 
 /// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
-/// of the lock (`...:fence`, `...:queue`, `...:turn`) lands in one Redis Cluster slot. Redis
+/// of the lock (`...:fence`, `...:queue`, `...:released-by`) lands in one Redis Cluster slot. Redis
 /// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
 /// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
 /// apart, does a key starting with `{`.
@@ -467,17 +449,16 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
     {
         return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
     }
-    let parsed = match items.as_slice() {
-        [status, value] => integer(status).zip(integer(value)),
-        _ => None,
-    };
-    match parsed {
-        Some((1, token)) if token > 0 => Ok(Acquire::Granted {
+    let numbers: Option<Vec<i64>> = items.iter().map(integer).collect();
+    match numbers.as_deref() {
+        Some(&[1, token]) if token > 0 => Ok(Acquire::Granted {
             token: token as u64,
         }),
-        Some((0, remaining_ms)) => Ok(Acquire::Held {
-            // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished.
+        Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => Ok(Acquire::Held {
+            // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished;
+            // -3 is a free key whose turn belongs to an earlier waiter.
             remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
+            latest_token: latest_token as u64,
         }),
         _ => Err(unexpected(key, "acquire", reply)),
     }

@@ -19,7 +19,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::LockError;
 use crate::driver::Background;
-use crate::release_hub::{OwnerTag, ReleaseHub, ReleaseWatch, parse_owner_tag};
+use crate::release_hub::{HandOff, ReleaseHub, ReleaseWatch, parse_hand_off};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -188,18 +188,17 @@ async fn announce(
 ) {
     while let Some(message) = messages.next().await {
         let Some(hub) = hub.upgrade() else { return };
-        hub.released(message.get_channel_name(), next_waiter(&message));
+        hub.released(message.get_channel_name(), hand_off(&message));
     }
     if let (Some(current), Some(hub)) = (current.upgrade(), hub.upgrade()) {
         close(&mut *current.lock().await, Some(generation), &hub);
     }
 }
 
-/// The waiter a release message names as next (`released <sha1 of its owner token>`), if
-/// any: `released` and `left` name nobody, nor does anything unexpected.
-fn next_waiter(message: &redis::Msg) -> Option<OwnerTag> {
+/// The hand-off a release message announces, if any.
+fn hand_off(message: &redis::Msg) -> Option<HandOff> {
     let payload: String = message.get_payload().ok()?;
-    parse_owner_tag(payload.strip_prefix("released ")?)
+    parse_hand_off(&payload)
 }
 
 /// Unsubscribes channels nobody has waited for during `LINGER`.

@@ -1,35 +1,51 @@
--- Acquire, or recognise a retry by the same owner.
--- KEYS[1] lock key, KEYS[2] fencing counter key, KEYS[3] turn reservation (same hash slot)
--- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] ms to reserve the next free turn for
--- this owner if the key is held (a starving waiter), 0 for none
--- Returns {1, token} when granted, {0, remaining ms} when another owner holds the key or
--- a starving waiter has reserved its next free turn, {2, why} when the key or one kept next
--- to it holds something that is not a lock's. Everything is read before anything is written.
+-- Acquire, or recognise a retry by the same owner; a waiter that finds the key held keeps
+-- its place in the key's queue, so that a release can hand the key over.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue (list of owner tokens, oldest
+-- first), KEYS[4] queue deadlines (zset: owner -> server ms after which its place lapses);
+-- all in one hash slot
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long the owner's place lasts in ms
+-- (0: a single attempt, it takes no place), ARGV[4] '1' in fair mode: a free key goes only
+-- to the queue's head
+-- Returns {1, token} when granted; {0, remaining ms of the holder's lease (-3: free, but an
+-- earlier waiter's turn), the key's latest fencing token}; {2, why} when the key or one kept
+-- next to it holds something that is not a lock's. Everything is read before anything is
+-- written.
 local reply, holder = read_holder(KEYS[1], ARGV[1], ARGV[2])
 if reply then
   return reply
 end
-local reserved, foreign = read_helper('GET', KEYS[3], 'turn reservation')
-if not foreign and reserved then
-  foreign = untimed(KEYS[3], 'turn reservation')
+local now_ms, now_us = server_time()
+local lapsed, head = read_queue(KEYS[3], KEYS[4], now_ms)
+local foreign = not lapsed and head
+local last
+if not foreign then
+  last, foreign = read_fence(KEYS[2])
 end
 if foreign then
   return {2, foreign}
 end
-if not holder then
-  if reserved and reserved ~= ARGV[1] then
-    return {0, redis.call('PTTL', KEYS[3])}
+head = prune_queue(KEYS[3], KEYS[4], lapsed, head)
+local mine = ARGV[1]
+if not holder and (ARGV[4] ~= '1' or not head or head == mine) then
+  if head then
+    redis.call('LREM', KEYS[3], 0, mine)
+    redis.call('ZREM', KEYS[4], mine)
   end
-  local last, foreign_fence = read_fence(KEYS[2])
-  if foreign_fence then
-    return {2, foreign_fence}
-  end
-  if reserved then
-    redis.call('DEL', KEYS[3])
-  end
-  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last)
+  return {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last, now_us)}
 end
-if ARGV[3] ~= '0' and (not reserved or reserved == ARGV[1]) then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+if ARGV[3] ~= '0' then
+  if not redis.call('ZSCORE', KEYS[4], mine) then
+    redis.call('RPUSH', KEYS[3], mine)
+  end
+  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), mine)
+  -- The queue vanishes once the last of its waiters' places has lapsed.
+  local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local lasts_ms = math.max(tonumber(latest[2]) - now_ms, 1)
+  redis.call('PEXPIRE', KEYS[3], lasts_ms)
+  redis.call('PEXPIRE', KEYS[4], lasts_ms)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local remaining = -3
+if holder then
+  remaining = redis.call('PTTL', KEYS[1])
+end
+return {0, remaining, string.format('%.0f', last)}

@@ -1,4 +1,4 @@
--- Shared by the acquire scripts, which are appended to this text.
+-- Shared by the acquire and release scripts, which are appended to this text.
 -- Fencing tokens travel as strings: Lua numbers are doubles, exact below 2^53, but Lua
 -- prints them with 14 significant digits.
 
@@ -46,13 +46,18 @@ local function untimed(key, what)
   return nil
 end
 
--- A new grant after the last token `last`: the token exceeds both the last one and the
--- server clock in microseconds, so it keeps increasing after a restart that lost the counter
--- (unless the clock steps back). The lock key holds `<owner>:<token>`: renewal extends this
--- grant only, not a later one to the same owner.
-local function grant(lock_key, fence_key, owner, lease_ms, last)
+-- The server's clock, in ms and in µs.
+local function server_time()
   local time = redis.call('TIME')
-  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local seconds, micros = tonumber(time[1]), tonumber(time[2])
+  return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
+end
+
+-- A new grant after the last token `last`, at server time `now_us`: the token exceeds both
+-- the last one and the server clock in microseconds, so it keeps increasing after a restart
+-- that lost the counter (unless the clock steps back). The lock key holds `<owner>:<token>`:
+-- renewal extends this grant only, not a later one to the same owner.
+local function grant(lock_key, fence_key, owner, lease_ms, last, now_us)
   local token_us = math.max(last + 1, now_us)
   local token = string.format('%.0f', token_us)
   -- Expires FENCE_RETENTION_MS after the server time the token stands for (at least that
@@ -61,7 +66,39 @@ local function grant(lock_key, fence_key, owner, lease_ms, last)
   local retention_ms = math.floor(token_us / 1000) - math.floor(now_us / 1000) + FENCE_RETENTION_MS
   redis.call('SET', fence_key, token, 'PX', string.format('%.0f', retention_ms))
   redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
-  return {1, token}
+  return token
+end
+
+-- Reads the key's queue: the entries whose place lapsed by `now_ms` and the entry at its
+-- head (false if none), or nil and why the queue keys cannot be a lock's. Reads nothing
+-- more when neither exists (every uncontended request).
+local function read_queue(queue_key, deadlines_key, now_ms)
+  if redis.call('EXISTS', queue_key, deadlines_key) == 0 then
+    return {}, false
+  end
+  local lapsed, foreign = read_helper('ZRANGEBYSCORE', deadlines_key, 'queue deadlines', '-inf', now_ms)
+  local head
+  if not foreign then
+    head, foreign = read_helper('LINDEX', queue_key, 'queue', 0)
+  end
+  foreign = foreign or untimed(deadlines_key, 'queue deadlines') or untimed(queue_key, 'queue')
+  if foreign then
+    return nil, foreign
+  end
+  return lapsed, head or false
+end
+
+-- Takes the entries in `lapsed` out of the queue (their waiters died, or gave up without a
+-- word); returns the head left, or false.
+local function prune_queue(queue_key, deadlines_key, lapsed, head)
+  if #lapsed == 0 then
+    return head
+  end
+  for _, gone in ipairs(lapsed) do
+    redis.call('LREM', queue_key, 0, gone)
+    redis.call('ZREM', deadlines_key, gone)
+  end
+  return redis.call('LINDEX', queue_key, 0)
 end
 
 -- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,

@@ -1,0 +1,201 @@
+//! A release hands the key to the oldest waiter in line: the waiter holds the lock without
+//! another attempt, and the Redis release publishes what the memory backend announces.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fencelock::LockClient;
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
+use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
+use tokio::time::Instant;
+
+/// Counts the acquire attempts of the client under test (attempts made by hand on the
+/// wrapped backend pass by).
+#[derive(Debug, Default)]
+struct Attempts {
+    count: AtomicUsize,
+}
+
+impl Interceptor for Attempts {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        if let Call::Acquire { .. } = call {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        Box::pin(std::future::ready(Verdict::Pass))
+    }
+}
+
+fn lease(owner: &str, ttl: Duration) -> Lease {
+    Lease {
+        key: "k".into(),
+        owner: owner.into(),
+        ttl,
+    }
+}
+
+/// The waiter holds the lock the moment the holder's release hands it over: no attempt
+/// follows the release, and the guard carries the token the release granted.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_handed_the_key_holds_it_without_another_attempt() {
+    let backend = Intercepted::new(MemoryBackend::new(), Attempts::default());
+    let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
+    let holder = lease("holder", Duration::from_secs(60));
+    let held = backend.backend.acquire(&holder, Turn::Once).await.unwrap();
+    let Acquire::Granted { token: held_token } = held else {
+        panic!("{held:?}")
+    };
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let guard = client.lock("k").sleep_ms(10_000).wait_ms(60_000).acquire();
+            let guard = guard.await.unwrap();
+            (guard.token(), Instant::now(), guard)
+        }
+    });
+    // The waiter attempts, subscribes, attempts again, and pauses for 5 to 10 s.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let attempts = backend.interceptor.count.load(Ordering::SeqCst);
+    assert_eq!(attempts, 2, "one attempt before subscribing, one after");
+    let released_at = Instant::now();
+    backend
+        .backend
+        .release(&holder, Duration::ZERO)
+        .await
+        .unwrap();
+    let (token, granted_at, guard) = waiter.await.unwrap();
+    assert_eq!(granted_at, released_at, "the waiter holds it at once");
+    assert_eq!(
+        backend.interceptor.count.load(Ordering::SeqCst),
+        attempts,
+        "and made no attempt for it"
+    );
+    assert!(token > held_token, "with a new fencing token");
+    let intruder = lease("intruder", Duration::from_secs(1));
+    let refused = backend
+        .backend
+        .acquire(&intruder, Turn::Once)
+        .await
+        .unwrap();
+    assert!(matches!(refused, Acquire::Held { .. }), "{refused:?}");
+    guard.release().await.unwrap();
+}
+
+/// A key held on a private redis-server, with waiters in line put there by hand, and the
+/// message its release publishes.
+struct OnRedis {
+    server: fencelock::testing::RedisServer,
+    backend: fencelock::backend::redis::RedisBackend,
+    holder: Lease,
+}
+
+impl OnRedis {
+    async fn held() -> Self {
+        use fencelock::backend::redis::{RedisBackend, RedisSettings};
+        let server = crate::support::redis_server();
+        let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
+            .await
+            .unwrap();
+        let holder = lease("holder", Duration::from_secs(60));
+        let granted = backend.acquire(&holder, Turn::Once).await;
+        assert!(
+            matches!(granted, Ok(Acquire::Granted { .. })),
+            "{granted:?}"
+        );
+        OnRedis {
+            server,
+            backend,
+            holder,
+        }
+    }
+
+    /// `waiter` takes a place in line, lasting `place`.
+    async fn waits(&self, waiter: &Lease, place: Duration) {
+        let attempt = self.backend.acquire(waiter, Turn::Wait(place)).await;
+        assert!(matches!(attempt, Ok(Acquire::Held { .. })), "{attempt:?}");
+    }
+
+    /// What the holder's release publishes.
+    async fn release_message(&self) -> String {
+        use futures::StreamExt;
+        let mut pubsub = redis::Client::open(self.server.url())
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        pubsub.subscribe("lock:{k}:released").await.unwrap();
+        self.backend
+            .release(&self.holder, Duration::ZERO)
+            .await
+            .unwrap();
+        let message = pubsub.on_message().next().await.unwrap();
+        message.get_payload().unwrap()
+    }
+}
+
+/// The Redis release grants the oldest waiter whose place lasts, until that place would have
+/// lapsed (the waiter's renewal takes over from there), and publishes `granted <sha1 of its owner token> <fencing token>`: the hash,
+/// never the token (whoever has it can release the lock). The line's keys go with its last
+/// waiter.
+#[tokio::test]
+async fn on_redis_the_release_grants_the_oldest_live_waiter_and_names_it_by_hash() {
+    let key = OnRedis::held().await;
+    let mut redis = crate::support::inspector(&key.server).await;
+    key.waits(
+        &lease("dead", Duration::from_secs(60)),
+        Duration::from_millis(10),
+    )
+    .await;
+    let waiter = lease("waiter", Duration::from_secs(1));
+    key.waits(&waiter, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let message = key.release_message().await;
+    let sha1: String = redis::cmd("EVAL")
+        .arg("return redis.sha1hex(ARGV[1])")
+        .arg(0)
+        .arg("waiter")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let token = message
+        .strip_prefix(&format!("granted {sha1} "))
+        .unwrap_or_else(|| panic!("names the live waiter: {message}"));
+    let value: String = redis::AsyncCommands::get(&mut redis, "lock:{k}")
+        .await
+        .unwrap();
+    assert_eq!(value, format!("waiter:{token}"));
+    let ttl: i64 = redis::AsyncCommands::pttl(&mut redis, "lock:{k}")
+        .await
+        .unwrap();
+    assert!(
+        (50_000..60_000).contains(&ttl),
+        "until the waiter's 60 s place would have lapsed: {ttl}"
+    );
+    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:queue")
+        .await
+        .unwrap();
+    assert!(!line, "the line's keys went with its last waiter");
+    let again = key.backend.acquire(&waiter, Turn::Once).await.unwrap();
+    assert_eq!(
+        again,
+        Acquire::Granted {
+            token: token.parse().unwrap()
+        }
+    );
+}
+
+/// With nobody in line (or only lapsed places), the release leaves the key free and says so.
+#[tokio::test]
+async fn on_redis_a_release_with_only_lapsed_places_leaves_the_key_free() {
+    let key = OnRedis::held().await;
+    key.waits(
+        &lease("dead", Duration::from_secs(60)),
+        Duration::from_millis(10),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(key.release_message().await, "released");
+    let newcomer = lease("newcomer", Duration::from_secs(1));
+    let granted = key.backend.acquire(&newcomer, Turn::Once).await.unwrap();
+    assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+}
