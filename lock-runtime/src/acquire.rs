@@ -40,6 +40,9 @@ pub(crate) struct Acquisition {
     /// Once an attempt's reply was lost, it may have been applied: the cleanup stays due
     /// whatever comes after, until after the guard's release.
     reply_lost: bool,
+    /// Once an attempt took a place in line, leaving must give it back (a release may hand
+    /// the key to it until it lapses), whatever later attempts ask.
+    took_place: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
 }
@@ -99,12 +102,17 @@ impl Acquisition {
             attempts: 0,
             unnotified_waits: 0,
             reply_lost: false,
+            took_place: false,
             last_error: None,
         })
     }
 
     /// Attempts until granted or out of budget, waiting in between.
     pub(crate) async fn run(mut self) -> Result<LockGuard, LockError> {
+        if self.may_subscribe && !self.options.give_up {
+            let key = &self.pending.lease.key;
+            self.releases = self.pending.client.backend().watch_if_subscribed(key);
+        }
         loop {
             // No attempt at the deadline: it would be cut as soon as sent.
             if self.attempts > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -177,7 +185,8 @@ impl Acquisition {
                     latest_token,
                 });
                 // A place in line stays until the waiter leaves.
-                self.pending.leaves_traces = self.reply_lost || turn.place().is_some();
+                self.took_place |= turn.place().is_some();
+                self.pending.leaves_traces = self.reply_lost || self.took_place;
                 let key = self.pending.lease.key.clone();
                 self.last_error = Some(LockError::not_acquired(key, self.attempts));
                 Attempt::Refused {
@@ -198,15 +207,19 @@ impl Acquisition {
     }
 
     /// How the attempt competes: a request that will not wait leaves no place in line; a
-    /// fair one waits for its turn in line even when the key is free.
+    /// fair one waits for its turn in line even when the key is free; a default-mode one
+    /// takes a place only while it can hear of releases (a key handed to a waiter that polls
+    /// stays unused until its next attempt: polling waiters compete for a free key instead).
     fn turn(&self) -> Turn {
         let place = self.options.queue_timeout();
         if self.options.give_up || self.options.unnotified_retries() == 0 {
             Turn::Once
         } else if self.options.fair {
             Turn::Queue(place)
-        } else {
+        } else if self.may_subscribe {
             Turn::Wait(place)
+        } else {
+            Turn::Once
         }
     }
 

@@ -145,8 +145,10 @@ setters! {
         self.give_up = false;
     }
 
-    /// Serve waiters in arrival order, across processes (default `false`; a queue in the
-    /// backend). Costs a queue update per attempt, and a waiter that died holds the queue
+    /// Serve waiters strictly in arrival order, across processes (default `false`). In
+    /// either mode a release hands the key to the oldest waiter in line; fair mode also
+    /// keeps a key that became free without a release (a lease that ran out) for the oldest
+    /// waiter, where the default mode lets anyone take it. A waiter that died holds the line
     /// up for at most `3 × sleep_ms`.
     fn fair(mut self, fair: bool) {
         self.fair = fair;
@@ -246,7 +248,7 @@ impl LockOptions {
         or(self.sleep_ms, DEFAULT_SLEEP_MS)
     }
 
-    /// How long a fair waiter's place in the queue lasts without an attempt renewing it.
+    /// How long a waiter's place in line lasts without an attempt renewing it.
     pub(crate) const fn queue_timeout(&self) -> Duration {
         Duration::from_millis(self.pause_ms().saturating_mul(3))
     }

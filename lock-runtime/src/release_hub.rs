@@ -172,6 +172,24 @@ impl ReleaseHub {
         (watch, watched.subscribed.clone())
     }
 
+    /// A new watch of `key` if the backend already announces its releases (another waiter
+    /// of this client subscribed it, and it is still subscribed), with no round trip; `None`
+    /// otherwise, leaving nothing behind.
+    pub(crate) fn watch_subscribed(self: &Arc<Self>, key: &str) -> Option<ReleaseWatch> {
+        let mut keys = self.keys();
+        let watched = keys.get_mut(key)?;
+        if !watched.subscribed.initialized() {
+            return None;
+        }
+        watched.watchers += 1;
+        Some(ReleaseWatch {
+            hub: self.clone(),
+            key: key.to_owned(),
+            seen: watched.releases.announced().count,
+            releases: watched.releases.clone(),
+        })
+    }
+
     fn unwatch(&self, key: &str) {
         let mut keys = self.keys();
         if let Some(watched) = keys.get_mut(key) {

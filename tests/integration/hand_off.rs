@@ -199,3 +199,93 @@ async fn on_redis_a_release_with_only_lapsed_places_leaves_the_key_free() {
     let granted = key.backend.acquire(&newcomer, Turn::Once).await.unwrap();
     assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
 }
+
+/// A request for a key that another waiter of the client already watches takes that watch
+/// before its first attempt: it hears every release after that attempt, so it needs no
+/// second attempt (the one after subscribing), and a contended grant costs one attempt.
+#[tokio::test(start_paused = true)]
+async fn a_request_for_a_watched_key_needs_no_second_attempt() {
+    let backend = Intercepted::new(MemoryBackend::new(), Attempts::default());
+    let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
+    let holder = lease("holder", Duration::from_secs(60));
+    backend.backend.acquire(&holder, Turn::Once).await.unwrap();
+    let waiter = |client: LockClient| async move {
+        let guard = client.lock("k").sleep_ms(10_000).wait_ms(60_000).acquire();
+        guard.await.unwrap().release().await.unwrap();
+    };
+    let first = tokio::spawn(waiter(client.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let count = || backend.interceptor.count.load(Ordering::SeqCst);
+    assert_eq!(count(), 2, "the first waiter subscribes between two attempts");
+    let second = tokio::spawn(waiter(client.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(count(), 3, "the second one attempts once");
+    backend.backend.release(&holder, Duration::ZERO).await.unwrap();
+    first.await.unwrap();
+    second.await.unwrap();
+    assert_eq!(count(), 3, "and both were handed the key");
+}
+
+/// A default-mode waiter that cannot hear of releases takes no place in line: a key handed
+/// to it would lie unused until its next attempt. It polls for a free key instead.
+#[tokio::test]
+async fn a_polling_waiter_takes_no_place_in_line() {
+    let server = crate::support::redis_server();
+    let mut redis = crate::support::inspector(&server).await;
+    let polling = LockClient::builder(&server.url())
+        .release_notifications(false)
+        .connect()
+        .await
+        .unwrap();
+    let holder = polling.lock("k").ttl_ms(60_000).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let polling = polling.clone();
+        async move {
+            let request = polling.lock("k").sleep_ms(20).wait_ms(10_000);
+            request.acquire().await.unwrap().release().await.unwrap();
+        }
+    });
+    let attempted = crate::support::eventually(Duration::from_secs(5), || {
+        let mut redis = redis.clone();
+        async move { crate::support::script_calls(&mut redis).await >= 4 }
+    })
+    .await;
+    assert!(attempted, "the waiter attempts");
+    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:queue")
+        .await
+        .unwrap();
+    assert!(!line, "and takes no place in line");
+    holder.release().await.unwrap();
+    waiter.await.unwrap();
+}
+
+/// Fails every subscription: the waiter polls after its first attempt.
+#[derive(Debug, Default)]
+struct NoSubscriptions;
+
+impl Interceptor for NoSubscriptions {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let verdict = match call {
+            Call::Subscribe { .. } => {
+                Verdict::Fail(fencelock::LockError::backend(None, "no pub/sub", None))
+            }
+            _ => Verdict::Pass,
+        };
+        Box::pin(std::future::ready(verdict))
+    }
+}
+
+/// A waiter whose first attempt took a place in line, and whose later attempts took none
+/// (its subscription failed: it polls), still gives the place back when it gives up: else
+/// a release could hand the key to a waiter that has left, and the key would lie unused
+/// until the place lapses.
+#[tokio::test(start_paused = true)]
+async fn a_place_taken_once_is_given_back_when_the_waiter_gives_up() {
+    let backend = Intercepted::new(MemoryBackend::new(), NoSubscriptions);
+    let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
+    let holder = lease("holder", Duration::from_secs(60));
+    backend.backend.acquire(&holder, Turn::Once).await.unwrap();
+    let outcome = client.lock("k").sleep_ms(1_000).wait_ms(2_500).acquire().await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert_eq!(backend.backend.keys_in_use(), 1, "only the holder's key is in use");
+}

@@ -403,6 +403,11 @@ impl LockBackend for SimBackend {
         })
     }
 
+    /// No call to the store: a key another waiter of this client subscribed.
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.world.memory.watch_if_subscribed(key)
+    }
+
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
         Box::pin(async move {
             let fails = self

@@ -293,6 +293,10 @@ impl LockBackend for MemoryBackend {
         Box::pin(std::future::ready(Ok(watch)))
     }
 
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.releases.watch_subscribed(key)
+    }
+
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         let result = self.with_state(|state| held.iter().map(|h| state.extend(h)).collect());
         Box::pin(std::future::ready(Ok(result)))

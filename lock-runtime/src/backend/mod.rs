@@ -146,6 +146,15 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// made after this returns cannot miss a release that follows it.
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>>;
 
+    /// A watch of `key`'s releases if the backend announces them already (for Redis: the
+    /// client is subscribed to the key's channel for another waiter), without a round trip;
+    /// `None` if that would take a [`subscribe`](Self::subscribe). A request takes it before
+    /// its first attempt, so that it needs no second attempt after subscribing.
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        let _ = key;
+        None
+    }
+
     /// For each grant still held as granted (same owner, same token), restart its lease at
     /// `lease.ttl` from now; `true` where that happened, `false` where the key is gone, owned
     /// by another owner, or granted anew. The renewal loop sends every lease due in one tick

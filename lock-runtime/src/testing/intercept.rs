@@ -146,6 +146,11 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         })
     }
 
+    /// Not put to the interceptor: it makes no call to the store.
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.backend.watch_if_subscribed(key)
+    }
+
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
             self.admit(Call::Extend { held }).await?;

@@ -477,6 +477,11 @@ impl LockBackend for RedisBackend {
         Box::pin(self.watch_releases(key))
     }
 
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        let channel = Self::release_channel(&self.lock_key(key));
+        self.notifier.watch_if_subscribed(&channel)
+    }
+
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(self.extend_grants(held))
     }

@@ -83,6 +83,11 @@ impl Notifier {
         }
     }
 
+    /// A watch of `channel` if it is subscribed already.
+    pub(crate) fn watch_if_subscribed(&self, channel: &str) -> Option<ReleaseWatch> {
+        self.hub.watch_subscribed(channel)
+    }
+
     /// A watch of `channel`, returned once Redis confirmed the subscription.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<ReleaseWatch, LockError> {
         let (watch, subscribed) = self.hub.watch(channel);
