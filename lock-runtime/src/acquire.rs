@@ -149,7 +149,7 @@ impl Acquisition {
                 let granted = Granted {
                     token,
                     sent_at: in_line.sent_at,
-                    lease: self.options.queue_timeout(),
+                    lease: self.handed_over_lease(),
                     acquired_at: Instant::now(),
                 };
                 return self
@@ -211,12 +211,11 @@ impl Acquisition {
     /// takes a place only while it can hear of releases (a key handed to a waiter that polls
     /// stays unused until its next attempt: polling waiters compete for a free key instead).
     fn turn(&self) -> Turn {
+        let waits = !self.options.give_up && self.options.unnotified_retries() > 0;
         let place = self.options.queue_timeout();
-        if self.options.give_up || self.options.unnotified_retries() == 0 {
-            Turn::Once
-        } else if self.options.fair {
-            Turn::Queue(place)
-        } else if self.may_subscribe {
+        if self.options.fair {
+            Turn::Queue(if waits { place } else { Duration::ZERO })
+        } else if waits && self.may_subscribe {
             Turn::Wait(place)
         } else {
             Turn::Once
@@ -267,9 +266,9 @@ impl Acquisition {
 
     /// Waits for a release, at most `sleep_ms` (jittered) or until the holder's lease ends,
     /// and never past `give_up_at`. Returns the fencing token of a release that handed the
-    /// key to this request (granted until the request's place in line would have lapsed), if
-    /// that lasts a while yet and renewal takes it over from there; else the next attempt
-    /// finds the key this request's and restarts the lease at `ttl_ms`.
+    /// key to this request, if the grant surely lasts two thirds of its lease yet (time for
+    /// renewal to take it over) and renewal is on; else the next attempt finds the key this
+    /// request's and restarts the lease at `ttl_ms`.
     async fn pause(&mut self, holder_remaining: Option<Duration>) -> Option<u64> {
         let pause = self
             .options
@@ -281,8 +280,9 @@ impl Acquisition {
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {
             Woken::HandedOver(token) => {
                 let in_line_since = self.in_line.map(|line| line.sent_at.elapsed());
-                let lasts =
-                    in_line_since.is_some_and(|since| since < self.options.queue_timeout() / 2);
+                let lease = self.handed_over_lease();
+                let lasts = lease >= MIN_HANDED_OVER_LEASE
+                    && in_line_since.is_some_and(|since| since < lease / 3);
                 (lasts && self.options.renew).then_some(token)
             }
             Woken::Released => None,
@@ -291,6 +291,13 @@ impl Acquisition {
                 None
             }
         }
+    }
+
+    /// How long a grant a release hands over surely lasts after the last attempt was sent:
+    /// the release grants the lease asked for, at most until the place that attempt renewed
+    /// would have lapsed.
+    fn handed_over_lease(&self) -> Duration {
+        self.options.ttl().min(self.options.queue_timeout())
     }
 
     /// Ends the request without a guard: withdraws, and returns the error to report: what
@@ -317,6 +324,10 @@ async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Out
         None => Some(future.await),
     }
 }
+
+/// The shortest handed-over grant a waiter takes without an attempt: a shorter one (a tiny
+/// `sleep_ms` or `ttl_ms`) leaves its first renewal too little time to get through.
+const MIN_HANDED_OVER_LEASE: Duration = Duration::from_millis(30);
 
 /// A grant, as far as the request knows it.
 struct Granted {

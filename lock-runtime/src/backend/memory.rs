@@ -40,9 +40,10 @@ struct Holder {
     expires_at: Instant,
 }
 
-/// A waiter's place in a key's line, and when it lapses.
+/// A waiter's place in a key's line: its lease, and when the place lapses.
 struct Place {
     owner: String,
+    ttl: Duration,
     lapses_at: Instant,
 }
 
@@ -126,6 +127,7 @@ impl State {
             Some(kept) => kept.lapses_at = now + place,
             None => line.push_back(Place {
                 owner: lease.owner.clone(),
+                ttl: lease.ttl,
                 lapses_at: now + place,
             }),
         }
@@ -156,14 +158,15 @@ impl State {
         self.last_token
     }
 
-    /// Grants the free `key` to the oldest waiter in line whose place lasts, until the place
-    /// would have lapsed, as the Redis release script does; `None` if nobody waits.
+    /// Grants the free `key` to the oldest waiter in line whose place lasts, for its lease or
+    /// until the place would have lapsed, whichever is sooner, as the Redis release script
+    /// does; `None` if nobody waits.
     fn hand_off(&mut self, key: &str, now: Instant) -> Option<HandOff> {
         let next = self.live_line(key, now)?.pop_front()?;
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
-        let token = self.grant(key, &next.owner, next.lapses_at);
+        let token = self.grant(key, &next.owner, next.lapses_at.min(now + next.ttl));
         Some(HandOff {
             owner: owner_tag(&next.owner),
             token,
@@ -174,7 +177,8 @@ impl State {
         let now = Instant::now();
         let remaining = match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
-                holder.expires_at = now + lease.ttl;
+                // Never shortened, as on Redis.
+                holder.expires_at = holder.expires_at.max(now + lease.ttl);
                 return Acquire::Granted {
                     token: holder.token,
                 };

@@ -87,11 +87,12 @@ pub enum Turn {
     #[default]
     Once,
     /// Take a free key at once; if it is held, keep a place in the key's line for the given
-    /// time, so that a release hands the key over (granted until the place would have
-    /// lapsed). A waiter renews its place with each attempt; a place that lapses (the waiter
+    /// time, so that a release hands the key over (granted for the lease asked for, at
+    /// most until the place would have lapsed). A waiter renews its place with each attempt; a place that lapses (the waiter
     /// died) is skipped.
     Wait(Duration),
-    /// Fair mode: as `Wait`, but a free key goes only to the oldest waiter in line.
+    /// Fair mode: as `Wait`, but a free key goes only to the oldest waiter in line. A zero
+    /// place makes a single attempt that takes no place (and still does not jump the line).
     Queue(Duration),
 }
 
@@ -101,7 +102,7 @@ impl Turn {
     pub fn place(self) -> Option<Duration> {
         match self {
             Turn::Once => None,
-            Turn::Wait(place) | Turn::Queue(place) => Some(place),
+            Turn::Wait(place) | Turn::Queue(place) => Some(place).filter(|p| !p.is_zero()),
         }
     }
 }
@@ -162,9 +163,9 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
     /// Delete the key if, and only if, `lease.owner` holds it, hand it to the oldest waiter
-    /// in line whose place lasts (a grant with a new fencing token, lasting until the place
-    /// would have lapsed: the waiter renews it from there, and one that died holds the key
-    /// no longer than its place), and announce the release, naming the new owner; with a non-zero `keep`, set
+    /// in line whose place lasts (a grant with a new fencing token, for that waiter's lease
+    /// or until its place would have lapsed, whichever is sooner: the waiter renews it from
+    /// there, and one that died holds the key no longer than either), and announce the release, naming the new owner; with a non-zero `keep`, set
     /// its remaining lease to `keep` instead (`min_hold_ms`: the key stays taken until
     /// then). Also takes the owner out of the key's line. Safe to retry.
     fn release<'a>(

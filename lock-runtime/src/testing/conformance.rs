@@ -32,6 +32,7 @@ pub async fn run(client: &LockClient, namespace: &str) {
     a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off")).await;
     a_lapsed_place_is_skipped(client, &format!("{namespace}:lapsed")).await;
     a_free_key_goes_to_the_head_in_fair_mode_only(client, &format!("{namespace}:fair")).await;
+    a_retry_by_the_holder_never_shortens_its_lease(client, &format!("{namespace}:retry")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -438,6 +439,31 @@ pub async fn a_lapsed_place_is_skipped(client: &LockClient, key: &str) {
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
     handed_over(client, &holder.lease, &waiter).await;
     release_now(backend, &waiter).await;
+}
+
+/// An acquire by the holder itself (a retry after a lost reply, or a waiter that missed the
+/// release handing it the key) restarts its lease, but never shortens it: a late copy of an
+/// attempt must not cut a lease its owner counts on.
+pub async fn a_retry_by_the_holder_never_shortens_its_lease(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let holder = owner(key, "holder");
+    let granted = expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
+    let mut shorter = holder.clone();
+    shorter.ttl = Duration::from_millis(SHORT_TTL_MS);
+    let again = expect_granted(backend, &shorter, Turn::Once, "the holder asks again").await;
+    assert_eq!(again.token, granted.token, "the same grant");
+    let outcome = backend.acquire(&owner(key, "other"), Turn::Once).await;
+    match outcome {
+        Ok(Acquire::Held {
+            remaining: Some(remaining),
+            ..
+        }) => assert!(
+            remaining > Duration::from_millis(LONG_TTL_MS / 2),
+            "the lease was shortened to {remaining:?}"
+        ),
+        other => panic!("the key stays held, with its lease: {other:?}"),
+    }
+    release_now(backend, &holder).await;
 }
 
 /// A key whose lease ran out (no release handed it over) goes, in fair mode, only to the

@@ -3,8 +3,9 @@
 //! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
 //! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is
 //! `P{K}:fence`, which expires a minute after the server time its token stands for
-//! (`grant.lua`); waiters queue in `P{K}:queue` (a list of owner tokens) and
-//! `P{K}:queue:deadlines` (a sorted set of the same, scored by when each place lapses), which expire with their last waiter's place; `P{K}:released-by` names the owner
+//! (`grant.lua`); waiters queue in `P{K}:queue` (a list of `<owner token> <lease ms>`) and
+//! `P{K}:queue:deadlines` (a sorted set of the same entries, scored by when each place
+//! lapses), which expire with their last waiter's place; `P{K}:released-by` names the owner
 //! of the last release for 30 s, so that a release sent again after its reply was lost knows
 //! it released. A release hands the key to the oldest waiter whose place lasts and publishes
 //! that on the channel `P{K}:released` (`release.lua`). The braces put every key in one
@@ -326,13 +327,14 @@ impl RedisBackend {
     /// Deletes (or, with `keep`, shortens) `lease`'s grant if it is still the owner's.
     async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
         let keep_ms = keep.as_millis().to_string();
+        let ttl_ms = lease.ttl.as_millis().to_string();
         let lock_key = self.lock_key(&lease.key);
         let channel = Self::release_channel(&lock_key);
         let fence_key = Self::fence_key(&lock_key);
         let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
         let released_by = Self::released_by_key(&lock_key);
         let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
-        let args = [lease.owner.as_str(), &keep_ms, &channel];
+        let args = [lease.owner.as_str(), &keep_ms, &channel, &ttl_ms];
         let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
         match integer(&reply) {
             Some(1) => Ok(Release::Released),

@@ -69,6 +69,12 @@ local function grant(lock_key, fence_key, owner, lease_ms, last, now_us)
   return token
 end
 
+-- A waiter's entry in a key's queue and in its deadlines: its owner token and its lease,
+-- which bounds the grant a release hands it.
+local function queue_entry(owner, lease_ms)
+  return owner .. ' ' .. lease_ms
+end
+
 -- Reads the key's queue: the entries whose place lapsed by `now_ms` and the entry at its
 -- head (false if none), or nil and why the queue keys cannot be a lock's. Reads nothing
 -- more when neither exists (every uncontended request).
@@ -125,8 +131,8 @@ local function foreign_holder(lock_key, holder)
 end
 
 -- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
--- the owner asks again: a retry whose reply was lost, which refreshes the lease and keeps
--- the token), or nil and the holder (false when the key is free).
+-- the owner asks again: a retry whose reply was lost, or a waiter that missed the release
+-- handing it the key; the lease is restarted, never shortened, and the token kept), or nil and the holder (false when the key is free).
 local function read_holder(lock_key, owner, lease_ms)
   local holder = redis.pcall('GET', lock_key)
   local foreign = foreign_holder(lock_key, holder)
@@ -138,7 +144,10 @@ local function read_holder(lock_key, owner, lease_ms)
   end
   local holder_owner, token = string.match(holder, '^(.*):(%d+)$')
   if holder_owner == owner then
-    redis.call('PEXPIRE', lock_key, lease_ms)
+    -- Never shortened: a late copy of an attempt must not cut a lease its owner counts on.
+    if redis.call('PTTL', lock_key) < tonumber(lease_ms) then
+      redis.call('PEXPIRE', lock_key, lease_ms)
+    end
     return {1, token}
   end
   return nil, holder

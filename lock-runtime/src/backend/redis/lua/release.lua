@@ -4,7 +4,7 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
 -- KEYS[5] who released the lock last (kept for RELEASE_MEMORY_MS)
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete; ARGV[3] the
--- channel on which waiters hear of releases
+-- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms (its queue entry)
 -- Publishes `granted <sha1 of the new owner's token> <fencing token>` when the key was handed
 -- over (never the token: whoever has it can release the lock), `released` when it is free,
 -- `left` when a waiter leaves a free key (it may have been the one whose turn it was).
@@ -20,9 +20,9 @@
 -- How long KEYS[5] remembers the last release: longer than a resend takes.
 local RELEASE_MEMORY_MS = 30000
 
--- Grants the free key to the oldest waiter whose place lasts, for as long as the place would
--- have lasted (the waiter renews it from there; one that died holds the key no longer than
--- its place); returns the message that names it, or nil when nobody waits (or the keys next
+-- Grants the free key to the oldest waiter whose place lasts, for its lease or until the place
+-- would have lapsed, whichever is sooner (the waiter renews it from there; one that died holds
+-- the key no longer than either); returns the message that names it, or nil when nobody waits (or the keys next
 -- to the lock are not a lock's).
 local function hand_off()
   if redis.call('EXISTS', KEYS[3]) == 0 then
@@ -42,11 +42,12 @@ local function hand_off()
     redis.call('LPOP', KEYS[3])
     local lapses_at = redis.call('ZSCORE', KEYS[4], head)
     redis.call('ZREM', KEYS[4], head)
-    -- An entry without a live place is skipped.
-    if lapses_at and tonumber(lapses_at) > now_ms then
-      local lease_ms = string.format('%.0f', tonumber(lapses_at) - now_ms)
-      local token = grant(KEYS[1], KEYS[2], head, lease_ms, last, now_us)
-      return 'granted ' .. redis.sha1hex(head) .. ' ' .. token
+    local owner, lease_ms = string.match(head, '^(.+) (%d+)$')
+    -- An entry without a live place (or of another version's shape) is skipped.
+    if owner and lapses_at and tonumber(lapses_at) > now_ms then
+      lease_ms = math.min(tonumber(lease_ms), tonumber(lapses_at) - now_ms)
+      local token = grant(KEYS[1], KEYS[2], owner, string.format('%.0f', lease_ms), last, now_us)
+      return 'granted ' .. redis.sha1hex(owner) .. ' ' .. token
     end
     head = redis.call('LINDEX', KEYS[3], 0)
   end
@@ -54,9 +55,10 @@ local function hand_off()
 end
 
 local left = false
-local removed = redis.pcall('LREM', KEYS[3], 0, ARGV[1])
+local entry = queue_entry(ARGV[1], ARGV[4])
+local removed = redis.pcall('LREM', KEYS[3], 0, entry)
 if type(removed) == 'number' and removed > 0 then
-  redis.pcall('ZREM', KEYS[4], ARGV[1])
+  redis.pcall('ZREM', KEYS[4], entry)
   left = true
 end
 local holder = redis.pcall('GET', KEYS[1])
