@@ -268,16 +268,22 @@ async fn a_polling_waiter_takes_no_place_in_line() {
     waiter.await.unwrap();
 }
 
-/// Fails every subscription: the waiter polls after its first attempt.
-#[derive(Debug, Default)]
-struct NoSubscriptions;
+/// Makes one kind of call fail or hang; passes the others.
+#[derive(Debug)]
+enum Meddles {
+    /// Every subscription fails: the waiter polls after its first attempt.
+    FailSubscriptions,
+    /// Every renewal hangs: the holder is as good as hung.
+    HangRenewals,
+}
 
-impl Interceptor for NoSubscriptions {
+impl Interceptor for Meddles {
     fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
-        let verdict = match call {
-            Call::Subscribe { .. } => {
+        let verdict = match (self, call) {
+            (Meddles::FailSubscriptions, Call::Subscribe { .. }) => {
                 Verdict::Fail(fencelock::LockError::backend(None, "no pub/sub", None))
             }
+            (Meddles::HangRenewals, Call::Extend { .. }) => Verdict::Hang,
             _ => Verdict::Pass,
         };
         Box::pin(std::future::ready(verdict))
@@ -290,7 +296,7 @@ impl Interceptor for NoSubscriptions {
 /// until the place lapses.
 #[tokio::test(start_paused = true)]
 async fn a_place_taken_once_is_given_back_when_the_waiter_gives_up() {
-    let backend = Intercepted::new(MemoryBackend::new(), NoSubscriptions);
+    let backend = Intercepted::new(MemoryBackend::new(), Meddles::FailSubscriptions);
     let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
     let holder = lease("holder", Duration::from_secs(60));
     backend.backend.acquire(&holder, Turn::Once).await.unwrap();
@@ -333,20 +339,6 @@ async fn a_fair_single_attempt_does_not_jump_the_line() {
     head.await.unwrap();
 }
 
-/// Holds every renewal back: the holder is as good as hung.
-#[derive(Debug, Default)]
-struct RenewalsHang;
-
-impl Interceptor for RenewalsHang {
-    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
-        let verdict = match call {
-            Call::Extend { .. } => Verdict::Hang,
-            _ => Verdict::Pass,
-        };
-        Box::pin(std::future::ready(verdict))
-    }
-}
-
 /// Review finding: a release granted the waiter it handed the key to until its place would
 /// have lapsed (`3 × sleep_ms`), longer than its `ttl_ms`, and the waiter counted on that: a
 /// holder that hung kept the key past its lease. The grant lasts the waiter's lease at most,
@@ -354,7 +346,7 @@ impl Interceptor for RenewalsHang {
 #[tokio::test(start_paused = true)]
 async fn a_handed_over_grant_lasts_no_longer_than_the_waiter_s_lease() {
     const TTL: Duration = Duration::from_millis(500);
-    let backend = Intercepted::new(MemoryBackend::new(), RenewalsHang);
+    let backend = Intercepted::new(MemoryBackend::new(), Meddles::HangRenewals);
     let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
     let holder = lease("holder", Duration::from_secs(60));
     backend.backend.acquire(&holder, Turn::Once).await.unwrap();
