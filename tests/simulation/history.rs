@@ -61,6 +61,9 @@ struct Grant {
     key: String,
     owner: String,
     token: u64,
+    /// Made by a request delivered after the client's delayed cleanup (the README's gap
+    /// without settling): it may keep the key for its lease, unreleased.
+    past_cleanup: bool,
 }
 
 #[derive(Debug)]
@@ -211,7 +214,23 @@ impl History {
             key: key.to_owned(),
             owner: owner.to_owned(),
             token,
+            past_cleanup: false,
         });
+    }
+
+    /// The grant of `token` came from a request delivered past the delayed cleanup.
+    pub fn delivered_past_cleanup(&mut self, key: &str, token: u64) {
+        self.note(format_args!(
+            "{key} token {token}: delivered after the client's delayed cleanup"
+        ));
+        if let Some(grant) = self
+            .grants
+            .iter_mut()
+            .rev()
+            .find(|g| g.key == key && g.token == token)
+        {
+            grant.past_cleanup = true;
+        }
     }
 
     pub fn release_sent(&mut self, op: OpId, owner: &str) {
@@ -436,7 +455,7 @@ impl History {
     /// for that owner; a grant nobody would ever release is the orphan of a lost reply.
     fn check_orphans(&self, found: &mut Vec<String>) {
         let name = |owner: &str| self.owners.get(owner).map_or(0, |n| *n);
-        for grant in &self.grants {
+        for grant in self.grants.iter().filter(|g| !g.past_cleanup) {
             let cleaned = self
                 .release_events
                 .iter()

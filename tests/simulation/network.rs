@@ -357,6 +357,35 @@ impl SimBackend {
     }
 }
 
+/// How long after a client gave up on an acquire its delayed cleanup covers a late delivery
+/// (the client's fallback release follows a second after it gave up).
+const CLEANUP_COVERS: Duration = Duration::from_secs(1);
+
+/// When the client gave up on an acquire: when its call failed without a reply, or was
+/// dropped (cancelled) while out.
+#[derive(Default)]
+struct GivenUp {
+    at: Arc<Mutex<Option<Instant>>>,
+    returned: bool,
+}
+
+impl GivenUp {
+    fn returned(mut self, unanswered: bool) {
+        self.returned = true;
+        if unanswered {
+            *self.at.lock().unwrap() = Some(Instant::now());
+        }
+    }
+}
+
+impl Drop for GivenUp {
+    fn drop(&mut self) {
+        if !self.returned {
+            *self.at.lock().unwrap() = Some(Instant::now());
+        }
+    }
+}
+
 /// Records a call that ends without its reply: failed, or dropped while out.
 struct Unanswered<'a> {
     world: &'a World,
@@ -386,17 +415,31 @@ impl LockBackend for SimBackend {
             self.world.history().owner(&lease.owner)
         );
         Box::pin(async move {
+            let given_up = GivenUp::default();
+            let given_up_at = given_up.at.clone();
             let run = Box::new(move || {
                 let outcome = world.memory.acquire(&lease, turn).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
                 if let Ok(Acquire::Granted { token }) = outcome {
-                    world
-                        .history()
-                        .granted(client, &lease.key, &lease.owner, token);
+                    // The README's one gap: without settling, a request delivered more than
+                    // the delayed cleanup's second after the client gave up on it may keep
+                    // the key for one lease.
+                    let past_cleanup = !world.faults.settles
+                        && given_up_at
+                            .lock()
+                            .unwrap()
+                            .is_some_and(|at| at.elapsed() > CLEANUP_COVERS);
+                    let mut history = world.history();
+                    history.granted(client, &lease.key, &lease.owner, token);
+                    if past_cleanup {
+                        history.delivered_past_cleanup(&lease.key, token);
+                    }
                 }
                 Reply::Acquire(outcome)
             });
-            match self.call(what, false, run).await? {
+            let reply = self.call(what, false, run).await;
+            given_up.returned(reply.is_err());
+            match reply? {
                 Reply::Acquire(outcome) => outcome,
                 _ => Err(mismatched()),
             }
