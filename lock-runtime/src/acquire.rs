@@ -27,10 +27,14 @@ pub(crate) struct Acquisition {
     give_up_at: Instant,
     /// With `wait_ms`: the call ends by then, also while an attempt or a subscription is out.
     deadline: Option<Instant>,
-    /// The last attempt that found the key held: when it was sent, and the key's latest
-    /// fencing token then. A release that hands the key over later grants a greater token,
-    /// and its lease started after that send.
-    in_line: Option<InLine>,
+    /// The key's latest fencing token when the last attempt found it held: a release that
+    /// hands the key over later grants a greater one.
+    latest_token: Option<u64>,
+    /// When the last attempt that took (or renewed) a place in line was sent: a grant a
+    /// release hands over lasts at least `handed_over_lease` from then. Once set, leaving
+    /// must give the place back (a release may hand the key to it until it lapses), whatever
+    /// later attempts ask.
+    placed_at: Option<Instant>,
     /// Cleared once subscribing failed: a failing subscription can cost a response timeout
     /// each time.
     may_subscribe: bool,
@@ -40,9 +44,6 @@ pub(crate) struct Acquisition {
     /// Once an attempt's reply was lost, it may have been applied: the cleanup stays due
     /// whatever comes after, until after the guard's release.
     reply_lost: bool,
-    /// Once an attempt took a place in line, leaving must give it back (a release may hand
-    /// the key to it until it lapses), whatever later attempts ask.
-    took_place: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
 }
@@ -86,7 +87,8 @@ impl Acquisition {
         Ok(Acquisition {
             give_up_at: started + options.wait(),
             deadline: options.wait_bound().map(|wait| started + wait),
-            in_line: None,
+            latest_token: None,
+            placed_at: None,
             releases: None,
             may_subscribe: client.notifies(),
             pending: PendingAcquire {
@@ -102,7 +104,6 @@ impl Acquisition {
             attempts: 0,
             unnotified_waits: 0,
             reply_lost: false,
-            took_place: false,
             last_error: None,
         })
     }
@@ -143,12 +144,12 @@ impl Acquisition {
                 Subscribing::Cut => return Err(self.give_up().await),
             }
             if let Some(token) = self.pause(holder_remaining).await {
-                let Some(in_line) = self.in_line else {
+                let Some(placed_at) = self.placed_at else {
                     continue;
                 };
                 let granted = Granted {
                     token,
-                    sent_at: in_line.sent_at,
+                    sent_at: placed_at,
                     lease: self.handed_over_lease(),
                     acquired_at: Instant::now(),
                 };
@@ -180,13 +181,12 @@ impl Acquisition {
                 remaining,
                 latest_token,
             }) => {
-                self.in_line = Some(InLine {
-                    sent_at,
-                    latest_token,
-                });
+                self.latest_token = Some(latest_token);
+                if turn.place().is_some() {
+                    self.placed_at = Some(sent_at);
+                }
                 // A place in line stays until the waiter leaves.
-                self.took_place |= turn.place().is_some();
-                self.pending.leaves_traces = self.reply_lost || self.took_place;
+                self.pending.leaves_traces = self.reply_lost || self.placed_at.is_some();
                 let key = self.pending.lease.key.clone();
                 self.last_error = Some(LockError::not_acquired(key, self.attempts));
                 Attempt::Refused {
@@ -276,10 +276,10 @@ impl Acquisition {
             .min(self.give_up_at.saturating_duration_since(Instant::now()));
         tracing::debug!(key = %self.pending.lease.key, attempts = self.attempts, ?pause, "lock not acquired; waiting");
         let owner = &self.pending.lease.owner;
-        let latest_token = self.in_line.map_or(u64::MAX, |line| line.latest_token);
+        let latest_token = self.latest_token.unwrap_or(u64::MAX);
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {
             Woken::HandedOver(token) => {
-                let in_line_since = self.in_line.map(|line| line.sent_at.elapsed());
+                let in_line_since = self.placed_at.map(|at| at.elapsed());
                 let lease = self.handed_over_lease();
                 let lasts = lease >= MIN_HANDED_OVER_LEASE
                     && in_line_since.is_some_and(|since| since < lease / 3);
@@ -337,13 +337,6 @@ struct Granted {
     lease: Duration,
     /// When the grant was known to be ours (what `min_hold_ms` counts from).
     acquired_at: Instant,
-}
-
-/// The last attempt that found the key held.
-#[derive(Clone, Copy)]
-struct InLine {
-    sent_at: Instant,
-    latest_token: u64,
 }
 
 /// How a pause ended.
@@ -471,10 +464,14 @@ impl Drop for PendingAcquire {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use crate::backend::{BoxFuture, LockBackend, Release};
     use crate::release_hub::{HandOff, ReleaseHub};
+    use crate::sync::lock_ignoring_poison;
 
     /// An announcement that handed the key to this waiter can reach it after an attempt
     /// that found that grant ended and the key another owner's (on Redis the message comes
@@ -502,5 +499,123 @@ mod tests {
             matches!(woken, Woken::HandedOver(8)),
             "a later one is taken"
         );
+    }
+
+    /// The memory backend with its own release hub, whose subscriptions can be made to fail
+    /// after 150 ms (a connection timing out) while another request of the client subscribes
+    /// the key again: the failing waiter keeps receiving announcements through its old watch.
+    #[derive(Debug, Clone, Default)]
+    struct FlakySubscriptions {
+        inner: Arc<MemoryBackend>,
+        hub: Arc<ReleaseHub>,
+        failing: Arc<AtomicBool>,
+        /// When the waiter's attempts were sent, and how they competed.
+        attempts: Arc<Mutex<Vec<(Instant, Turn)>>>,
+        other_watches: Arc<Mutex<Vec<ReleaseWatch>>>,
+    }
+
+    impl LockBackend for FlakySubscriptions {
+        fn acquire<'a>(
+            &'a self,
+            lease: &'a Lease,
+            turn: Turn,
+        ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+            lock_ignoring_poison(&self.attempts).push((Instant::now(), turn));
+            self.inner.acquire(lease, turn)
+        }
+
+        fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+            Box::pin(async move {
+                let failing = self.failing.load(Ordering::SeqCst);
+                if failing {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+                let (watch, subscribed) = self.hub.watch(key);
+                let _ = subscribed.set(());
+                if failing {
+                    lock_ignoring_poison(&self.other_watches).push(watch);
+                    return Err(LockError::backend(Some(key), "subscribing timed out", None));
+                }
+                Ok(watch)
+            })
+        }
+
+        fn extend<'a>(
+            &'a self,
+            held: &'a [HeldLease],
+        ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+            self.inner.extend(held)
+        }
+
+        fn release<'a>(
+            &'a self,
+            lease: &'a Lease,
+            keep: Duration,
+        ) -> BoxFuture<'a, Result<Release, LockError>> {
+            Box::pin(async move {
+                let released = self.inner.release(lease, keep).await?;
+                let holder = self.inner.holder(&lease.key);
+                let hand_off = holder.map(|(owner, token)| HandOff {
+                    owner: owner_tag(&owner),
+                    token,
+                });
+                self.hub.released(&lease.key, hand_off);
+                Ok(released)
+            })
+        }
+    }
+
+    impl FlakySubscriptions {
+        async fn attempt(&self, n: usize) -> (Instant, Turn) {
+            for _ in 0..10_000 {
+                if let Some(attempt) = lock_ignoring_poison(&self.attempts).get(n - 1) {
+                    return *attempt;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            panic!("no attempt {n}");
+        }
+    }
+
+    /// Review finding: a waiter whose subscription failed again makes attempts that take no
+    /// place; a hand-off it then hears (through its old watch) lasts only until the place of
+    /// its last placing attempt lapses, not a place's length after its last attempt. Counted
+    /// from the latter, the waiter believed it held the key while the store granted it to
+    /// another owner.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_lasts_from_the_attempt_that_renewed_the_place() {
+        let backend = FlakySubscriptions::default();
+        let client =
+            LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
+        let lease = |owner: &str| Lease {
+            key: "k".into(),
+            owner: owner.into(),
+            ttl: Duration::from_secs(10),
+        };
+        let holder = lease("holder");
+        backend.inner.acquire(&holder, Turn::Once).await.unwrap();
+        let waiter = tokio::spawn({
+            let request = client
+                .lock("k")
+                .sleep_ms(100)
+                .ttl_ms(10_000)
+                .wait_ms(60_000);
+            async move { request.acquire().await.unwrap() }
+        });
+        backend.attempt(2).await;
+        // The subscription connection is lost; subscribing again fails.
+        backend.failing.store(true, Ordering::SeqCst);
+        backend.hub.subscriptions_lost();
+        let (placed_at, placing) = backend.attempt(3).await;
+        let (_, unplaced) = backend.attempt(4).await;
+        assert!(placing.place().is_some() && unplaced.place().is_none());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        backend.release(&holder, Duration::ZERO).await.unwrap();
+        let guard = waiter.await.unwrap();
+        // The place lapses 300 ms after the placing attempt, and with it the handed grant.
+        tokio::time::sleep_until(placed_at + Duration::from_millis(301)).await;
+        let intruder = backend.inner.acquire(&lease("intruder"), Turn::Once).await;
+        let taken = matches!(intruder, Ok(Acquire::Granted { .. }));
+        assert!(!taken || guard.is_lost(), "two holders: {intruder:?}");
     }
 }

@@ -280,10 +280,11 @@ async fn a_dead_waiter_handed_the_key_holds_it_no_longer_than_its_place() {
     let backend = Intercepted::new(MemoryBackend::new(), Passes);
     let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
     let holder = client.lock("k").acquire().await.unwrap();
+    // Its lease outlasts its place: the place bounds the grant.
     let dead = Lease {
         key: "k".into(),
         owner: "dead".into(),
-        ttl: Duration::from_secs(1),
+        ttl: Duration::from_secs(60),
     };
     let place = Duration::from_millis(3 * SLEEP_MS);
     let queued_at = tokio::time::Instant::now();
