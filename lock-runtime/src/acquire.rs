@@ -143,16 +143,7 @@ impl Acquisition {
                 Subscribing::Skipped => {}
                 Subscribing::Cut => return Err(self.give_up().await),
             }
-            if let Some(token) = self.pause(holder_remaining).await {
-                let Some(placed_at) = self.placed_at else {
-                    continue;
-                };
-                let granted = Granted {
-                    token,
-                    sent_at: placed_at,
-                    lease: self.handed_over_lease(),
-                    acquired_at: Instant::now(),
-                };
+            if let Some(granted) = self.pause(holder_remaining).await {
                 return self
                     .pending
                     .into_guard(granted, &self.options, self.reply_lost);
@@ -265,11 +256,11 @@ impl Acquisition {
     }
 
     /// Waits for a release, at most `sleep_ms` (jittered) or until the holder's lease ends,
-    /// and never past `give_up_at`. Returns the fencing token of a release that handed the
-    /// key to this request, if the grant surely lasts two thirds of its lease yet (time for
-    /// renewal to take it over) and renewal is on; else the next attempt finds the key this
-    /// request's and restarts the lease at `ttl_ms`.
-    async fn pause(&mut self, holder_remaining: Option<Duration>) -> Option<u64> {
+    /// and never past `give_up_at`. Returns the grant of a release that handed the key to
+    /// this request, if it surely lasts two thirds of its lease yet (time for renewal to take
+    /// it over) and renewal is on; else the next attempt finds the key this request's and
+    /// restarts the lease at `ttl_ms`.
+    async fn pause(&mut self, holder_remaining: Option<Duration>) -> Option<Granted> {
         let pause = self
             .options
             .pause(holder_remaining)
@@ -279,11 +270,15 @@ impl Acquisition {
         let latest_token = self.latest_token.unwrap_or(u64::MAX);
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {
             Woken::HandedOver(token) => {
-                let in_line_since = self.placed_at.map(|at| at.elapsed());
                 let lease = self.handed_over_lease();
-                let lasts = lease >= MIN_HANDED_OVER_LEASE
-                    && in_line_since.is_some_and(|since| since < lease / 3);
-                (lasts && self.options.renew).then_some(token)
+                let placed_at = self.placed_at?;
+                let lasts = lease >= MIN_HANDED_OVER_LEASE && placed_at.elapsed() < lease / 3;
+                (lasts && self.options.renew).then(|| Granted {
+                    token,
+                    sent_at: placed_at,
+                    lease,
+                    acquired_at: Instant::now(),
+                })
             }
             Woken::Released => None,
             Woken::Slept => {

@@ -162,14 +162,7 @@ impl ReleaseHub {
             watchers: 0,
             subscribed: Arc::new(OnceCell::new()),
         });
-        watched.watchers += 1;
-        let watch = ReleaseWatch {
-            hub: self.clone(),
-            key: key.to_owned(),
-            seen: watched.releases.announced().count,
-            releases: watched.releases.clone(),
-        };
-        (watch, watched.subscribed.clone())
+        (self.add_watcher(key, watched), watched.subscribed.clone())
     }
 
     /// A new watch of `key` if the backend already announces its releases (another waiter
@@ -181,13 +174,18 @@ impl ReleaseHub {
         if !watched.subscribed.initialized() {
             return None;
         }
+        Some(self.add_watcher(key, watched))
+    }
+
+    /// A new watch of `key`, counted in its entry, seeing releases from now on.
+    fn add_watcher(self: &Arc<Self>, key: &str, watched: &mut Watched) -> ReleaseWatch {
         watched.watchers += 1;
-        Some(ReleaseWatch {
+        ReleaseWatch {
             hub: self.clone(),
             key: key.to_owned(),
             seen: watched.releases.announced().count,
             releases: watched.releases.clone(),
-        })
+        }
     }
 
     fn unwatch(&self, key: &str) {
