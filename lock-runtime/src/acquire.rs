@@ -320,9 +320,11 @@ async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Out
     }
 }
 
-/// The shortest handed-over grant a waiter takes without an attempt: a shorter one (a tiny
-/// `sleep_ms` or `ttl_ms`) leaves its first renewal too little time to get through.
-const MIN_HANDED_OVER_LEASE: Duration = Duration::from_millis(30);
+/// The shortest handed-over grant a waiter takes without an attempt. The grant lasts at
+/// most the waiter's place (`3 × sleep_ms`): a shorter one (a small `sleep_ms` or `ttl_ms`)
+/// leaves its first renewal too little time on a loaded machine, and a renewal that comes
+/// too late loses the lock under the body, where a late attempt only waits on.
+const MIN_HANDED_OVER_LEASE: Duration = Duration::from_millis(500);
 
 /// A grant, as far as the request knows it.
 struct Granted {
@@ -496,9 +498,10 @@ mod tests {
         );
     }
 
-    /// The memory backend with its own release hub, whose subscriptions can be made to fail
-    /// after 150 ms (a connection timing out) while another request of the client subscribes
-    /// the key again: the failing waiter keeps receiving announcements through its old watch.
+    /// The memory backend with its own release hub and hanging renewals, whose subscriptions
+    /// can be made to fail after 150 ms (a connection timing out) while another request of
+    /// the client subscribes the key again: the failing waiter keeps receiving announcements
+    /// through its old watch.
     #[derive(Debug, Clone, Default)]
     struct FlakySubscriptions {
         inner: Arc<MemoryBackend>,
@@ -535,11 +538,9 @@ mod tests {
             })
         }
 
-        fn extend<'a>(
-            &'a self,
-            held: &'a [HeldLease],
-        ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-            self.inner.extend(held)
+        /// Renewals hang: the waiter's belief rests on the grant alone.
+        fn extend<'a>(&'a self, _: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+            Box::pin(std::future::pending())
         }
 
         fn release<'a>(
@@ -592,7 +593,7 @@ mod tests {
         let waiter = tokio::spawn({
             let request = client
                 .lock("k")
-                .sleep_ms(100)
+                .sleep_ms(200)
                 .ttl_ms(10_000)
                 .wait_ms(60_000);
             async move { request.acquire().await.unwrap() }
@@ -607,8 +608,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(5)).await;
         backend.release(&holder, Duration::ZERO).await.unwrap();
         let guard = waiter.await.unwrap();
-        // The place lapses 300 ms after the placing attempt, and with it the handed grant.
-        tokio::time::sleep_until(placed_at + Duration::from_millis(301)).await;
+        // The place lapses 600 ms after the placing attempt, and with it the handed grant.
+        tokio::time::sleep_until(placed_at + Duration::from_millis(601)).await;
         let intruder = backend.inner.acquire(&lease("intruder"), Turn::Once).await;
         let taken = matches!(intruder, Ok(Acquire::Granted { .. }));
         assert!(!taken || guard.is_lost(), "two holders: {intruder:?}");

@@ -411,10 +411,18 @@ async fn handed_over(client: &LockClient, from: &Lease, to: &Lease) -> HeldLease
     let backend = client.backend();
     let mut watch = backend.subscribe(&from.key).await.expect("subscribes");
     release_now(backend, from).await;
-    let announced = tokio::time::timeout(Duration::from_secs(5), watch.released()).await;
-    let hand_off = announced
-        .expect("the release is announced")
-        .expect("the release names the waiter it handed the key to");
+    // A release of an earlier step (which handed the key to nobody) can still be on its way
+    // to the subscriber: only this release hands the key over.
+    let hand_off = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(hand_off) = watch.released().await {
+                return hand_off;
+            }
+        }
+    });
+    let hand_off = hand_off
+        .await
+        .expect("the release is announced, naming the waiter it handed the key to");
     assert_eq!(
         hand_off.owner,
         owner_tag(&to.owner),
