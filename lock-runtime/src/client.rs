@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::backend::LockBackend;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::{RedisBackend, RedisSettings};
+use crate::backend::redis::{RedisBackend, RedisSettings, open};
+use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
 use crate::driver::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockRequest};
@@ -39,13 +40,31 @@ impl LockClient {
 
     /// A builder for a Redis client with a key prefix and timeouts.
     pub fn builder(url: &str) -> LockClientBuilder {
-        LockClientBuilder {
-            url: url.to_owned(),
-            settings: RedisSettings::default(),
-            release_notifications: true,
-            allow_eviction: false,
-            tls_root_certificate: None,
-        }
+        LockClientBuilder::new(Topology::Single(url.to_owned()), RedisSettings::default())
+    }
+
+    /// Connects to independent Redis masters (Redlock, usually 3 or 5) with the default
+    /// settings of [`LockClient::redlock_builder`]: a lock is held while a majority of them
+    /// grants it. At least a majority must answer now.
+    pub async fn redlock(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<LockClient, LockError> {
+        LockClient::redlock_builder(urls).connect().await
+    }
+
+    /// A builder for a Redlock client, with the options of [`LockClient::builder`], applied
+    /// to every master. The response timeout is also how long an attempt waits for a slow
+    /// master (default [`DEFAULT_NODE_TIMEOUT`], shorter than a single server's).
+    pub fn redlock_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
+        let settings = RedisSettings {
+            response_timeout: DEFAULT_NODE_TIMEOUT,
+            ..RedisSettings::default()
+        };
+        let urls = urls
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        LockClientBuilder::new(Topology::Redlock(urls), settings)
     }
 
     /// A client whose locks live in this process's memory: the same semantics as Redis
@@ -140,11 +159,20 @@ impl LockClient {
     }
 }
 
-/// Settings of a Redis [`LockClient`].
+/// Where a Redis [`LockClient`] keeps its locks.
+#[derive(Clone)]
+enum Topology {
+    /// One server (standalone or a primary).
+    Single(String),
+    /// Independent masters, a majority of which must grant a lock.
+    Redlock(Vec<String>),
+}
+
+/// Settings of a Redis [`LockClient`], for every topology.
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct LockClientBuilder {
-    url: String,
+    topology: Topology,
     settings: RedisSettings,
     release_notifications: bool,
     allow_eviction: bool,
@@ -154,7 +182,12 @@ pub struct LockClientBuilder {
 // The URL may carry a password: Debug output leaves it out.
 impl std::fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let servers = match &self.topology {
+            Topology::Single(_) => 1,
+            Topology::Redlock(urls) => urls.len(),
+        };
         f.debug_struct("LockClientBuilder")
+            .field("servers", &servers)
             .field("prefix", &self.settings.prefix)
             .field("connect_timeout", &self.settings.connect_timeout)
             .field("response_timeout", &self.settings.response_timeout)
@@ -163,6 +196,16 @@ impl std::fmt::Debug for LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    fn new(topology: Topology, settings: RedisSettings) -> Self {
+        LockClientBuilder {
+            topology,
+            settings,
+            release_notifications: true,
+            allow_eviction: false,
+            tls_root_certificate: None,
+        }
+    }
+
     /// Whether waiters sleep until the lock is released, woken by a Redis pub/sub message
     /// (default `true`: one subscription connection per client). With `false` they poll
     /// every `sleep_ms`, as most lock libraries do.
@@ -205,16 +248,29 @@ impl LockClientBuilder {
         self
     }
 
-    /// Connects, checks the server with `PING`, and (unless allowed) refuses a server that
+    /// Connects, checks the servers with `PING`, and (unless allowed) refuses a server that
     /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        let client = crate::backend::redis::open(&self.url, self.tls_root_certificate)?;
-        let backend = RedisBackend::from_client(client, self.settings).await?;
-        if !self.allow_eviction {
-            backend.check_eviction_policy().await?;
-        }
+        let open = |url: &str| open(url, self.tls_root_certificate.clone());
+        let backend: Arc<dyn LockBackend> = match &self.topology {
+            Topology::Single(url) => {
+                let backend = RedisBackend::from_client(open(url)?, self.settings).await?;
+                if !self.allow_eviction {
+                    backend.check_eviction_policy().await?;
+                }
+                Arc::new(backend)
+            }
+            Topology::Redlock(urls) => {
+                let clients = urls.iter().map(|url| open(url)).collect::<Result<_, _>>()?;
+                let backend = RedlockBackend::from_clients(clients, self.settings).await?;
+                if !self.allow_eviction {
+                    backend.check_eviction_policy().await?;
+                }
+                Arc::new(backend)
+            }
+        };
         Ok(LockClient::with_background(
-            Arc::new(backend),
+            backend,
             Background::Driver,
             self.release_notifications,
         ))

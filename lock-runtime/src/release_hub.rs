@@ -13,9 +13,20 @@ use tokio::sync::{Notify, OnceCell, mpsc};
 
 use crate::sync::lock_ignoring_poison;
 
-/// A waiter's subscription to the releases of one key; dropping it ends the subscription.
+/// A waiter's subscription to the releases of one key (on each store that announces them:
+/// several for Redlock); dropping it ends the subscription.
 #[derive(Debug)]
 pub struct ReleaseWatch {
+    stores: Vec<KeyWatch>,
+    /// The greatest fencing token of a grant whose release this watch returned: each store
+    /// announces a release over several stores (Redlock's masters), and only the first
+    /// announcement wakes the waiter.
+    seen_grant: u64,
+}
+
+/// A subscription to one store's announcements of one key's releases.
+#[derive(Debug)]
+struct KeyWatch {
     hub: Arc<ReleaseHub>,
     key: String,
     releases: Arc<Releases>,
@@ -32,11 +43,20 @@ struct Releases {
     announced: Notify,
 }
 
-/// How many releases were announced, and to whom the last one handed the key.
+/// How many releases were announced, and what the last one said.
 #[derive(Debug, Default, Clone, Copy)]
 struct Announced {
     count: u64,
-    handed_to: Option<HandOff>,
+    last: Announcement,
+}
+
+/// What a release announces: to whom it handed the key, and which grant it ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Announcement {
+    /// The waiter the key went to; `None` when anyone may try.
+    pub(crate) handed_to: Option<HandOff>,
+    /// The fencing token of the grant released, when the store names it.
+    pub(crate) grant: Option<u64>,
 }
 
 /// A release that handed the key to a waiter: whom (by tag), with which fencing token.
@@ -51,11 +71,11 @@ impl Releases {
         *lock_ignoring_poison(&self.announced_so_far)
     }
 
-    fn announce(&self, handed_to: Option<HandOff>) {
+    fn announce(&self, last: Announcement) {
         {
             let mut announced = lock_ignoring_poison(&self.announced_so_far);
             announced.count += 1;
-            announced.handed_to = handed_to;
+            announced.last = last;
         }
         self.announced.notify_waiters();
     }
@@ -79,20 +99,71 @@ fn parse_owner_tag(hex_digest: &str) -> Option<OwnerTag> {
     u64::from_str_radix(hex_digest.get(..16)?, 16).ok()
 }
 
-/// The hand-off a release message announces: `granted <sha1 of the owner token> <token>`;
-/// `None` for `released` (the key is free: anyone may try), `left`, or anything unexpected.
-pub(crate) fn parse_hand_off(message: &str) -> Option<HandOff> {
-    let mut words = message.strip_prefix("granted ")?.split(' ');
-    let owner = parse_owner_tag(words.next()?)?;
-    let token = words.next()?.parse().ok()?;
-    Some(HandOff { owner, token })
+/// What a release message announces: `granted <sha1 of the owner token> <token>` a hand-off,
+/// `released <token>` the end of that grant (`released` alone from older versions), `left`
+/// a waiter that left a free key; anything else wakes the waiters and says nothing more.
+pub(crate) fn parse_announcement(message: &str) -> Announcement {
+    let mut words = message.split(' ');
+    let (kind, first, second) = (words.next(), words.next(), words.next());
+    match (kind, first, second) {
+        (Some("granted"), Some(tag), Some(token)) => Announcement {
+            handed_to: parse_owner_tag(tag)
+                .zip(token.parse().ok())
+                .map(|(owner, token)| HandOff { owner, token }),
+            grant: None,
+        },
+        (Some("released"), Some(token), None) => Announcement {
+            handed_to: None,
+            grant: token.parse().ok(),
+        },
+        _ => Announcement::default(),
+    }
 }
 
 impl ReleaseWatch {
+    /// One watch of the key's releases on every store of `watches` (Redlock's masters): it
+    /// completes when any of them announces one.
+    pub(crate) fn any_of(watches: impl IntoIterator<Item = ReleaseWatch>) -> ReleaseWatch {
+        let watches: Vec<ReleaseWatch> = watches.into_iter().collect();
+        ReleaseWatch {
+            seen_grant: watches.iter().map(|w| w.seen_grant).max().unwrap_or(0),
+            stores: watches.into_iter().flat_map(|w| w.stores).collect(),
+        }
+    }
+
     /// Completes at the next release of the key after the watch was made or last completed,
     /// with the hand-off, when the release gave the key to a waiter (only that waiter can
     /// use it). `None` when anyone may try. Of several releases at once, the last one tells.
+    /// Cancel-safe: a release is marked seen only when this returns it.
     pub(crate) async fn released(&mut self) -> Option<HandOff> {
+        if let [one] = self.stores.as_mut_slice() {
+            return one.released().await.handed_to;
+        }
+        loop {
+            let each = self
+                .stores
+                .iter_mut()
+                .map(|store| Box::pin(store.released()));
+            let announcement = futures_util::future::select_all(each).await.0;
+            match announcement.grant {
+                Some(grant) if grant <= self.seen_grant => continue,
+                Some(grant) => self.seen_grant = grant,
+                None => {}
+            }
+            return announcement.handed_to;
+        }
+    }
+
+    /// Whether the backend still announces releases of the key to this watch: `false` after
+    /// a subscription connection was lost (on any of the stores), until someone subscribes
+    /// the key again.
+    pub fn is_subscribed(&self) -> bool {
+        !self.stores.is_empty() && self.stores.iter().all(KeyWatch::is_subscribed)
+    }
+}
+
+impl KeyWatch {
+    async fn released(&mut self) -> Announcement {
         loop {
             let announced = self.releases.announced.notified();
             tokio::pin!(announced);
@@ -101,15 +172,13 @@ impl ReleaseWatch {
             let now = self.releases.announced();
             if now.count > self.seen {
                 self.seen = now.count;
-                return now.handed_to;
+                return now.last;
             }
             announced.await;
         }
     }
 
-    /// Whether the backend still announces releases of the key to this watch: `false` after
-    /// the subscription connection was lost, until someone subscribes the key again.
-    pub fn is_subscribed(&self) -> bool {
+    fn is_subscribed(&self) -> bool {
         self.hub
             .keys()
             .get(&self.key)
@@ -117,7 +186,7 @@ impl ReleaseWatch {
     }
 }
 
-impl Drop for ReleaseWatch {
+impl Drop for KeyWatch {
     fn drop(&mut self) {
         self.hub.unwatch(&self.key);
     }
@@ -181,10 +250,13 @@ impl ReleaseHub {
     fn add_watcher(self: &Arc<Self>, key: &str, watched: &mut Watched) -> ReleaseWatch {
         watched.watchers += 1;
         ReleaseWatch {
-            hub: self.clone(),
-            key: key.to_owned(),
-            seen: watched.releases.announced().count,
-            releases: watched.releases.clone(),
+            seen_grant: 0,
+            stores: vec![KeyWatch {
+                hub: self.clone(),
+                key: key.to_owned(),
+                seen: watched.releases.announced().count,
+                releases: watched.releases.clone(),
+            }],
         }
     }
 
@@ -219,9 +291,20 @@ impl ReleaseHub {
 
     /// Wakes the waiters of `key`; `handed_to` names the one the key went to, if any.
     pub(crate) fn released(&self, key: &str, handed_to: Option<HandOff>) {
+        self.announce(
+            key,
+            Announcement {
+                handed_to,
+                grant: None,
+            },
+        );
+    }
+
+    /// Wakes the waiters of `key` with what its release announced.
+    pub(crate) fn announce(&self, key: &str, announcement: Announcement) {
         let releases = self.keys().get(key).map(|watched| watched.releases.clone());
         if let Some(releases) = releases {
-            releases.announce(handed_to);
+            releases.announce(announcement);
         }
     }
 
@@ -234,13 +317,15 @@ impl ReleaseHub {
             announce.push(watched.releases.clone());
         }
         for releases in announce {
-            releases.announce(None);
+            releases.announce(Announcement::default());
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -254,16 +339,52 @@ mod tests {
     }
 
     #[test]
-    fn hand_offs_are_read_from_granted_messages_only() {
+    fn announcements_are_read_from_release_messages() {
         let hex = sha1_smol::Sha1::from("abc").digest().to_string();
         let hand_off = HandOff {
             owner: owner_tag("abc"),
             token: 17,
         };
-        assert_eq!(parse_hand_off(&format!("granted {hex} 17")), Some(hand_off));
-        assert_eq!(parse_hand_off(&format!("granted {hex}")), None);
-        assert_eq!(parse_hand_off(&format!("granted {hex} x")), None);
-        assert_eq!(parse_hand_off("released"), None);
-        assert_eq!(parse_hand_off("left"), None);
+        let handed = |h| Announcement {
+            handed_to: h,
+            grant: None,
+        };
+        let parse = |m: &str| parse_announcement(m);
+        assert_eq!(parse(&format!("granted {hex} 17")), handed(Some(hand_off)));
+        assert_eq!(parse(&format!("granted {hex}")), handed(None));
+        assert_eq!(parse(&format!("granted {hex} x")), handed(None));
+        assert_eq!(parse("released"), Announcement::default());
+        assert_eq!(
+            parse("released 42"),
+            Announcement {
+                handed_to: None,
+                grant: Some(42)
+            }
+        );
+        assert_eq!(parse("left"), Announcement::default());
+    }
+
+    /// A release over several stores (Redlock) is announced by each: the watch returns the
+    /// first and lets the copies of the same grant's release pass.
+    #[tokio::test]
+    async fn a_watch_over_several_stores_wakes_once_per_release() {
+        let hubs = [
+            Arc::new(ReleaseHub::default()),
+            Arc::new(ReleaseHub::default()),
+        ];
+        let mut watch = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0));
+        let ended = |grant| Announcement {
+            handed_to: None,
+            grant: Some(grant),
+        };
+        hubs[0].announce("k", ended(7));
+        watch.released().await;
+        hubs[1].announce("k", ended(7));
+        let copy = tokio::time::timeout(Duration::from_millis(20), watch.released()).await;
+        assert!(copy.is_err(), "the second store's copy wakes nobody");
+        hubs[1].announce("k", ended(9));
+        tokio::time::timeout(Duration::from_secs(5), watch.released())
+            .await
+            .expect("a later grant's release wakes the waiter");
     }
 }

@@ -8,6 +8,7 @@ mod lease_redis;
 mod lease_timing;
 mod multiprocess;
 mod readme;
+mod redlock;
 mod runtime_redis;
 mod security;
 mod support;

@@ -15,6 +15,7 @@
 
 pub mod memory;
 pub mod redis;
+pub mod redlock;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -154,6 +155,14 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         let _ = key;
         None
+    }
+
+    /// Whether a release hands the key to the oldest waiter in line (see
+    /// [`release`](Self::release)) and [`Turn::Queue`] is offered. A backend without a line
+    /// of waiters (Redlock) treats [`Turn::Wait`] as [`Turn::Once`], and its releases only
+    /// wake the waiters, who attempt again.
+    fn hands_off(&self) -> bool {
+        true
     }
 
     /// For each grant still held as granted (same owner, same token), restart its lease at

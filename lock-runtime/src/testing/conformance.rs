@@ -29,10 +29,15 @@ pub async fn run(client: &LockClient, namespace: &str) {
     extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
     min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
     releases_are_announced(client, &format!("{namespace}:announce")).await;
-    a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off")).await;
-    a_lapsed_place_is_skipped(client, &format!("{namespace}:lapsed")).await;
-    a_free_key_goes_to_the_head_in_fair_mode_only(client, &format!("{namespace}:fair")).await;
     a_retry_by_the_holder_never_shortens_its_lease(client, &format!("{namespace}:retry")).await;
+    if client.backend().hands_off() {
+        a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off"))
+            .await;
+        a_lapsed_place_is_skipped(client, &format!("{namespace}:lapsed")).await;
+        a_free_key_goes_to_the_head_in_fair_mode_only(client, &format!("{namespace}:fair")).await;
+    } else {
+        without_a_line_fair_mode_is_refused(client, &format!("{namespace}:no-line")).await;
+    }
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
@@ -504,6 +509,23 @@ pub async fn a_free_key_goes_to_the_head_in_fair_mode_only(client: &LockClient, 
         handed_over(client, first, next).await;
         release_now(backend, next).await;
     }
+}
+
+/// A backend without a line of waiters refuses fair mode (it could not keep its promise),
+/// and a waiter's attempt there leaves no place behind: the holder's release hands the key
+/// to nobody, and whoever asks first gets it.
+pub async fn without_a_line_fair_mode_is_refused(client: &LockClient, key: &str) {
+    match client.lock(key).fair(true).give_up().acquire().await {
+        Err(LockError::InvalidConfig { .. }) => {}
+        other => panic!("fair mode must be refused with InvalidConfig, got {other:?}"),
+    }
+    let backend = client.backend();
+    let [holder, waiter, newcomer] = ["holder", "waiter", "newcomer"].map(|n| owner(key, n));
+    expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
+    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    release_now(backend, &holder).await;
+    expect_granted(backend, &newcomer, Turn::Once, "nobody was handed the key").await;
+    release_now(backend, &newcomer).await;
 }
 
 /// Bad keys and options are refused before anything reaches the backend.

@@ -151,6 +151,10 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         self.backend.watch_if_subscribed(key)
     }
 
+    fn hands_off(&self) -> bool {
+        self.backend.hands_off()
+    }
+
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
             self.admit(Call::Extend { held }).await?;

@@ -39,6 +39,12 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
+static RAISE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/raise.lua")
+    ))
+});
 
 /// Leases per extend script call. A script blocks the server while it runs; 500 GET+PEXPIRE
 /// pairs take well under a millisecond.
@@ -101,7 +107,7 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: show only where the server is.
         f.debug_struct("RedisBackend")
-            .field("addr", &self.connection.addr())
+            .field("addr", &self.addr())
             .field("prefix", &self.prefix)
             .finish()
     }
@@ -117,6 +123,14 @@ impl RedisBackend {
     /// A backend over a `redis::Client` built by the caller (custom TLS settings, for
     /// instance), checked with `PING`.
     pub async fn from_client(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
+        let backend = RedisBackend::unchecked(client, settings)?;
+        backend.check_reachable().await?;
+        Ok(backend)
+    }
+
+    /// A backend over `client` that has not talked to the server yet (it connects on first
+    /// use).
+    pub(crate) fn unchecked(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
         let RedisSettings {
             prefix,
             connect_timeout,
@@ -126,16 +140,27 @@ impl RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
-        let backend = RedisBackend {
+        Ok(RedisBackend {
             notifier: Notifier::new(client.clone(), response_timeout),
             connection: Connection::new(client, config),
             prefix,
-        };
-        backend
-            .ping()
-            .await
-            .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
-        Ok(backend)
+        })
+    }
+
+    /// `host:port` of the server, without credentials.
+    pub(crate) fn addr(&self) -> String {
+        self.connection.addr()
+    }
+
+    /// Checks the server with `PING`.
+    pub(crate) async fn check_reachable(&self) -> Result<(), LockError> {
+        self.ping().await.map_err(|e| {
+            backend_error(
+                None,
+                &format!("cannot connect to Redis at {}", self.addr()),
+                e,
+            )
+        })
     }
 
     /// Refuses a server whose `maxmemory-policy` may evict keys: every policy but
@@ -340,6 +365,33 @@ impl RedisBackend {
             Some(1) => Ok(Release::Released),
             Some(0 | -1) => Ok(Release::NotOwner),
             _ => Err(unexpected(&lease.key, "release", &reply)),
+        }
+    }
+}
+
+// Redlock's write-back of the fencing token chosen across masters.
+impl RedisBackend {
+    /// Makes `lease`'s grant, which this server gave with the fencing token `granted`, carry
+    /// `chosen` instead, and raises the fencing counter to at least `chosen`; `false` when the
+    /// grant is gone.
+    pub(crate) async fn raise_token(
+        &self,
+        lease: &Lease,
+        granted: u64,
+        chosen: u64,
+    ) -> Result<bool, LockError> {
+        let lock_key = self.lock_key(&lease.key);
+        let fence_key = Self::fence_key(&lock_key);
+        let keys = [lock_key, fence_key];
+        let args = [
+            lease.owner.as_str(),
+            &granted.to_string(),
+            &chosen.to_string(),
+        ];
+        let reply = self.run(&RAISE, &keys, &args, &lease.key).await?;
+        match integer(&reply) {
+            Some(raised @ (0 | 1)) => Ok(raised == 1),
+            _ => Err(unexpected(&lease.key, "raise", &reply)),
         }
     }
 }

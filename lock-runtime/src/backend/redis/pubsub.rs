@@ -19,7 +19,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::LockError;
 use crate::driver::Background;
-use crate::release_hub::{HandOff, ReleaseHub, ReleaseWatch, parse_hand_off};
+use crate::release_hub::{Announcement, ReleaseHub, ReleaseWatch, parse_announcement};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -193,17 +193,19 @@ async fn announce(
 ) {
     while let Some(message) = messages.next().await {
         let Some(hub) = hub.upgrade() else { return };
-        hub.released(message.get_channel_name(), hand_off(&message));
+        hub.announce(message.get_channel_name(), announcement(&message));
     }
     if let (Some(current), Some(hub)) = (current.upgrade(), hub.upgrade()) {
         close(&mut *current.lock().await, Some(generation), &hub);
     }
 }
 
-/// The hand-off a release message announces, if any.
-fn hand_off(message: &redis::Msg) -> Option<HandOff> {
-    let payload: String = message.get_payload().ok()?;
-    parse_hand_off(&payload)
+/// What a release message announces.
+fn announcement(message: &redis::Msg) -> Announcement {
+    message
+        .get_payload::<String>()
+        .map(|payload| parse_announcement(&payload))
+        .unwrap_or_default()
 }
 
 /// Unsubscribes channels nobody has waited for during `LINGER`.

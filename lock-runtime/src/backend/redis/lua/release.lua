@@ -6,7 +6,8 @@
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete; ARGV[3] the
 -- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms (its queue entry)
 -- Publishes `granted <sha1 of the new owner's token> <fencing token>` when the key was handed
--- over (never the token: whoever has it can release the lock), `released` when it is free,
+-- over (never the token: whoever has it can release the lock), `released <fencing token of the
+-- grant released>` when it is free (Redlock's waiters hear one release from each master),
 -- `left` when a waiter leaves a free key (it may have been the one whose turn it was).
 -- Returns 1 if released, 0 if another owner (or foreign data) holds the key, -1 if nobody
 -- does. The key holds `<owner>:<token>`; any grant of the owner is released. A kept key
@@ -85,7 +86,8 @@ if ARGV[2] == '0' then
   if kind == 'none' or (kind == 'string' and redis.call('PTTL', KEYS[5]) > 0) then
     redis.call('SET', KEYS[5], ARGV[1], 'PX', RELEASE_MEMORY_MS)
   end
-  redis.pcall('PUBLISH', ARGV[3], hand_off() or 'released')
+  local released = 'released ' .. (string.match(holder, ':(%d+)$') or '')
+  redis.pcall('PUBLISH', ARGV[3], hand_off() or released)
 else
   redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 end

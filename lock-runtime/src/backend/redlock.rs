@@ -1,0 +1,347 @@
+//! Redlock: one lock over several independent Redis masters, held while a majority of them
+//! grants it.
+//!
+//! Each master keeps the single-node layout and scripts of [`RedisBackend`] (so each settles
+//! its own lost replies). An acquire asks every master at once; it succeeds when a majority
+//! granted within the lease's validity (the lease less the time the attempt took and less
+//! the clock drift allowed, 1 % of the lease plus 2 ms, as the Redlock description sets it),
+//! and otherwise takes back whatever it was granted. Renewal and release go to every master,
+//! and a lease renewed on fewer than a majority counts as lost.
+//!
+//! Fencing: every master grants `max(its last token + 1, its clock in µs)`; the client takes
+//! the greatest token of the granting majority and writes it back to the masters that gave
+//! less (`raise.lua`) before returning it. Every returned token is then on the counter of a
+//! majority, and any later majority shares one master with it, whose next token is greater.
+//!
+//! Waiting: releases are heard from every master that could be subscribed. Masters keep no
+//! line of waiters (a release on each master could hand the key to a different waiter), so
+//! a release wakes the waiters, which attempt again; fair mode is refused.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use super::redis::{RedisBackend, RedisSettings};
+use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use crate::LockError;
+
+/// The clock drift a Redlock lease allows for: this share of the lease, plus
+/// [`CLOCK_DRIFT_MIN`].
+const CLOCK_DRIFT_FACTOR: f64 = 0.01;
+const CLOCK_DRIFT_MIN: Duration = Duration::from_millis(2);
+
+/// Default time a master may take to answer, for Redlock: a dead or frozen master must cost
+/// an attempt little of its lease.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Locks over several independent Redis masters (Redlock).
+pub struct RedlockBackend {
+    masters: Vec<RedisBackend>,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<String> = self.masters.iter().map(RedisBackend::addr).collect();
+        f.debug_struct("RedlockBackend")
+            .field("masters", &addrs)
+            .finish()
+    }
+}
+
+impl RedlockBackend {
+    /// Connects to every master of `urls` with `settings` (a majority must answer `PING`;
+    /// the others are reached when they come up).
+    pub async fn connect(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let clients = urls
+            .into_iter()
+            .map(|url| super::redis::open(url.as_ref(), None))
+            .collect::<Result<Vec<_>, _>>()?;
+        RedlockBackend::from_clients(clients, settings).await
+    }
+
+    /// A backend over one `redis::Client` per master, built by the caller (custom TLS
+    /// settings, for instance).
+    pub async fn from_clients(
+        clients: Vec<redis::Client>,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let masters = clients
+            .into_iter()
+            .map(|client| RedisBackend::unchecked(client, settings.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backend = RedlockBackend::new(masters)?;
+        let reachable = join_all(backend.masters.iter().map(RedisBackend::check_reachable)).await;
+        backend.majority_answered(None, "cannot connect to Redlock's masters", reachable)?;
+        Ok(backend)
+    }
+
+    fn new(masters: Vec<RedisBackend>) -> Result<Self, LockError> {
+        if masters.is_empty() {
+            return Err(LockError::invalid_config(
+                "Redlock needs the URLs of its masters: give at least one (3 or 5 independent \
+                 servers are usual)",
+            ));
+        }
+        let mut addrs: Vec<String> = masters.iter().map(RedisBackend::addr).collect();
+        addrs.sort();
+        if let Some(twice) = addrs.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(LockError::invalid_config(format!(
+                "Redlock's masters must be distinct servers, but {} is given twice: it would \
+                 count twice towards the majority",
+                twice[0]
+            )));
+        }
+        Ok(RedlockBackend { masters })
+    }
+
+    /// Refuses masters whose `maxmemory-policy` may evict keys (see
+    /// [`RedisBackend::check_eviction_policy`]); masters that do not answer pass.
+    pub async fn check_eviction_policy(&self) -> Result<(), LockError> {
+        let checks = join_all(self.masters.iter().map(|m| m.check_eviction_policy())).await;
+        match checks
+            .into_iter()
+            .find(|c| matches!(c, Err(e) if !e.is_backend()))
+        {
+            Some(refused) => refused,
+            None => Ok(()),
+        }
+    }
+
+    /// How many masters make a majority.
+    pub fn quorum(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// The answers of the masters that gave one, or an error when fewer than a majority did
+    /// (naming the first failure, and how many answered).
+    fn majority_answered<T>(
+        &self,
+        key: Option<&str>,
+        what: &str,
+        replies: Vec<Result<T, LockError>>,
+    ) -> Result<Vec<(usize, T)>, LockError> {
+        let mut answers = Vec::with_capacity(replies.len());
+        let mut first_failure = None;
+        for (master, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(answer) => answers.push((master, answer)),
+                Err(error) => {
+                    first_failure.get_or_insert(error);
+                }
+            }
+        }
+        if answers.len() >= self.quorum() {
+            return Ok(answers);
+        }
+        Err(LockError::backend(
+            key,
+            format!(
+                "{what}: {} of {} masters answered, a majority is {}",
+                answers.len(),
+                self.masters.len(),
+                self.quorum()
+            ),
+            first_failure.map(|e| Arc::new(e) as _),
+        ))
+    }
+}
+
+/// How long a lease asked for at `started` is valid for on a majority, or `None` when the
+/// attempt used it up.
+fn validity(ttl: Duration, started: Instant) -> Option<Duration> {
+    let drift = ttl.mul_f64(CLOCK_DRIFT_FACTOR) + CLOCK_DRIFT_MIN;
+    ttl.checked_sub(started.elapsed() + drift)
+        .filter(|left| !left.is_zero())
+}
+
+// Acquire.
+impl RedlockBackend {
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        if matches!(turn, Turn::Queue(_)) {
+            return Err(LockError::invalid_config(
+                "fair mode needs one line of waiters, and Redlock's masters keep none (a \
+                 release on each could favour a different waiter): drop `fair`, or lock on a \
+                 single Redis",
+            ));
+        }
+        let started = Instant::now();
+        let replies = join_all(self.masters.iter().map(|m| m.acquire(lease, Turn::Once))).await;
+        let mut granted = Vec::new();
+        let mut remaining: Option<Duration> = None;
+        let mut latest_token = 0;
+        let mut answered = Vec::with_capacity(replies.len());
+        for (master, reply) in replies.into_iter().enumerate() {
+            match &reply {
+                Ok(Acquire::Granted { token }) => granted.push((master, *token)),
+                Ok(Acquire::Held {
+                    remaining: left,
+                    latest_token: latest,
+                }) => {
+                    remaining = match (remaining, *left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    latest_token = latest_token.max(*latest);
+                }
+                Err(_) => {}
+            }
+            answered.push(reply);
+        }
+        if granted.len() >= self.quorum()
+            && validity(lease.ttl, started).is_some()
+            && let Some(token) = self.settle_token(lease, &granted, started).await
+        {
+            return Ok(Acquire::Granted { token });
+        }
+        // Not ours: take back the grants, and whatever a master whose reply was lost may
+        // have granted.
+        let to_release: Vec<usize> = answered
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| !matches!(reply, Ok(Acquire::Held { .. })))
+            .map(|(master, _)| master)
+            .collect();
+        join_all(
+            to_release
+                .iter()
+                .map(|&m| self.masters[m].release(lease, Duration::ZERO)),
+        )
+        .await;
+        if let Some(foreign) = answered
+            .iter()
+            .find_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
+        {
+            return Err(foreign.clone());
+        }
+        let answers = self.majority_answered(Some(&lease.key), "acquiring failed", answered)?;
+        latest_token = answers
+            .iter()
+            .filter_map(|(_, answer)| match answer {
+                Acquire::Granted { token } => Some(*token),
+                Acquire::Held { .. } => None,
+            })
+            .fold(latest_token, u64::max);
+        Ok(Acquire::Held {
+            remaining,
+            latest_token,
+        })
+    }
+
+    /// Makes the majority's grants carry one token, the greatest granted, and returns it;
+    /// `None` when fewer than a majority carry it in time.
+    async fn settle_token(
+        &self,
+        lease: &Lease,
+        granted: &[(usize, u64)],
+        started: Instant,
+    ) -> Option<u64> {
+        let chosen = granted.iter().map(|&(_, token)| token).max()?;
+        let lower: Vec<&(usize, u64)> = granted.iter().filter(|(_, t)| *t < chosen).collect();
+        let raised = join_all(
+            lower
+                .iter()
+                .map(|&&(m, token)| self.masters[m].raise_token(lease, token, chosen)),
+        )
+        .await;
+        let carrying =
+            granted.len() - lower.len() + raised.iter().filter(|r| matches!(r, Ok(true))).count();
+        (carrying >= self.quorum() && validity(lease.ttl, started).is_some()).then_some(chosen)
+    }
+}
+
+fn is_key_in_use(error: &LockError) -> bool {
+    matches!(error, LockError::KeyInUse { .. })
+}
+
+// Renewal, release and notifications.
+impl RedlockBackend {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
+        let replies = join_all(self.masters.iter().map(|m| m.extend(held))).await;
+        let answers = self.majority_answered(None, "renewing leases failed", replies)?;
+        Ok((0..held.len())
+            .map(|i| answers.iter().filter(|(_, extended)| extended[i]).count() >= self.quorum())
+            .collect())
+    }
+
+    async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
+        let replies = join_all(self.masters.iter().map(|m| m.release(lease, keep))).await;
+        let released = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Release::Released)))
+            .count();
+        let mut failures = replies.into_iter().filter_map(Result::err);
+        let first_failure = failures.next();
+        let unknown = usize::from(first_failure.is_some()) + failures.count();
+        if released >= self.quorum() {
+            Ok(Release::Released)
+        } else if released + unknown < self.quorum() {
+            Ok(Release::NotOwner)
+        } else {
+            // The masters that did not answer decide whether a majority still held it.
+            Err(LockError::backend(
+                Some(&lease.key),
+                format!(
+                    "releasing failed: {released} of {} masters released and {unknown} did \
+                     not answer, so whether a majority held the lease is unknown",
+                    self.masters.len()
+                ),
+                first_failure.map(|e| Arc::new(e) as _),
+            ))
+        }
+    }
+
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
+        let watches = join_all(self.masters.iter().map(|m| m.subscribe(key))).await;
+        let subscribed = self.majority_answered(Some(key), "subscribing failed", watches)?;
+        Ok(ReleaseWatch::any_of(
+            subscribed.into_iter().map(|(_, watch)| watch),
+        ))
+    }
+
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        let watches: Vec<ReleaseWatch> = self
+            .masters
+            .iter()
+            .filter_map(|m| m.watch_if_subscribed(key))
+            .collect();
+        (watches.len() >= self.quorum()).then(|| ReleaseWatch::any_of(watches))
+    }
+}
+
+impl LockBackend for RedlockBackend {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        Box::pin(self.try_acquire(lease, turn))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        Box::pin(self.watch_releases(key))
+    }
+
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.watch_subscribed(key)
+    }
+
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(self.extend_grants(held))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(self.release_grant(lease, keep))
+    }
+
+    fn hands_off(&self) -> bool {
+        false
+    }
+}

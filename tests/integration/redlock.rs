@@ -1,0 +1,213 @@
+//! Redlock over independent masters, each a private `redis-server`: the conformance suite,
+//! the faults a majority survives and the ones it does not, and the fencing that catches what
+//! Redlock itself cannot.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock::testing::history::{self, Section};
+use fencelock::testing::{RedisServer, conformance};
+use fencelock::{LockClient, LockError};
+
+use crate::support::{inspector, redis_server};
+
+fn masters(count: usize) -> Vec<RedisServer> {
+    (0..count).map(|_| redis_server()).collect()
+}
+
+async fn redlock(masters: &[RedisServer]) -> LockClient {
+    LockClient::redlock(masters.iter().map(RedisServer::url))
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the Redlock masters: {e}"))
+}
+
+async fn exists(master: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut inspector(master).await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_passes_the_conformance_suite() {
+    let masters = masters(5);
+    conformance::run(&redlock(&masters).await, "conformance").await;
+}
+
+/// Several clients (as if processes) take one key in turns while two of five masters are
+/// down: every grant is exclusive on the recorded history, tokens increase, and every
+/// acquisition gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_of_five_masters_down_locks_stay_exclusive_and_make_progress() {
+    let mut masters = masters(5);
+    let clients = [redlock(&masters).await, redlock(&masters).await];
+    for down in &mut masters[3..] {
+        down.kill().unwrap();
+    }
+    let sections = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Vec::new();
+    for (process, client) in clients.iter().enumerate() {
+        for task in 0..3 {
+            let (client, sections) = (client.clone(), sections.clone());
+            workers.push(tokio::spawn(async move {
+                for _ in 0..15 {
+                    let guard = client
+                        .lock("exclusive")
+                        .ttl_ms(10_000)
+                        .wait_ms(30_000)
+                        .sleep_ms(20)
+                        .acquire()
+                        .await
+                        .expect("a majority is up: the lock is granted");
+                    let entered_ns = history::monotonic_ns();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let section = Section {
+                        process: process as u32,
+                        task,
+                        key: guard.key().to_owned(),
+                        token: guard.token(),
+                        entered_ns,
+                        exited_ns: history::monotonic_ns(),
+                    };
+                    sections.lock().unwrap().push(section);
+                    guard.release().await.expect("released on the majority");
+                }
+            }));
+        }
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let sections = sections.lock().unwrap();
+    assert_eq!(sections.len(), 2 * 3 * 15, "every acquisition got through");
+    let report = history::check(&sections);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// With three of five masters down no majority can grant: the attempt fails as a backend
+/// failure (the lock's state is unknown, which `NotAcquired` would misstate), and what the
+/// two survivors granted is taken back.
+#[tokio::test]
+async fn with_three_of_five_masters_down_acquiring_fails_and_leaves_nothing() {
+    let mut masters = masters(5);
+    let client = redlock(&masters).await;
+    for down in &mut masters[2..] {
+        down.kill().unwrap();
+    }
+    match client.lock("outage").give_up().acquire().await {
+        Err(error @ LockError::Backend { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("2 of 5 masters answered"), "{message}");
+        }
+        other => panic!("expected a backend failure, got {other:?}"),
+    }
+    for survivor in &masters[..2] {
+        assert!(
+            !exists(survivor, "lock:{outage}").await,
+            "the survivors' grants were taken back"
+        );
+    }
+}
+
+/// The greatest token a majority granted is written back to the others before it is
+/// returned, so a later majority without the master that gave it still grants a greater one.
+/// Master 0's counter is set far ahead (as a master whose clock runs fast would leave it).
+#[tokio::test]
+async fn a_later_majority_without_the_master_of_the_greatest_token_grants_a_greater_one() {
+    let mut masters = masters(3);
+    let client = redlock(&masters).await;
+    let ahead: u64 = 9_000_000_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg("lock:{fenced}:fence")
+        .arg(ahead)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut inspector(&masters[0]).await)
+        .await
+        .unwrap();
+    let first = client.lock("fenced").give_up().acquire().await.unwrap();
+    assert_eq!(
+        first.token(),
+        ahead + 1,
+        "the greatest grant's token is taken"
+    );
+    first.release().await.unwrap();
+    masters[0].kill().unwrap();
+    let second = client.lock("fenced").give_up().acquire().await.unwrap();
+    assert!(
+        second.token() > ahead + 1,
+        "token {} after {}: the write-back was skipped",
+        second.token(),
+        ahead + 1
+    );
+    second.release().await.unwrap();
+}
+
+/// Redlock's known hole: a master restarted without its data while a lock is held forgets
+/// the grant, and a second client wins a majority with it. Both hold the lock at once; the
+/// fencing token tells them apart: the second's is greater (tokens follow the server clock
+/// also after a restart), so a store that keeps the greatest token it saw refuses the
+/// stale holder's write.
+#[tokio::test]
+async fn a_master_restarted_without_its_data_grants_twice_and_fencing_refuses_the_stale_writer() {
+    let mut masters = masters(3);
+    let (first_client, second_client) = (redlock(&masters).await, redlock(&masters).await);
+    masters[2].kill().unwrap();
+    let first = first_client.lock("hole").acquire().await.unwrap();
+    masters[2].restart().unwrap();
+    masters[1].restart().unwrap();
+    let second = second_client
+        .lock("hole")
+        .give_up()
+        .acquire()
+        .await
+        .expect("the restarted masters forgot the first grant: a second majority");
+    assert!(
+        !first.is_lost(),
+        "the first holder still counts on its lease"
+    );
+    assert!(
+        second.token() > first.token(),
+        "the later grant's token is greater"
+    );
+    let store = FencedStore::default();
+    assert!(store.write(second.token()), "the current holder writes");
+    assert!(!store.write(first.token()), "the stale holder is refused");
+    second.release().await.unwrap();
+    drop(first);
+}
+
+/// A resource that keeps the greatest fencing token it accepted and refuses lower ones.
+#[derive(Default)]
+struct FencedStore {
+    greatest: Mutex<u64>,
+}
+
+impl FencedStore {
+    fn write(&self, token: u64) -> bool {
+        let mut greatest = self.greatest.lock().unwrap();
+        let accepted = token > *greatest;
+        if accepted {
+            *greatest = token;
+        }
+        accepted
+    }
+}
+
+#[tokio::test]
+async fn redlock_refuses_a_master_given_twice_and_an_empty_list() {
+    let master = redis_server();
+    let twice = LockClient::redlock([master.url(), master.url()]).await;
+    match twice {
+        Err(LockError::InvalidConfig { reason, .. }) => {
+            assert!(reason.contains("given twice"), "{reason}")
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    let none: [&str; 0] = [];
+    assert!(matches!(
+        LockClient::redlock(none).await,
+        Err(LockError::InvalidConfig { .. })
+    ));
+}
