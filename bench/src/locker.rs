@@ -61,7 +61,12 @@ impl Locker {
 
     /// rslock connects on first use: open its connection now, before any clock starts.
     pub async fn rslock(url: &str, retry: RslockRetry) -> Locker {
-        let mut manager = LockManager::new(vec![url]);
+        Locker::rslock_over(vec![url.to_owned()], retry).await
+    }
+
+    /// rslock over several masters (its Redlock), connected now.
+    pub async fn rslock_over(urls: Vec<String>, retry: RslockRetry) -> Locker {
+        let mut manager = LockManager::new(urls);
         manager.set_retry(retry.count, retry.delay);
         // The reply does not matter; a connection that fails now is retried by `lock`.
         let _ = manager.query_redis_for_key_value(b"warm-up").await;

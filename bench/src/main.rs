@@ -11,7 +11,8 @@
 //! grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared client and
 //! with a client each, next to `redis-benchmark` SET on the same server. Client cost (connect
 //! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
-//! latency at 20/50/80% of the measured capacity. Prints a table per workload and the issue's
+//! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
+//! over 3 and 5 masters, and rslock on 1 and 5. Prints a table per workload and the issue's
 //! targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
 //! `--quick` runs every workload about 4-10x shorter.
 
@@ -21,6 +22,7 @@ mod open_loop;
 mod probe;
 mod report;
 mod stats;
+mod topologies;
 mod workloads;
 
 use std::path::PathBuf;
@@ -181,6 +183,10 @@ async fn main() -> Result<(), BoxError> {
 
     let latency = open_loop_table(&fence, &rs, &sizes).await?;
 
+    let (topology_ping, topology_runs) =
+        topologies::compare(sizes.sequential, sizes.w3_per_worker).await?;
+    let topologies = report::topologies(&topology_ping, &topology_runs, &mut targets);
+
     let missed = targets.iter().filter(|t| !t.met()).count();
     println!("\n{missed} of {} targets missed", targets.len());
     let document = json!({
@@ -197,6 +203,7 @@ async fn main() -> Result<(), BoxError> {
         "w3_many_keys": w3,
         "client_cost": cost,
         "open_loop": latency,
+        "topologies": topologies,
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {

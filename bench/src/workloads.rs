@@ -345,7 +345,7 @@ where
 
 /// W3: a task per locker (clones of one shared client, or a client each), task `i` on key
 /// `w3:{i}`, `per_worker` acquire + release pairs each, all at once.
-async fn many_keys(lockers: Vec<Locker>, per_worker: usize) -> Result<Throughput, BoxError> {
+pub async fn many_keys(lockers: Vec<Locker>, per_worker: usize) -> Result<Throughput, BoxError> {
     let start = Arc::new(Barrier::new(lockers.len()));
     let started = Instant::now();
     let tasks: Vec<_> = lockers

@@ -3,10 +3,12 @@
 mod footprint;
 mod open_loop;
 mod scripts;
+mod topologies;
 
 pub use footprint::footprint;
 pub use open_loop::{Library, open_loop};
 pub use scripts::{ScriptUse, scripts};
+pub use topologies::topologies;
 
 use std::time::Duration;
 
