@@ -11,6 +11,7 @@ use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
 use crate::driver::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockRequest};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
 /// A connection to a lock backend. Cheap to clone: clones share the backend, its connection
 /// and one renewal loop.
@@ -50,6 +51,38 @@ impl LockClient {
         urls: impl IntoIterator<Item = impl AsRef<str>>,
     ) -> Result<LockClient, LockError> {
         LockClient::redlock_builder(urls).connect().await
+    }
+
+    /// Connects to the master of `service` through its Sentinels (`sentinel_urls`, e.g.
+    /// `["redis://127.0.0.1:26379"]`) with the default settings of
+    /// [`LockClient::sentinel_builder`]. The client follows the master through a failover:
+    /// each new connection asks the Sentinels for the current master, and a master that was
+    /// demoted (it refuses writes) is left at once.
+    pub async fn sentinel(
+        sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
+        service_name: &str,
+    ) -> Result<LockClient, LockError> {
+        LockClient::sentinel_builder(sentinel_urls, service_name)
+            .connect()
+            .await
+    }
+
+    /// A builder for a Sentinel client, with the options of [`LockClient::builder`]. The
+    /// master is reached with the username, password and database of the first Sentinel URL,
+    /// and over TLS when that URL is `rediss://`.
+    pub fn sentinel_builder(
+        sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
+        service_name: &str,
+    ) -> LockClientBuilder {
+        let sentinels = sentinel_urls
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        let topology = Topology::Sentinel {
+            sentinels,
+            service: service_name.to_owned(),
+        };
+        LockClientBuilder::new(topology, RedisSettings::default())
     }
 
     /// A builder for a Redlock client, with the options of [`LockClient::builder`], applied
@@ -166,6 +199,11 @@ enum Topology {
     Single(String),
     /// Independent masters, a majority of which must grant a lock.
     Redlock(Vec<String>),
+    /// The master of a service, as its Sentinels name it.
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
 }
 
 /// Settings of a Redis [`LockClient`], for every topology.
@@ -184,7 +222,10 @@ impl std::fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let servers = match &self.topology {
             Topology::Single(_) => 1,
-            Topology::Redlock(urls) => urls.len(),
+            Topology::Redlock(urls)
+            | Topology::Sentinel {
+                sentinels: urls, ..
+            } => urls.len(),
         };
         f.debug_struct("LockClientBuilder")
             .field("servers", &servers)
@@ -268,6 +309,14 @@ impl LockClientBuilder {
                 }
                 Arc::new(backend)
             }
+            Topology::Sentinel { sentinels, service } => {
+                let sentinels = sentinel_client(sentinels, service)?;
+                let backend = RedisBackend::sentinel(sentinels, service, self.settings).await?;
+                if !self.allow_eviction {
+                    backend.check_eviction_policy().await?;
+                }
+                Arc::new(backend)
+            }
         };
         Ok(LockClient::with_background(
             backend,
@@ -275,4 +324,37 @@ impl LockClientBuilder {
             self.release_notifications,
         ))
     }
+}
+
+/// A redis-rs Sentinel client for `service` on `urls`, reaching the master as the first URL
+/// says (credentials, database, TLS).
+fn sentinel_client(urls: &[String], service: &str) -> Result<SentinelClient, LockError> {
+    let bad = |what: String| {
+        LockError::invalid_config(format!(
+            "{what}; expected Sentinel URLs such as redis://127.0.0.1:26379 and the name of \
+             the service they monitor"
+        ))
+    };
+    let first = urls
+        .first()
+        .ok_or_else(|| bad("no Sentinel URL given".to_owned()))?;
+    if service.is_empty() {
+        return Err(bad("the service name is empty".to_owned()));
+    }
+    let first = open(first, None)?;
+    let mut master = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(first.get_connection_info().redis_settings().clone());
+    if matches!(
+        first.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    ) {
+        master = master.set_tls_mode(redis::TlsMode::Secure);
+    }
+    SentinelClient::build(
+        urls.to_vec(),
+        String::from(service),
+        Some(master),
+        SentinelServerType::Master,
+    )
+    .map_err(|e| bad(format!("cannot use the Sentinel URLs: {e}")))
 }

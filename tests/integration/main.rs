@@ -11,5 +11,6 @@ mod readme;
 mod redlock;
 mod runtime_redis;
 mod security;
+mod sentinel;
 mod support;
 mod waiting;

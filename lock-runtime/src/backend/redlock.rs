@@ -71,7 +71,7 @@ impl RedlockBackend {
     ) -> Result<Self, LockError> {
         let masters = clients
             .into_iter()
-            .map(|client| RedisBackend::unchecked(client, settings.clone()))
+            .map(|client| RedisBackend::unchecked_on(client, settings.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let backend = RedlockBackend::new(masters)?;
         let reachable = join_all(backend.masters.iter().map(RedisBackend::check_reachable)).await;

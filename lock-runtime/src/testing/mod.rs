@@ -1,4 +1,5 @@
-//! Test support (feature `testing`): private `redis-server` processes, a TCP proxy that
+//! Test support (feature `testing`): private `redis-server` processes (also a Sentinel
+//! group: master, replica, three Sentinels), a TCP proxy that
 //! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
 //! conformance suite every backend must pass, and the history checker that proves mutual
 //! exclusion on recorded runs.
@@ -8,10 +9,12 @@ pub mod history;
 mod intercept;
 mod proxy;
 mod redis_server;
+mod sentinel;
 
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
+pub use sentinel::SentinelGroup;
 
 /// Seeds the generator of the pauses between attempts on the calling thread, so that a
 /// simulation on a current-thread runtime with the paused clock draws the same pauses, and

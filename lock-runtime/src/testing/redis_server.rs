@@ -23,6 +23,9 @@ pub struct RedisServer {
     dir: PathBuf,
     extra_args: Vec<String>,
     env: Vec<(String, String)>,
+    /// A configuration file's text, written into the server's directory and passed first
+    /// (Sentinels rewrite theirs).
+    config: Option<String>,
 }
 
 impl RedisServer {
@@ -44,10 +47,37 @@ impl RedisServer {
         RedisServer::start_binary(binary, extra_args, env)
     }
 
+    /// Starts a Sentinel monitoring the master on `master_port` as `service` (quorum
+    /// `quorum`), which it calls down after `down_after_ms` without an answer.
+    pub fn start_sentinel(
+        master_port: u16,
+        service: &str,
+        quorum: u32,
+        down_after_ms: u64,
+    ) -> io::Result<RedisServer> {
+        let binary = std::env::var(REDIS_SERVER_ENV).unwrap_or_else(|_| "redis-server".into());
+        let config = format!(
+            "sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n\
+             sentinel down-after-milliseconds {service} {down_after_ms}\n\
+             sentinel failover-timeout {service} 10000\n\
+             sentinel parallel-syncs {service} 1\n"
+        );
+        RedisServer::start_inner(binary, &["--sentinel"], &[], Some(config))
+    }
+
     fn start_binary(
         binary: String,
         extra_args: &[&str],
         env: &[(&str, &str)],
+    ) -> io::Result<RedisServer> {
+        RedisServer::start_inner(binary, extra_args, env, None)
+    }
+
+    fn start_inner(
+        binary: String,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        config: Option<String>,
     ) -> io::Result<RedisServer> {
         static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -66,6 +96,7 @@ impl RedisServer {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            config,
         };
         let mut last_error = None;
         // A free port can be taken between our probe and the server's bind: try another.
@@ -130,7 +161,13 @@ impl RedisServer {
     fn spawn(&mut self) -> io::Result<()> {
         let binary = &self.binary;
         let log = self.dir.join("redis.log");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(config) = &self.config {
+            let path = self.dir.join("redis.conf");
+            std::fs::write(&path, config)?;
+            command.arg(path);
+        }
+        let child = command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{AsyncConnectionConfig, RedisError};
 use tokio::runtime::Id;
 
+use super::server::Server;
 use crate::LockError;
 use crate::driver::{self, Background};
 use crate::sync::lock_ignoring_poison;
@@ -79,7 +80,7 @@ impl Live {
 }
 
 pub(crate) struct Connection {
-    client: Client,
+    server: Server,
     config: AsyncConnectionConfig,
     open: Mutex<Vec<Live>>,
     serials: AtomicU64,
@@ -99,9 +100,9 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) fn new(client: Client, config: AsyncConnectionConfig) -> Self {
+    pub(crate) fn new(server: Server, config: AsyncConnectionConfig) -> Self {
         Connection {
-            client,
+            server,
             config,
             open: Mutex::new(Vec::new()),
             serials: AtomicU64::new(0),
@@ -114,9 +115,9 @@ impl Connection {
         }
     }
 
-    /// `host:port` of the server, without credentials.
+    /// Where the connections go, without credentials.
     pub(crate) fn addr(&self) -> String {
-        self.client.get_connection_info().addr().to_string()
+        self.server.describe()
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, Vec<Live>> {
@@ -155,16 +156,20 @@ impl Connection {
         }
         let mut connection = match route {
             Route::Foreground(_) => {
-                self.client
+                self.server
+                    .client()
+                    .await?
                     .get_multiplexed_async_connection_with_config(&self.config)
                     .await?
             }
             Route::Background => {
-                let client = self.client.clone();
+                let server = self.server.clone();
                 let config = self.config.clone();
                 Background::Driver
                     .spawn(async move {
-                        client
+                        server
+                            .client()
+                            .await?
                             .get_multiplexed_async_connection_with_config(&config)
                             .await
                     })
@@ -264,10 +269,14 @@ impl Connection {
     /// Gives `live` up if `error` means it is broken or timed out, so that the next call
     /// reconnects and first closes it on the server; returns whether it did.
     pub(crate) fn note_error(&self, live: &Live, error: &RedisError) -> bool {
+        // A master demoted by a failover refuses writes: the Sentinels name another now.
+        let demoted = self.server.follows_failover()
+            && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
         let broken = error.is_io_error()
             || error.is_connection_dropped()
             || error.is_connection_refusal()
-            || error.is_unrecoverable_error();
+            || error.is_unrecoverable_error()
+            || demoted;
         if !broken {
             return false;
         }

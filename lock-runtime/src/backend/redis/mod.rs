@@ -15,14 +15,17 @@
 
 mod connection;
 mod pubsub;
+mod server;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Route};
 use self::pubsub::Notifier;
+use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
 
@@ -123,14 +126,31 @@ impl RedisBackend {
     /// A backend over a `redis::Client` built by the caller (custom TLS settings, for
     /// instance), checked with `PING`.
     pub async fn from_client(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
-        let backend = RedisBackend::unchecked(client, settings)?;
+        let backend = RedisBackend::unchecked(Server::Fixed(Box::new(client)), settings)?;
         backend.check_reachable().await?;
         Ok(backend)
     }
 
-    /// A backend over `client` that has not talked to the server yet (it connects on first
-    /// use).
-    pub(crate) fn unchecked(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
+    /// A backend on the master of `service`, as the Sentinels of `sentinels` name it when
+    /// a connection opens: after a failover, the next connection reaches the new master.
+    /// Checked with `PING`. The master is reached with the `SentinelNodeConnectionInfo`
+    /// (credentials, TLS) that `sentinels` was built with.
+    pub async fn sentinel(
+        sentinels: SentinelClient,
+        service: &str,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let server = Server::Sentinel {
+            sentinels: Arc::new(tokio::sync::Mutex::new(sentinels)),
+            service: Arc::from(service),
+        };
+        let backend = RedisBackend::unchecked(server, settings)?;
+        backend.check_reachable().await?;
+        Ok(backend)
+    }
+
+    /// A backend on `server` that has not talked to it yet (it connects on first use).
+    fn unchecked(server: Server, settings: RedisSettings) -> Result<Self, LockError> {
         let RedisSettings {
             prefix,
             connect_timeout,
@@ -141,13 +161,18 @@ impl RedisBackend {
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
         Ok(RedisBackend {
-            notifier: Notifier::new(client.clone(), response_timeout),
-            connection: Connection::new(client, config),
+            notifier: Notifier::new(server.clone(), response_timeout),
+            connection: Connection::new(server, config),
             prefix,
         })
     }
 
-    /// `host:port` of the server, without credentials.
+    /// A backend on the one server of `client` that has not talked to it yet.
+    pub(crate) fn unchecked_on(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
+        RedisBackend::unchecked(Server::Fixed(Box::new(client)), settings)
+    }
+
+    /// Where the server is, without credentials.
     pub(crate) fn addr(&self) -> String {
         self.connection.addr()
     }

@@ -12,11 +12,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::RedisError;
 use redis::aio::PubSubSink;
-use redis::{Client, RedisError};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use super::server::Server;
 use crate::LockError;
 use crate::driver::Background;
 use crate::release_hub::{Announcement, ReleaseHub, ReleaseWatch, parse_announcement};
@@ -25,7 +26,7 @@ use crate::release_hub::{Announcement, ReleaseHub, ReleaseWatch, parse_announcem
 const LINGER: Duration = Duration::from_secs(1);
 
 pub(crate) struct Notifier {
-    client: Client,
+    server: Server,
     response_timeout: Duration,
     /// Keyed by channel name.
     hub: Arc<ReleaseHub>,
@@ -61,7 +62,7 @@ fn io_error(message: impl Into<String>) -> RedisError {
 }
 
 impl Notifier {
-    pub(crate) fn new(client: Client, response_timeout: Duration) -> Self {
+    pub(crate) fn new(server: Server, response_timeout: Duration) -> Self {
         let (idle, idle_channels) = mpsc::unbounded_channel();
         let hub = Arc::new(ReleaseHub::with_idle_reports(idle));
         let current = Arc::new(Mutex::new(None));
@@ -75,7 +76,7 @@ impl Notifier {
             tracing::warn!(%error, "release notifications will not unsubscribe idle channels");
         }
         Notifier {
-            client,
+            server,
             response_timeout,
             hub,
             current,
@@ -136,9 +137,9 @@ impl Notifier {
     /// closed with the unread result: the reading task starts only once the connection is
     /// handed over.
     async fn connect(&self) -> Result<Subscriptions, RedisError> {
-        let client = self.client.clone();
+        let server = self.server.clone();
         let opening = Background::Driver
-            .spawn(async move { client.get_async_pubsub().await })
+            .spawn(async move { server.client().await?.get_async_pubsub().await })
             .map_err(|e| io_error(e.to_string()))?;
         let mut opening = AbortOnDrop(opening);
         let (sink, messages) =

@@ -1,0 +1,177 @@
+//! A master, its replica and three Sentinels, each a private `redis-server` child process on
+//! a free loopback port: the Sentinel topology for tests, ready for a failover.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use super::RedisServer;
+
+/// Sentinels in a group, and how many must agree that the master is down.
+const SENTINELS: usize = 3;
+const QUORUM: u32 = 2;
+/// How long the Sentinels wait for an answer before they call the master down.
+const DOWN_AFTER_MS: u64 = 1000;
+/// How long the group may take to be ready (Sentinels find each other by messages every 2 s),
+/// and a failover to finish.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A master with one replica, monitored by three Sentinels as `service`. Stopped when
+/// dropped.
+#[derive(Debug)]
+pub struct SentinelGroup {
+    /// The master the group started with.
+    pub master: RedisServer,
+    /// Its replica, which a failover promotes.
+    pub replica: RedisServer,
+    /// The Sentinels.
+    pub sentinels: Vec<RedisServer>,
+    service: String,
+}
+
+impl SentinelGroup {
+    /// Starts the group and waits until the replica is in sync and every Sentinel knows
+    /// the replica and the other Sentinels (so that a failover can be agreed on).
+    pub async fn start(service: &str) -> io::Result<SentinelGroup> {
+        let master = RedisServer::start()?;
+        let port = master.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])?;
+        let sentinels = (0..SENTINELS)
+            .map(|_| RedisServer::start_sentinel(master.port(), service, QUORUM, DOWN_AFTER_MS))
+            .collect::<io::Result<Vec<_>>>()?;
+        let group = SentinelGroup {
+            master,
+            replica,
+            sentinels,
+            service: service.to_owned(),
+        };
+        group.wait_until_ready().await?;
+        Ok(group)
+    }
+
+    /// The Sentinels' URLs.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The service the Sentinels monitor.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The port of the master as the first Sentinel that answers names it.
+    pub async fn master_port(&self) -> io::Result<u16> {
+        let mut last_error = io::Error::other("no Sentinel answered");
+        for sentinel in &self.sentinels {
+            let reply: redis::RedisResult<(String, String)> = async {
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.service)
+                    .query_async(&mut connect(sentinel).await?)
+                    .await
+            }
+            .await;
+            match reply {
+                Ok((_, port)) => return port.parse().map_err(io::Error::other),
+                Err(error) => last_error = io::Error::other(error),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// Waits until the Sentinels name a master other than the one on `old_port` (a failover
+    /// finished), and returns its port.
+    pub async fn wait_for_failover_from(&self, old_port: u16) -> io::Result<u16> {
+        let started = Instant::now();
+        loop {
+            if let Ok(port) = self.master_port().await
+                && port != old_port
+                && role(port).await.as_deref() == Some("master")
+            {
+                return Ok(port);
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no failover from port {old_port} within {READY_TIMEOUT:?}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls (bounded) until the replica is in sync and the Sentinels see the whole group.
+    async fn wait_until_ready(&self) -> io::Result<()> {
+        let started = Instant::now();
+        while !self.is_ready().await {
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the Sentinel group was not ready within {READY_TIMEOUT:?}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn is_ready(&self) -> bool {
+        let synced = info_field(&self.replica, "replication", "master_link_status").await;
+        if synced.as_deref() != Some("up") {
+            return false;
+        }
+        for sentinel in &self.sentinels {
+            let fields: redis::RedisResult<Vec<String>> = async {
+                redis::cmd("SENTINEL")
+                    .arg("master")
+                    .arg(&self.service)
+                    .query_async(&mut connect(sentinel).await?)
+                    .await
+            }
+            .await;
+            let Ok(fields) = fields else { return false };
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0] == name)
+                    .map(|pair| pair[1].clone())
+            };
+            let others = (SENTINELS - 1).to_string();
+            if field("num-slaves").as_deref() != Some("1")
+                || field("num-other-sentinels").as_deref() != Some(others.as_str())
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+async fn connect(server: &RedisServer) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    redis::Client::open(server.url())?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+/// A field of `INFO <section>`, if the server answers.
+async fn info_field(server: &RedisServer, section: &str, name: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut connect(server).await.ok()?)
+        .await
+        .ok()?;
+    let prefix = format!("{name}:");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map(|value| value.trim().to_owned())
+}
+
+/// The `ROLE` of the server on `port` (`master`, `slave`), if it answers.
+async fn role(port: u16) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut connection).await.ok()?;
+    match role.first()? {
+        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        _ => None,
+    }
+}
