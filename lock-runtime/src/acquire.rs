@@ -96,6 +96,7 @@ impl Acquisition {
                     key,
                     owner: random::owner_token(),
                     ttl: options.ttl(),
+                    replicas: options.min_replicas,
                 },
                 client,
                 leaves_traces: false,
@@ -273,7 +274,9 @@ impl Acquisition {
                 let lease = self.handed_over_lease();
                 let placed_at = self.placed_at?;
                 let lasts = lease >= MIN_HANDED_OVER_LEASE && placed_at.elapsed() < lease / 3;
-                (lasts && self.options.renew).then(|| Granted {
+                // With `min_replicas`, only an attempt of its own confirms the replicas.
+                let confirmed = self.options.min_replicas == 0;
+                (lasts && confirmed && self.options.renew).then(|| Granted {
                     token,
                     sent_at: placed_at,
                     lease,
@@ -587,6 +590,7 @@ mod tests {
             key: "k".into(),
             owner: owner.into(),
             ttl: Duration::from_secs(10),
+            replicas: 0,
         };
         let holder = lease("holder");
         backend.inner.acquire(&holder, Turn::Once).await.unwrap();

@@ -86,10 +86,12 @@ impl LockClient {
     }
 
     /// A builder for a Redlock client, with the options of [`LockClient::builder`], applied
-    /// to every master. The response timeout is also how long an attempt waits for a slow
-    /// master (default [`DEFAULT_NODE_TIMEOUT`], shorter than a single server's).
+    /// to every master. The response timeout is also how long any call waits for one master
+    /// (default [`DEFAULT_NODE_TIMEOUT`], shorter than a single server's, and so is the
+    /// connect timeout): a slow or unreachable minority costs a call at most that.
     pub fn redlock_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
         let settings = RedisSettings {
+            connect_timeout: DEFAULT_NODE_TIMEOUT,
             response_timeout: DEFAULT_NODE_TIMEOUT,
             ..RedisSettings::default()
         };

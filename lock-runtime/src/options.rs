@@ -57,6 +57,7 @@ pub struct LockOptions {
     pub(crate) fair: bool,
     pub(crate) renew: bool,
     pub(crate) on_lost: OnLost,
+    pub(crate) min_replicas: u32,
 }
 
 impl Default for LockOptions {
@@ -80,6 +81,7 @@ impl LockOptions {
             fair: false,
             renew: true,
             on_lost: OnLost::Abort,
+            min_replicas: 0,
         }
     }
 }
@@ -184,6 +186,19 @@ setters! {
     /// [`MAX_TTL_MS`] ms, at most `ttl_ms` without renewal.
     fn min_hold_ms(mut self, min_hold_ms: u64) {
         self.min_hold_ms = Some(min_hold_ms);
+    }
+
+    /// Count a grant only once this many replicas of the Redis master have it (default 0):
+    /// after the grant the client sends `WAIT`, on a connection of its own, for at most half
+    /// the response timeout, and takes the grant back if fewer replicas acknowledged it (a
+    /// `LockError::Backend` naming the count, retried as the request's options say). This
+    /// narrows the window in which a failover to a replica that never saw the grant lets a
+    /// second client take the key; it cannot close it (replication stays asynchronous: the
+    /// acknowledging replica may not be the one promoted, and renewals are not waited for).
+    /// A key handed over by a release is confirmed by an attempt of its own. The memory
+    /// backend has no replicas and refuses a non-zero count.
+    fn min_replicas(mut self, min_replicas: u32) {
+        self.min_replicas = min_replicas;
     }
 
     /// Stop renewing after this long; the lock then counts as lost (the body is stopped as

@@ -18,11 +18,15 @@ use crate::sync::lock_ignoring_poison;
 #[derive(Debug)]
 pub struct ReleaseWatch {
     stores: Vec<KeyWatch>,
-    /// The greatest fencing token of a grant whose release this watch returned: each store
+    /// The fencing tokens of the last grants whose release this watch returned: each store
     /// announces a release over several stores (Redlock's masters), and only the first
     /// announcement wakes the waiter.
-    seen_grant: u64,
+    seen_grants: Vec<u64>,
 }
+
+/// Released grants a watch over several stores remembers: more than the releases that can
+/// be on their way at once.
+const SEEN_GRANTS: usize = 16;
 
 /// A subscription to one store's announcements of one key's releases.
 #[derive(Debug)]
@@ -124,10 +128,9 @@ impl ReleaseWatch {
     /// One watch of the key's releases on every store of `watches` (Redlock's masters): it
     /// completes when any of them announces one.
     pub(crate) fn any_of(watches: impl IntoIterator<Item = ReleaseWatch>) -> ReleaseWatch {
-        let watches: Vec<ReleaseWatch> = watches.into_iter().collect();
         ReleaseWatch {
-            seen_grant: watches.iter().map(|w| w.seen_grant).max().unwrap_or(0),
             stores: watches.into_iter().flat_map(|w| w.stores).collect(),
+            seen_grants: Vec::new(),
         }
     }
 
@@ -145,10 +148,14 @@ impl ReleaseWatch {
                 .iter_mut()
                 .map(|store| Box::pin(store.released()));
             let announcement = futures_util::future::select_all(each).await.0;
-            match announcement.grant {
-                Some(grant) if grant <= self.seen_grant => continue,
-                Some(grant) => self.seen_grant = grant,
-                None => {}
+            if let Some(grant) = announcement.grant {
+                if self.seen_grants.contains(&grant) {
+                    continue;
+                }
+                if self.seen_grants.len() == SEEN_GRANTS {
+                    self.seen_grants.remove(0);
+                }
+                self.seen_grants.push(grant);
             }
             return announcement.handed_to;
         }
@@ -250,7 +257,7 @@ impl ReleaseHub {
     fn add_watcher(self: &Arc<Self>, key: &str, watched: &mut Watched) -> ReleaseWatch {
         watched.watchers += 1;
         ReleaseWatch {
-            seen_grant: 0,
+            seen_grants: Vec::new(),
             stores: vec![KeyWatch {
                 hub: self.clone(),
                 key: key.to_owned(),
@@ -385,6 +392,10 @@ mod tests {
         hubs[1].announce("k", ended(9));
         tokio::time::timeout(Duration::from_secs(5), watch.released())
             .await
-            .expect("a later grant's release wakes the waiter");
+            .expect("another grant's release wakes the waiter");
+        hubs[0].announce("k", ended(3));
+        tokio::time::timeout(Duration::from_secs(5), watch.released())
+            .await
+            .expect("so does one with a lower token (a master whose clock is behind)");
     }
 }

@@ -31,6 +31,7 @@ fn lease(owner: &str, ttl: Duration) -> Lease {
         key: "k".into(),
         owner: owner.into(),
         ttl,
+        replicas: 0,
     }
 }
 

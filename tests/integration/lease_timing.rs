@@ -76,6 +76,7 @@ impl Partitionable {
             key: key.into(),
             owner: "intruder".into(),
             ttl: Duration::from_secs(1),
+            replicas: 0,
         };
         let attempt = self.memory().acquire(&intruder, Turn::Once).await.unwrap();
         assert!(

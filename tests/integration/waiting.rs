@@ -285,6 +285,7 @@ async fn a_dead_waiter_handed_the_key_holds_it_no_longer_than_its_place() {
         key: "k".into(),
         owner: "dead".into(),
         ttl: Duration::from_secs(60),
+        replicas: 0,
     };
     let place = Duration::from_millis(3 * SLEEP_MS);
     let queued_at = tokio::time::Instant::now();
@@ -433,6 +434,7 @@ async fn wait_ms_bounds_the_call_while_the_backend_is_slow() {
             key: "k".into(),
             owner: "holder".into(),
             ttl: Duration::from_secs(60),
+            replicas: 0,
         };
         backend.backend.acquire(&holder, Turn::Once).await.unwrap();
         let client = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());

@@ -286,6 +286,12 @@ impl LockBackend for MemoryBackend {
         lease: &'a Lease,
         turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        if lease.replicas > 0 {
+            return Box::pin(std::future::ready(Err(LockError::invalid_config(
+                "`min_replicas` needs a Redis master with replicas; the memory backend has \
+                 none: remove `min_replicas` here",
+            ))));
+        }
         let result = self.with_state(|state| state.acquire(lease, turn));
         Box::pin(std::future::ready(Ok(result)))
     }
@@ -328,6 +334,7 @@ mod tests {
             key: "k".into(),
             owner: owner.into(),
             ttl: Duration::from_millis(ttl_ms),
+            replicas: 0,
         }
     }
 

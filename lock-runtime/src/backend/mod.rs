@@ -37,6 +37,9 @@ pub struct Lease {
     pub owner: String,
     /// The lease length.
     pub ttl: Duration,
+    /// How many replicas must have the grant before an acquire counts it granted
+    /// (`min_replicas`; 0: none). A backend without replicas refuses a non-zero count.
+    pub replicas: u32,
 }
 
 // The owner token stays out of Debug output: whoever has it can release the lock.
@@ -45,6 +48,7 @@ impl std::fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("key", &self.key)
             .field("ttl", &self.ttl)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }

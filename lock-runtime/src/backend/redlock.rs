@@ -20,6 +20,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+
 use futures_util::future::join_all;
 
 use super::redis::{RedisBackend, RedisSettings};
@@ -38,6 +40,8 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Locks over several independent Redis masters (Redlock).
 pub struct RedlockBackend {
     masters: Vec<RedisBackend>,
+    /// How long each master may take for one call: a slow minority must not slow everyone.
+    node_timeout: Duration,
 }
 
 impl std::fmt::Debug for RedlockBackend {
@@ -69,17 +73,18 @@ impl RedlockBackend {
         clients: Vec<redis::Client>,
         settings: RedisSettings,
     ) -> Result<Self, LockError> {
+        let node_timeout = settings.response_timeout;
         let masters = clients
             .into_iter()
             .map(|client| RedisBackend::unchecked_on(client, settings.clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        let backend = RedlockBackend::new(masters)?;
-        let reachable = join_all(backend.masters.iter().map(RedisBackend::check_reachable)).await;
+        let backend = RedlockBackend::new(masters, node_timeout)?;
+        let reachable = backend.on_every_master(RedisBackend::check_reachable).await;
         backend.majority_answered(None, "cannot connect to Redlock's masters", reachable)?;
         Ok(backend)
     }
 
-    fn new(masters: Vec<RedisBackend>) -> Result<Self, LockError> {
+    fn new(masters: Vec<RedisBackend>, node_timeout: Duration) -> Result<Self, LockError> {
         if masters.is_empty() {
             return Err(LockError::invalid_config(
                 "Redlock needs the URLs of its masters: give at least one (3 or 5 independent \
@@ -95,13 +100,60 @@ impl RedlockBackend {
                 twice[0]
             )));
         }
-        Ok(RedlockBackend { masters })
+        Ok(RedlockBackend {
+            masters,
+            node_timeout,
+        })
+    }
+
+    /// Runs `call` on every master at once, each cut off after the node timeout (a cut-off
+    /// call may still run on its master; everything after it on that master's connection
+    /// runs after it, and a connection given up is closed on the server first).
+    async fn on_every_master<'a, T, F>(
+        &'a self,
+        call: impl Fn(&'a RedisBackend) -> F,
+    ) -> Vec<Result<T, LockError>>
+    where
+        F: Future<Output = Result<T, LockError>> + 'a,
+    {
+        self.on_masters(0..self.masters.len(), |m| call(&self.masters[m]))
+            .await
+    }
+
+    /// Runs `call` on the masters of `which` at once, each cut off after the node timeout.
+    async fn on_masters<'a, T, F>(
+        &'a self,
+        which: impl IntoIterator<Item = usize>,
+        call: impl Fn(usize) -> F,
+    ) -> Vec<Result<T, LockError>>
+    where
+        F: Future<Output = Result<T, LockError>> + 'a,
+    {
+        let call = &call;
+        join_all(which.into_iter().map(|m| async move {
+            let timeout = self.node_timeout;
+            tokio::time::timeout(timeout, call(m))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(LockError::backend(
+                        None,
+                        format!(
+                            "Redis at {} gave no answer within {timeout:?}",
+                            self.masters[m].addr()
+                        ),
+                        None,
+                    ))
+                })
+        }))
+        .await
     }
 
     /// Refuses masters whose `maxmemory-policy` may evict keys (see
     /// [`RedisBackend::check_eviction_policy`]); masters that do not answer pass.
     pub async fn check_eviction_policy(&self) -> Result<(), LockError> {
-        let checks = join_all(self.masters.iter().map(|m| m.check_eviction_policy())).await;
+        let checks = self
+            .on_every_master(RedisBackend::check_eviction_policy)
+            .await;
         match checks
             .into_iter()
             .find(|c| matches!(c, Err(e) if !e.is_backend()))
@@ -169,7 +221,7 @@ impl RedlockBackend {
             ));
         }
         let started = Instant::now();
-        let replies = join_all(self.masters.iter().map(|m| m.acquire(lease, Turn::Once))).await;
+        let replies = self.on_every_master(|m| m.acquire(lease, Turn::Once)).await;
         let mut granted = Vec::new();
         let mut remaining: Option<Duration> = None;
         let mut latest_token = 0;
@@ -198,24 +250,22 @@ impl RedlockBackend {
             return Ok(Acquire::Granted { token });
         }
         // Not ours: take back the grants, and whatever a master whose reply was lost may
-        // have granted.
-        let to_release: Vec<usize> = answered
+        // have granted, silently (a release would wake every waiter into another attempt).
+        let to_give_back = answered
             .iter()
             .enumerate()
             .filter(|(_, reply)| !matches!(reply, Ok(Acquire::Held { .. })))
-            .map(|(master, _)| master)
-            .collect();
-        join_all(
-            to_release
-                .iter()
-                .map(|&m| self.masters[m].release(lease, Duration::ZERO)),
-        )
-        .await;
-        if let Some(foreign) = answered
+            .map(|(master, _)| master);
+        self.on_masters(to_give_back, |m| self.masters[m].give_back(lease))
+            .await;
+        // A master with foreign data in the key is one that cannot grant; the key is unusable
+        // only when so many have it that no majority can form.
+        let foreign: Vec<&LockError> = answered
             .iter()
-            .find_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
-        {
-            return Err(foreign.clone());
+            .filter_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
+            .collect();
+        if foreign.len() > self.masters.len() - self.quorum() {
+            return Err(foreign[0].clone());
         }
         let answers = self.majority_answered(Some(&lease.key), "acquiring failed", answered)?;
         latest_token = answers
@@ -241,12 +291,15 @@ impl RedlockBackend {
     ) -> Option<u64> {
         let chosen = granted.iter().map(|&(_, token)| token).max()?;
         let lower: Vec<&(usize, u64)> = granted.iter().filter(|(_, t)| *t < chosen).collect();
-        let raised = join_all(
-            lower
-                .iter()
-                .map(|&&(m, token)| self.masters[m].raise_token(lease, token, chosen)),
-        )
-        .await;
+        let raised = self
+            .on_masters(lower.iter().map(|&&(m, _)| m), |m| {
+                let token = granted
+                    .iter()
+                    .find(|&&(g, _)| g == m)
+                    .map_or(0, |&(_, t)| t);
+                self.masters[m].raise_token(lease, token, chosen)
+            })
+            .await;
         let carrying =
             granted.len() - lower.len() + raised.iter().filter(|r| matches!(r, Ok(true))).count();
         (carrying >= self.quorum() && validity(lease.ttl, started).is_some()).then_some(chosen)
@@ -260,15 +313,37 @@ fn is_key_in_use(error: &LockError) -> bool {
 // Renewal, release and notifications.
 impl RedlockBackend {
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
-        let replies = join_all(self.masters.iter().map(|m| m.extend(held))).await;
+        let replies = self.on_every_master(|m| m.extend(held)).await;
         let answers = self.majority_answered(None, "renewing leases failed", replies)?;
-        Ok((0..held.len())
-            .map(|i| answers.iter().filter(|(_, extended)| extended[i]).count() >= self.quorum())
-            .collect())
+        let unanswered = self.masters.len() - answers.len();
+        let mut extended = Vec::with_capacity(held.len());
+        for (i, lease) in held.iter().enumerate() {
+            let on = answers
+                .iter()
+                .filter(|(_, extended)| extended.get(i) == Some(&true))
+                .count();
+            if on >= self.quorum() {
+                extended.push(true);
+            } else if on + unanswered < self.quorum() {
+                extended.push(false);
+            } else {
+                // The masters that did not answer decide: the round is tried again.
+                return Err(LockError::backend(
+                    Some(&lease.lease.key),
+                    format!(
+                        "renewing failed: {on} of {} masters renewed the lease and {unanswered} \
+                         did not answer, so whether a majority holds it is unknown",
+                        self.masters.len()
+                    ),
+                    None,
+                ));
+            }
+        }
+        Ok(extended)
     }
 
     async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
-        let replies = join_all(self.masters.iter().map(|m| m.release(lease, keep))).await;
+        let replies = self.on_every_master(|m| m.release(lease, keep)).await;
         let released = replies
             .iter()
             .filter(|r| matches!(r, Ok(Release::Released)))
@@ -295,7 +370,7 @@ impl RedlockBackend {
     }
 
     async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
-        let watches = join_all(self.masters.iter().map(|m| m.subscribe(key))).await;
+        let watches = self.on_every_master(|m| m.subscribe(key)).await;
         let subscribed = self.majority_answered(Some(key), "subscribing failed", watches)?;
         Ok(ReleaseWatch::any_of(
             subscribed.into_iter().map(|(_, watch)| watch),

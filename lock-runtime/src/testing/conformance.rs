@@ -267,6 +267,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         key: key.to_owned(),
         owner: owner.to_owned(),
         ttl: Duration::from_millis(LONG_TTL_MS),
+        replicas: 0,
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
     let granted = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
@@ -379,6 +380,7 @@ fn owner(key: &str, name: &str) -> Lease {
         key: key.to_owned(),
         owner: format!("conformance-{name}"),
         ttl: Duration::from_millis(LONG_TTL_MS),
+        replicas: 0,
     }
 }
 

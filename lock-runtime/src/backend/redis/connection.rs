@@ -36,6 +36,8 @@ use crate::sync::lock_ignoring_poison;
 /// Caller runtimes whose connections are kept; a new runtime beyond this evicts the oldest
 /// (runtimes of finished tests, typically).
 const FOREGROUND_RUNTIMES: usize = 4;
+/// Idle exclusive connections kept for the next caller; more are closed.
+const EXCLUSIVE_IDLE: usize = 8;
 
 /// Which connection a command goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,8 @@ pub(crate) enum Route {
     Background,
     /// The connection driven by this caller runtime.
     Foreground(Id),
+    /// A connection lent to one caller at a time (driven by the driver).
+    Exclusive,
 }
 
 impl Route {
@@ -83,6 +87,8 @@ pub(crate) struct Connection {
     server: Server,
     config: AsyncConnectionConfig,
     open: Mutex<Vec<Live>>,
+    /// Idle exclusive connections.
+    exclusive: Mutex<Vec<Live>>,
     serials: AtomicU64,
     /// Given-up connections whose commands may still run.
     given_up: Mutex<Vec<GivenUp>>,
@@ -105,6 +111,7 @@ impl Connection {
             server,
             config,
             open: Mutex::new(Vec::new()),
+            exclusive: Mutex::new(Vec::new()),
             serials: AtomicU64::new(0),
             given_up: Mutex::new(Vec::new()),
             unsettled: AtomicBool::new(false),
@@ -148,12 +155,47 @@ impl Connection {
 
     async fn reconnect(&self, route: Route) -> Result<Live, RedisError> {
         let _connecting = match route {
-            Route::Background => self.connecting_background.lock().await,
+            Route::Background | Route::Exclusive => self.connecting_background.lock().await,
             Route::Foreground(_) => self.connecting_foreground.lock().await,
         };
         if let Some(live) = self.cached(route) {
             return Ok(live);
         }
+        let live = self.open_live(route).await?;
+        let mut open = self.open();
+        let foreground = open.iter().filter(|l| l.route != Route::Background).count();
+        if route != Route::Background
+            && foreground >= FOREGROUND_RUNTIMES
+            && let Some(oldest) = open.iter().position(|l| l.route != Route::Background)
+        {
+            open.remove(oldest);
+        }
+        open.push(live.clone());
+        Ok(live)
+    }
+
+    /// A connection of its own, lent to one sequence of commands that blocks the connection
+    /// it runs on (`WAIT`), so that it never holds up the shared ones; connections given up
+    /// before this call are closed on the server first.
+    pub(crate) async fn exclusive(&self) -> Result<Lent<'_>, RedisError> {
+        let idle = lock_ignoring_poison(&self.exclusive).pop();
+        let live = match idle {
+            Some(live) => live,
+            None => self.open_live(Route::Exclusive).await?,
+        };
+        let lent = Lent {
+            owner: self,
+            live,
+            given_back: false,
+        };
+        if self.unsettled.load(Ordering::Acquire) {
+            self.settle(lent.live()).await?;
+        }
+        Ok(lent)
+    }
+
+    /// Opens a connection for `route` and learns its server id.
+    async fn open_live(&self, route: Route) -> Result<Live, RedisError> {
         let mut connection = match route {
             Route::Foreground(_) => {
                 self.server
@@ -162,7 +204,7 @@ impl Connection {
                     .get_multiplexed_async_connection_with_config(&self.config)
                     .await?
             }
-            Route::Background => {
+            Route::Background | Route::Exclusive => {
                 let server = self.server.clone();
                 let config = self.config.clone();
                 Background::Driver
@@ -194,23 +236,13 @@ impl Connection {
             Some(_) => run_id(&mut connection).await?,
             None => None,
         };
-        let live = Live {
+        Ok(Live {
             route,
             serial: self.serials.fetch_add(1, Ordering::Relaxed),
             server_id,
             run_id,
             connection,
-        };
-        let mut open = self.open();
-        let foreground = open.iter().filter(|l| l.route != Route::Background).count();
-        if route != Route::Background
-            && foreground >= FOREGROUND_RUNTIMES
-            && let Some(oldest) = open.iter().position(|l| l.route != Route::Background)
-        {
-            open.remove(oldest);
-        }
-        open.push(live.clone());
-        Ok(live)
+        })
     }
 
     /// Closes every given-up connection of the server that `live` reaches, through it.
@@ -281,8 +313,14 @@ impl Connection {
             return false;
         }
         self.open().retain(|l| l.serial != live.serial);
-        // Also when it had left the cache already (evicted by other runtimes' connections):
-        // what was sent on it is just as unsettled.
+        self.give_up(live);
+        true
+    }
+
+    /// Gives `live` up: the next command first closes it on the server. Also when it had
+    /// left the cache already (evicted by other runtimes' connections, or lent): what was
+    /// sent on it is just as unsettled.
+    fn give_up(&self, live: &Live) {
         if let Some(server_id) = live.server_id
             && self.can_settle.load(Ordering::Relaxed)
         {
@@ -296,7 +334,38 @@ impl Connection {
             }
             self.unsettled.store(true, Ordering::Release);
         }
-        true
+    }
+}
+
+/// An exclusive connection, lent by [`Connection::exclusive`]. Given back with
+/// [`Lent::give_back`] once every command sent on it was answered; dropped otherwise (an
+/// error, a cancelled call), it is given up and closed on the server before the next
+/// command, as a broken connection is.
+pub(crate) struct Lent<'a> {
+    owner: &'a Connection,
+    live: Live,
+    given_back: bool,
+}
+
+impl Lent<'_> {
+    pub(crate) fn live(&self) -> &Live {
+        &self.live
+    }
+
+    pub(crate) fn give_back(mut self) {
+        self.given_back = true;
+        let mut idle = lock_ignoring_poison(&self.owner.exclusive);
+        if idle.len() < EXCLUSIVE_IDLE {
+            idle.push(self.live.clone());
+        }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if !self.given_back {
+            self.owner.give_up(&self.live);
+        }
     }
 }
 

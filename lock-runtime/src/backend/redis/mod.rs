@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use self::connection::{Connection, Route};
+use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
 use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
@@ -42,6 +42,8 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
+static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/give_back.lua")));
 static RAISE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/grant.lua"),
@@ -104,6 +106,8 @@ pub struct RedisBackend {
     connection: Connection,
     notifier: Notifier,
     prefix: String,
+    /// How long a reply may take (`WAIT` for replicas gets half of it).
+    response_timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -164,6 +168,7 @@ impl RedisBackend {
             notifier: Notifier::new(server.clone(), response_timeout),
             connection: Connection::new(server, config),
             prefix,
+            response_timeout,
         })
     }
 
@@ -266,6 +271,23 @@ impl RedisBackend {
         args: &[&str],
         key: &str,
     ) -> Result<Value, LockError> {
+        let live = self
+            .connection
+            .get(Route::here())
+            .await
+            .map_err(|e| backend_error(Some(key), "cannot connect to Redis", e))?;
+        self.run_on(&live, script, keys, args, key).await
+    }
+
+    /// Runs `script` once on `live`.
+    async fn run_on(
+        &self,
+        live: &Live,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        key: &str,
+    ) -> Result<Value, LockError> {
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -273,17 +295,12 @@ impl RedisBackend {
         for a in args {
             invocation.arg(*a);
         }
-        let live = self
-            .connection
-            .get(Route::here())
-            .await
-            .map_err(|e| backend_error(Some(key), "cannot connect to Redis", e))?;
         // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
         let result = invocation
             .invoke_async::<Value>(&mut live.connection())
             .await;
         result.map_err(|error| {
-            self.connection.note_error(&live, &error);
+            self.connection.note_error(live, &error);
             backend_error(Some(key), "Redis command failed", error)
         })
     }
@@ -307,9 +324,59 @@ impl RedisBackend {
         } else {
             "0"
         };
-        let args = [lease.owner.as_str(), &ttl_ms, &place_ms, fair];
-        let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
-        parse_acquire(&lease.key, &reply)
+        let replicated = if lease.replicas > 0 { "1" } else { "0" };
+        let args = [lease.owner.as_str(), &ttl_ms, &place_ms, fair, replicated];
+        if lease.replicas == 0 {
+            let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
+            return parse_acquire(&lease.key, &reply);
+        }
+        let lent = self
+            .connection
+            .exclusive()
+            .await
+            .map_err(|e| backend_error(Some(&lease.key), "cannot connect to Redis", e))?;
+        let reply = self
+            .run_on(lent.live(), &ACQUIRE, &keys, &args, &lease.key)
+            .await?;
+        let acquired = parse_acquire(&lease.key, &reply)?;
+        if let Acquire::Granted { .. } = acquired {
+            self.confirm_replicated(lent.live(), lease).await?;
+        }
+        lent.give_back();
+        Ok(acquired)
+    }
+
+    /// `WAIT`s, on the connection that sent the grant, until `lease.replicas` replicas have
+    /// it, for at most half the response timeout; if fewer acknowledge it, takes the grant
+    /// back (on the same connection) and says so.
+    async fn confirm_replicated(&self, live: &Live, lease: &Lease) -> Result<(), LockError> {
+        let wait_ms = (self.response_timeout / 2).as_millis().max(1) as u64;
+        let acknowledged: Result<u32, RedisError> = redis::cmd("WAIT")
+            .arg(lease.replicas)
+            .arg(wait_ms)
+            .query_async(&mut live.connection())
+            .await;
+        let acknowledged = acknowledged.map_err(|error| {
+            self.connection.note_error(live, &error);
+            backend_error(Some(&lease.key), "Redis WAIT failed", error)
+        })?;
+        if acknowledged >= lease.replicas {
+            return Ok(());
+        }
+        let (keys, args) = self.release_call(lease, Duration::ZERO);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.run_on(live, &RELEASE, &keys, &args, &lease.key)
+            .await?;
+        Err(LockError::backend(
+            Some(&lease.key),
+            format!(
+                "the grant reached {acknowledged} of the {} replicas `min_replicas` asks for \
+                 within {wait_ms} ms, so it was taken back; check the replicas and their links \
+                 to the master, or lower `min_replicas`",
+                lease.replicas
+            ),
+            None,
+        ))
     }
 }
 
@@ -376,15 +443,8 @@ impl RedisBackend {
 impl RedisBackend {
     /// Deletes (or, with `keep`, shortens) `lease`'s grant if it is still the owner's.
     async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
-        let keep_ms = keep.as_millis().to_string();
-        let ttl_ms = lease.ttl.as_millis().to_string();
-        let lock_key = self.lock_key(&lease.key);
-        let channel = Self::release_channel(&lock_key);
-        let fence_key = Self::fence_key(&lock_key);
-        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-        let released_by = Self::released_by_key(&lock_key);
-        let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
-        let args = [lease.owner.as_str(), &keep_ms, &channel, &ttl_ms];
+        let (keys, args) = self.release_call(lease, keep);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
         match integer(&reply) {
             Some(1) => Ok(Release::Released),
@@ -417,6 +477,41 @@ impl RedisBackend {
         match integer(&reply) {
             Some(raised @ (0 | 1)) => Ok(raised == 1),
             _ => Err(unexpected(&lease.key, "raise", &reply)),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// The keys and arguments of the release script for `lease`, keeping the key `keep`.
+    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], [String; 4]) {
+        let lock_key = self.lock_key(&lease.key);
+        let channel = Self::release_channel(&lock_key);
+        let fence_key = Self::fence_key(&lock_key);
+        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
+        let released_by = Self::released_by_key(&lock_key);
+        let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
+        let args = [
+            lease.owner.clone(),
+            keep.as_millis().to_string(),
+            channel,
+            lease.ttl.as_millis().to_string(),
+        ];
+        (keys, args)
+    }
+}
+
+// Redlock's silent give-back of a grant that formed no majority.
+impl RedisBackend {
+    /// Deletes any grant of `lease.owner` on this server without announcing it; `true` if
+    /// there was one.
+    pub(crate) async fn give_back(&self, lease: &Lease) -> Result<bool, LockError> {
+        let keys = [self.lock_key(&lease.key)];
+        let reply = self
+            .run(&GIVE_BACK, &keys, &[lease.owner.as_str()], &lease.key)
+            .await?;
+        match integer(&reply) {
+            Some(deleted @ (0 | 1)) => Ok(deleted == 1),
+            _ => Err(unexpected(&lease.key, "give-back", &reply)),
         }
     }
 }

@@ -5,13 +5,14 @@
 -- which its place lapses); all in one hash slot
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long the owner's place lasts in ms
 -- (0: a single attempt, it takes no place), ARGV[4] '1' in fair mode: a free key goes only
--- to the queue's head
+-- to the queue's head, ARGV[5] '1' when a WAIT follows (the grant must be a write of this
+-- connection, also when the owner already holds the key)
 -- Returns {1, token} when granted; {0, remaining ms of the holder's lease (-3: free, but an
 -- earlier waiter's turn), the key's latest fencing token (the counter's, or the holder's if
 -- greater: the counter may have expired under a long hold)}; {2, why} when the key or one kept
 -- next to it holds something that is not a lock's. Everything is read before anything is
 -- written.
-local reply, holder = read_holder(KEYS[1], ARGV[1], ARGV[2])
+local reply, holder = read_holder(KEYS[1], ARGV[1], ARGV[2], ARGV[5] == '1')
 if reply then
   return reply
 end

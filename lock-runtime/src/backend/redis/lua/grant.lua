@@ -140,7 +140,9 @@ end
 -- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
 -- the owner asks again: a retry whose reply was lost, or a waiter that missed the release
 -- handing it the key; the lease is restarted, never shortened, and the token kept), or nil and the holder (false when the key is free).
-local function read_holder(lock_key, owner, lease_ms)
+-- With `must_write`, the owner's key is written even when its lease is long enough, so that a
+-- `WAIT` after the script covers the grant (WAIT counts the writes of its own connection).
+local function read_holder(lock_key, owner, lease_ms, must_write)
   local holder = redis.pcall('GET', lock_key)
   local foreign = foreign_holder(lock_key, holder)
   if foreign then
@@ -152,8 +154,11 @@ local function read_holder(lock_key, owner, lease_ms)
   local holder_owner, token = string.match(holder, '^(.*):(%d+)$')
   if holder_owner == owner then
     -- Never shortened: a late copy of an attempt must not cut a lease its owner counts on.
-    if redis.call('PTTL', lock_key) < tonumber(lease_ms) then
+    local remaining = redis.call('PTTL', lock_key)
+    if remaining < tonumber(lease_ms) then
       redis.call('PEXPIRE', lock_key, lease_ms)
+    elseif must_write then
+      redis.call('PEXPIRE', lock_key, remaining)
     end
     return {1, token}
   end
