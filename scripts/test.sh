@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
-# Installs redis-server (and openssl) with apt when missing and we are root; the tests start
-# their own private redis-server processes on free loopback ports.
+# Installs redis-server, openssl and nftables with apt when missing and we are root; the tests
+# start their own private redis-server processes (and Sentinels) on free loopback ports.
 #
 # `scripts/test.sh --extended` then also runs the simulation for 20,000 seeds (release build),
 # fuzzes the key-template parser and the attribute (cargo-fuzz, 60 s each; installs cargo-fuzz
@@ -11,10 +11,16 @@ cd "$(dirname "$0")/.."
 extended=false
 [ "${1:-}" = "--extended" ] && extended=true
 
-# redis-server for every integration test; openssl makes the TLS test's certificates.
+# redis-server for every integration test (Sentinels too); openssl makes the TLS test's
+# certificates; nft cuts a replication link in the Sentinel failover tests (they need root).
+# Without root those tests say that they skip (and fail in CI, where `CI` is set).
+export PATH="$PATH:/usr/sbin:/sbin"
 missing=()
 command -v "${FENCELOCK_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 || missing+=(redis-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  missing+=(nftables)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]}"

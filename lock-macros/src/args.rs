@@ -30,6 +30,7 @@ pub(crate) struct LockArgs {
     pub max_hold_ms: Option<Arg<Number<u64>>>,
     pub wait_ms: Option<Arg<Number<u64>>>,
     pub fair: Option<Arg<LitBool>>,
+    pub min_replicas: Option<Arg<Number<u32>>>,
     pub client: Option<Arg<Expr>>,
     pub options: Option<Arg<Expr>>,
     pub crate_path: Option<Arg<Path>>,
@@ -214,6 +215,23 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         },
     },
     ArgumentSpec {
+        name: "min_replicas",
+        example: "min_replicas = 1",
+        missing: None,
+        store: |args, name, value| {
+            let number = number(&name, &value, "u32", |value: u64| {
+                u32::try_from(value).map_err(|_| {
+                    format!(
+                        "`min_replicas` must be at most {}; use the number of replicas that \
+                         must have the grant",
+                        u32::MAX
+                    )
+                })
+            });
+            store(&mut args.min_replicas, name, number)
+        },
+    },
+    ArgumentSpec {
         name: "client",
         example: "client = self.locks",
         missing: None,
@@ -333,6 +351,9 @@ const OTHER_NAMES: &[(&str, &str)] = &[
     ("interval", "sleep_ms"),
     ("sleep", "sleep_ms"),
     ("name", "key"),
+    ("replicas", "min_replicas"),
+    ("min_slaves", "min_replicas"),
+    ("wait_replicas", "min_replicas"),
 ];
 
 /// The error for an argument name that is not one of `ARGUMENTS`: the one it likely

@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, client, options, crate".to_owned(),
+            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, min_replicas, client, options, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -286,6 +286,16 @@ fn not_an_integer() {
             "retry = true",
             "`retry` must be an integer: a literal such as `retry = 5`, or a constant or expression of type `u32`",
             "true",
+        ),
+        (
+            "min_replicas = -1",
+            "`min_replicas` cannot be negative; use 0 or more, e.g. `min_replicas = 1`",
+            "-1",
+        ),
+        (
+            "min_replicas = 4_294_967_296",
+            "`min_replicas` must be at most 4294967295; use the number of replicas that must have the grant",
+            "4_294_967_296",
         ),
     ] {
         assert_eq!(
@@ -852,6 +862,7 @@ fn names_from_other_libraries_and_typos_get_a_suggestion() {
         ("waitTime", "wait_ms"),
         ("retyr", "retry"),
         ("sleep_sm", "sleep_ms"),
+        ("min_slaves", "min_replicas"),
     ] {
         let (message, at) = error(&on_valid_fn(&format!("key = \"a:{{id}}\", {written} = 5")));
         assert!(

@@ -160,6 +160,7 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         max_hold_ms,
         wait_ms,
         fair,
+        min_replicas,
     } = options;
     let action = action.map(|action| {
         let action = match action {
@@ -186,6 +187,7 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         ("max_hold_ms", max_hold_ms.as_ref().map(number)),
         ("wait_ms", wait_ms.as_ref().map(number)),
         ("fair", fair.as_ref().map(ToTokens::to_token_stream)),
+        ("min_replicas", min_replicas.as_ref().map(number)),
     ]
     .into_iter()
     .filter_map(|(setter, value)| {

@@ -193,7 +193,8 @@ fn waiting() {
             sleep_ms = 100,
             retry = 20,
             wait_ms = 5_000,
-            fair = true
+            fair = true,
+            min_replicas = 1
         ),
         quote! {
             async fn book(event: EventId) -> Result<Ticket, BookingError> {

@@ -68,6 +68,7 @@ pub(crate) struct Options {
     pub wait_ms: Option<Number<u64>>,
     /// `fair = true` or `fair = false`, as written.
     pub fair: Option<LitBool>,
+    pub min_replicas: Option<Number<u32>>,
 }
 
 const NOT_A_RESULT: &str = "`#[redis_lock]` functions must return `Result<T, E>` with `E: From<fencelock::LockError>`: the lock can fail (not acquired, backend unreachable) and that failure is returned as `Err`";
@@ -105,6 +106,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             max_hold_ms: args.max_hold_ms.map(|max_hold_ms| max_hold_ms.value),
             wait_ms: args.wait_ms.map(|wait_ms| wait_ms.value),
             fair: args.fair.map(|fair| fair.value),
+            min_replicas: args.min_replicas.map(|min_replicas| min_replicas.value),
         },
         return_type: return_type?,
     })

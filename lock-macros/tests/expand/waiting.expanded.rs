@@ -10,7 +10,8 @@ async fn book(event: EventId) -> Result<Ticket, BookingError> {
         .retry(20)
         .sleep_ms(100)
         .wait_ms(5000)
-        .fair(true);
+        .fair(true)
+        .min_replicas(1);
     let __fencelock_ending = {
         use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};
         (&&::fencelock::__private::Ending::<Result<Ticket, BookingError>>::new())

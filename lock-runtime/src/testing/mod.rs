@@ -14,7 +14,7 @@ mod sentinel;
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
-pub use sentinel::SentinelGroup;
+pub use sentinel::{ReplicationCut, SentinelGroup};
 
 /// Seeds the generator of the pauses between attempts on the calling thread, so that a
 /// simulation on a current-thread runtime with the paused clock draws the same pauses, and

@@ -1,7 +1,9 @@
 //! A master, its replica and three Sentinels, each a private `redis-server` child process on
 //! a free loopback port: the Sentinel topology for tests, ready for a failover.
 
-use std::io;
+use std::io::{self, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::RedisServer;
@@ -99,6 +101,27 @@ impl SentinelGroup {
         }
     }
 
+    /// Cuts the replication link: drops, with nftables, every packet the master sends the
+    /// replica over it, so that the master's writes from now on stop reaching the replica
+    /// (the kernel keeps them for retransmission). Lifted when the cut is dropped. Needs
+    /// `nft` (Debian's `nftables`) and root; the error says which is missing.
+    pub async fn cut_replication(&self) -> io::Result<ReplicationCut> {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("replica")
+            .query_async(&mut connect(&self.master).await.map_err(io::Error::other)?)
+            .await
+            .map_err(io::Error::other)?;
+        let link_port = clients
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("addr="))
+            .and_then(|addr| addr.rsplit(':').next())
+            .and_then(|port| port.parse::<u16>().ok())
+            .ok_or_else(|| io::Error::other(format!("no replica link on the master: {clients}")))?;
+        ReplicationCut::start(self.master.port(), link_port)
+    }
+
     /// Polls (bounded) until the replica is in sync and the Sentinels see the whole group.
     async fn wait_until_ready(&self) -> io::Result<()> {
         let started = Instant::now();
@@ -174,4 +197,68 @@ async fn role(port: u16) -> Option<String> {
         redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
         _ => None,
     }
+}
+
+/// A replication link cut by an nftables table of its own; dropping it deletes the table.
+#[derive(Debug)]
+pub struct ReplicationCut {
+    table: String,
+}
+
+impl ReplicationCut {
+    fn start(master_port: u16, link_port: u16) -> io::Result<ReplicationCut> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let table = format!(
+            "fencelock_cut_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let rules = format!(
+            "table inet {table} {{\n\
+             \tchain output {{\n\
+             \t\ttype filter hook output priority 0; policy accept;\n\
+             \t\tip saddr 127.0.0.1 tcp sport {master_port} tcp dport {link_port} drop\n\
+             \t}}\n\
+             }}\n"
+        );
+        nft(&["-f", "-"], Some(&rules))?;
+        Ok(ReplicationCut { table })
+    }
+}
+
+impl Drop for ReplicationCut {
+    fn drop(&mut self) {
+        let _ = nft(&["delete", "table", "inet", &self.table], None);
+    }
+}
+
+/// Runs `nft` with `args` (and `input` on its standard input).
+fn nft(args: &[&str], input: Option<&str>) -> io::Result<()> {
+    let mut child = Command::new("nft")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run `nft` ({e}): install nftables (`apt-get install nftables`)"),
+            )
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.unwrap_or_default().as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "`nft {}` failed (it needs root): {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+    ))
 }
