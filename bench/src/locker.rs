@@ -14,7 +14,11 @@ const SLACK: Duration = Duration::from_secs(5);
 /// One of the two lock libraries, behind the same two calls.
 #[derive(Clone)]
 pub enum Locker {
-    Fencelock { client: LockClient, fair: bool },
+    Fencelock {
+        client: LockClient,
+        fair: bool,
+        min_replicas: u32,
+    },
     Rslock(LockManager),
 }
 
@@ -56,6 +60,7 @@ impl Locker {
         Locker::Fencelock {
             client,
             fair: false,
+            min_replicas: 0,
         }
     }
 
@@ -78,8 +83,12 @@ impl Locker {
         let bound = wait.unwrap_or_default() + SLACK;
         let attempt = async {
             match self {
-                Locker::Fencelock { client, fair } => {
-                    let mut request = client.lock(key).fair(*fair);
+                Locker::Fencelock {
+                    client,
+                    fair,
+                    min_replicas,
+                } => {
+                    let mut request = client.lock(key).fair(*fair).min_replicas(*min_replicas);
                     if let Some(wait) = wait {
                         request = request.wait_ms(wait.as_millis() as u64);
                     }

@@ -1,10 +1,12 @@
 //! The topologies side by side, each on private `redis-server`s started here: W1 (one
 //! client, sequential acquire + release) and W3 (`W3_WORKERS` workers on as many keys through
-//! one shared client) on a single server, on Redlock over 3 and over 5 masters, and rslock
-//! on one and on the same 5 masters; with each first master's PING as the floor.
+//! one shared client) on a single server, on Redlock over 3 and over 5 masters, on a master
+//! behind Sentinel (with and without `min_replicas = 1`), and rslock on one and on the same
+//! 5 masters; with the first master's PING as the floor (the Sentinel group's master is
+//! another server of the same kind).
 
 use fencelock::LockClient;
-use fencelock::testing::RedisServer;
+use fencelock::testing::{RedisServer, SentinelGroup};
 
 use crate::locker::{Locker, RslockRetry};
 use crate::workloads::{self, BoxError, Latency, Throughput, W3_WORKERS};
@@ -29,6 +31,9 @@ pub async fn compare(
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
     let ping = workloads::ping(&workloads::connect(&urls[0]).await?, sequential).await;
+    let sentinel = SentinelGroup::start("bench").await?;
+    let behind_sentinel =
+        LockClient::sentinel(sentinel.sentinel_urls(), sentinel.service()).await?;
     let lockers = [
         (
             "single",
@@ -41,6 +46,15 @@ pub async fn compare(
         (
             "Redlock(5)",
             Locker::fencelock(LockClient::redlock(&urls).await?),
+        ),
+        ("Sentinel", Locker::fencelock(behind_sentinel.clone())),
+        (
+            "Sentinel, min_replicas 1",
+            Locker::Fencelock {
+                client: behind_sentinel,
+                fair: false,
+                min_replicas: 1,
+            },
         ),
         (
             "rslock(1)",

@@ -146,6 +146,7 @@ impl Mode {
             Mode::Fair => Locker::Fencelock {
                 client: LockClient::connect(url).await?,
                 fair: true,
+                min_replicas: 0,
             },
             Mode::Polling => Locker::fencelock(
                 LockClient::builder(url)

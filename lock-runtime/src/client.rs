@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::backend::LockBackend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
+use crate::backend::{BoxFuture, LockBackend};
 use crate::driver::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockRequest};
@@ -294,8 +294,21 @@ impl LockClientBuilder {
     /// Connects, checks the servers with `PING`, and (unless allowed) refuses a server that
     /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
+        let notifies = self.release_notifications;
+        // Boxed as a trait object: the futures of every topology, nested in the caller's,
+        // would make its type deep enough to overflow rustc's query depth in applications.
+        let backend: BoxFuture<'static, _> = Box::pin(self.connect_topology());
+        Ok(LockClient::with_background(
+            backend.await?,
+            Background::Driver,
+            notifies,
+        ))
+    }
+
+    /// The backend of the topology, connected and checked.
+    async fn connect_topology(self) -> Result<Arc<dyn LockBackend>, LockError> {
         let open = |url: &str| open(url, self.tls_root_certificate.clone());
-        let backend: Arc<dyn LockBackend> = match &self.topology {
+        Ok(match &self.topology {
             Topology::Single(url) => {
                 let backend = RedisBackend::from_client(open(url)?, self.settings).await?;
                 if !self.allow_eviction {
@@ -319,12 +332,7 @@ impl LockClientBuilder {
                 }
                 Arc::new(backend)
             }
-        };
-        Ok(LockClient::with_background(
-            backend,
-            Background::Driver,
-            self.release_notifications,
-        ))
+        })
     }
 }
 
