@@ -66,3 +66,23 @@ fn the_server_clock_jumping_forward() {
 fn redis_restarted_without_its_data() {
     scenario("redis-restart");
 }
+
+#[test]
+fn redlock_with_two_of_five_masters_killed() {
+    scenario("redlock-two-of-five-killed");
+}
+
+#[test]
+fn redlock_masters_restarted_without_their_data() {
+    scenario("redlock-restart");
+}
+
+#[test]
+fn sentinel_failover() {
+    scenario("sentinel-failover");
+}
+
+#[test]
+fn sentinel_failover_with_min_replicas() {
+    scenario("sentinel-failover-min-replicas");
+}

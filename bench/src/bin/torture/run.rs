@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fencelock::testing::history::{Violation, check, read_histories};
-use fencelock::testing::{RedisServer, TcpProxy};
+use fencelock::testing::{RedisServer, SentinelGroup, TcpProxy};
 use redis::AsyncCommands;
 
 use crate::worker::{self, KEYS};
@@ -47,9 +47,61 @@ impl Report {
     }
 }
 
+/// The lock servers of a run.
+pub enum Topology {
+    /// One Redis server.
+    Single(RedisServer),
+    /// Independent masters (Redlock).
+    Redlock(Vec<RedisServer>),
+    /// A master, its replica and three Sentinels; the workers' sections ask for this many
+    /// replicas (`min_replicas`).
+    Sentinel(Box<SentinelGroup>, u32),
+}
+
+impl Topology {
+    /// The server a fault on "the lock server" hits: the one server, the first master, or
+    /// the master the Sentinel group started with.
+    pub fn server(&mut self) -> &mut RedisServer {
+        match self {
+            Topology::Single(server) => server,
+            Topology::Redlock(masters) => &mut masters[0],
+            Topology::Sentinel(group, _) => &mut group.master,
+        }
+    }
+
+    /// What the workers are told: the topology, its URLs, and `min_replicas`.
+    fn worker_env(&self, single_url: Option<String>) -> [(&'static str, String); 3] {
+        let urls = |servers: &[RedisServer]| {
+            servers
+                .iter()
+                .map(RedisServer::url)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (topology, urls, min_replicas) = match self {
+            Topology::Single(server) => (
+                "single".to_owned(),
+                single_url.unwrap_or_else(|| server.url()),
+                0,
+            ),
+            Topology::Redlock(masters) => ("redlock".to_owned(), urls(masters), 0),
+            Topology::Sentinel(group, min_replicas) => (
+                format!("sentinel:{}", group.service()),
+                group.sentinel_urls().join(","),
+                *min_replicas,
+            ),
+        };
+        [
+            (worker::TOPOLOGY, topology),
+            (worker::URL, urls),
+            (worker::MIN_REPLICAS, min_replicas.to_string()),
+        ]
+    }
+}
+
 pub struct Run {
     pub scenario: &'static str,
-    pub lock_server: RedisServer,
+    pub topology: Topology,
     /// Between the workers and the lock server, when the scenario disturbs the network.
     pub proxy: Option<TcpProxy>,
     resource: RedisServer,
@@ -63,21 +115,19 @@ impl Run {
     /// their entries in the run's folder.
     pub fn start(
         scenario: &'static str,
-        lock_server: RedisServer,
+        mut topology: Topology,
         body_ms: u64,
         run_ms: u64,
         through_proxy: bool,
     ) -> std::io::Result<Run> {
         let resource = RedisServer::start()?;
         let proxy = if through_proxy {
-            let upstream = ([127, 0, 0, 1], lock_server.port()).into();
+            let upstream = ([127, 0, 0, 1], topology.server().port()).into();
             Some(TcpProxy::start(upstream)?)
         } else {
             None
         };
-        let lock_url = proxy
-            .as_ref()
-            .map_or_else(|| lock_server.url(), TcpProxy::url);
+        let worker_env = topology.worker_env(proxy.as_ref().map(TcpProxy::url));
         let dir = std::env::temp_dir().join(format!(
             "fencelock-torture-{}-{}",
             std::process::id(),
@@ -91,7 +141,7 @@ impl Run {
                 let mut command = Command::new(&exe);
                 command
                     .arg("worker")
-                    .env(worker::URL, &lock_url)
+                    .envs(worker_env.iter().map(|(k, v)| (k, v)))
                     .env(worker::RESOURCE, resource.url())
                     .env(worker::HISTORY, dir.join(format!("worker-{i}.history")))
                     .env(worker::BODY_MS, body_ms.to_string())
@@ -104,7 +154,7 @@ impl Run {
             .collect::<std::io::Result<_>>()?;
         Ok(Run {
             scenario,
-            lock_server,
+            topology,
             proxy,
             resource,
             dir,

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fencelock::testing::{RedisServer, continue_process, stop_process};
+use fencelock::testing::{RedisServer, SentinelGroup, continue_process, stop_process};
 
-use crate::run::{Promise, Report, Run};
+use crate::run::{Promise, Report, Run, Topology};
 use crate::worker::TTL_MS;
 
 type Outcome = Result<Report, Box<dyn std::error::Error>>;
@@ -60,7 +60,42 @@ pub const ALL: &[Scenario] = &[
         name: "redis-restart",
         run: redis_restart,
     },
+    Scenario {
+        name: "redlock-two-of-five-killed",
+        run: redlock_two_of_five_killed,
+    },
+    Scenario {
+        name: "redlock-restart",
+        run: redlock_restart,
+    },
+    Scenario {
+        name: "sentinel-failover",
+        run: sentinel_failover,
+    },
+    Scenario {
+        name: "sentinel-failover-min-replicas",
+        run: sentinel_failover_min_replicas,
+    },
 ];
+
+/// One private Redis server.
+fn single() -> std::io::Result<Topology> {
+    Ok(Topology::Single(RedisServer::start()?))
+}
+
+/// `count` independent masters.
+fn redlock(count: usize) -> std::io::Result<Topology> {
+    let masters = (0..count)
+        .map(|_| RedisServer::start())
+        .collect::<Result<_, _>>()?;
+    Ok(Topology::Redlock(masters))
+}
+
+/// A Sentinel group; sections ask for `min_replicas`.
+fn sentinel(min_replicas: u32) -> Result<Topology, Box<dyn std::error::Error>> {
+    let group = tokio::runtime::Runtime::new()?.block_on(SentinelGroup::start("torture"))?;
+    Ok(Topology::Sentinel(Box::new(group), min_replicas))
+}
 
 /// Bodies that outlast a 2 × TTL outage: a holder that did not stop at its loss deadline
 /// would still run when the server, back, hands its expired key to the next waiter.
@@ -83,38 +118,32 @@ fn send(server: &RedisServer, command: redis::Cmd) -> Result<(), Box<dyn std::er
 }
 
 fn no_faults(run_ms: u64) -> Outcome {
-    let run = Run::start("no faults", RedisServer::start()?, 3, run_ms, false)?;
+    let run = Run::start("no faults", single()?, 3, run_ms, false)?;
     run.finish(Promise::Exclusion, None)
 }
 
 fn holder_sigkill(run_ms: u64) -> Outcome {
-    let mut run = Run::start("holder SIGKILL", RedisServer::start()?, 3, run_ms, false)?;
+    let mut run = Run::start("holder SIGKILL", single()?, 3, run_ms, false)?;
     sleep_ms(run_ms / 3);
     run.workers[0].kill()?;
     run.finish(Promise::Exclusion, Some(0))
 }
 
 fn client_kill(run_ms: u64) -> Outcome {
-    let run = Run::start(
-        "CLIENT KILL every 300 ms",
-        RedisServer::start()?,
-        3,
-        run_ms,
-        false,
-    )?;
+    let mut run = Run::start("CLIENT KILL every 300 ms", single()?, 3, run_ms, false)?;
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(run_ms) {
         sleep_ms(300);
         let mut kill = redis::cmd("CLIENT");
         kill.arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"]);
-        send(&run.lock_server, kill)?;
+        send(run.topology.server(), kill)?;
     }
     run.finish(Promise::Exclusion, None)
 }
 
 fn latency_and_cuts(run_ms: u64) -> Outcome {
     let name = "20 ms latency, connections cut every 500 ms";
-    let run = Run::start(name, RedisServer::start()?, 3, run_ms, true)?;
+    let run = Run::start(name, single()?, 3, run_ms, true)?;
     if let Some(proxy) = &run.proxy {
         proxy.set_latency(Duration::from_millis(20));
         let started = Instant::now();
@@ -134,9 +163,15 @@ fn server_outage(
     run_ms: u64,
     fault: impl FnOnce(&RedisServer) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Outcome {
-    let run = Run::start(scenario, server, OUTLASTING_BODY_MS, run_ms, false)?;
+    let mut run = Run::start(
+        scenario,
+        Topology::Single(server),
+        OUTLASTING_BODY_MS,
+        run_ms,
+        false,
+    )?;
     sleep_ms(run_ms / 4);
-    fault(&run.lock_server)?;
+    fault(run.topology.server())?;
     run.finish(Promise::Exclusion, None)
 }
 
@@ -183,7 +218,7 @@ fn holder_sigstop(run_ms: u64) -> Outcome {
     // Its body outlasts the freeze, so that after thawing it still runs and must be stopped.
     let run = Run::start(
         "holder SIGSTOP 2 x TTL",
-        RedisServer::start()?,
+        single()?,
         OUTLASTING_BODY_MS,
         run_ms,
         false,
@@ -219,7 +254,13 @@ fn clock_jump(run_ms: u64) -> Outcome {
     let (shim, offset_path) = (shim.to_string_lossy(), offset.to_string_lossy());
     let env = [("LD_PRELOAD", &*shim), ("CLOCKSHIFT_FILE", &*offset_path)];
     let server = RedisServer::start_with_env(&[], &env)?;
-    let run = Run::start("server clock +1 h", server, 200, run_ms, false)?;
+    let run = Run::start(
+        "server clock +1 h",
+        Topology::Single(server),
+        200,
+        run_ms,
+        false,
+    )?;
     sleep_ms(run_ms / 2);
     // Every lease expires at once on the server: a second holder enters while the first
     // still runs. Tokens follow the server clock, so the resource refuses the first holder's
@@ -231,14 +272,69 @@ fn clock_jump(run_ms: u64) -> Outcome {
 }
 
 fn redis_restart(run_ms: u64) -> Outcome {
+    let mut run = Run::start("Redis restart (data lost)", single()?, 200, run_ms, false)?;
+    sleep_ms(run_ms / 2);
+    run.topology.server().restart()?;
+    run.finish(Promise::FencingOnly, None)
+}
+
+/// Redlock over 5 masters, 2 of them killed a third into the run: a majority is left, so
+/// exclusion holds and the work goes on.
+fn redlock_two_of_five_killed(run_ms: u64) -> Outcome {
     let mut run = Run::start(
-        "Redis restart (data lost)",
-        RedisServer::start()?,
+        "Redlock(5): 2 masters SIGKILL",
+        redlock(5)?,
+        3,
+        run_ms,
+        false,
+    )?;
+    sleep_ms(run_ms / 3);
+    if let Topology::Redlock(masters) = &mut run.topology {
+        for master in &mut masters[3..] {
+            master.kill()?;
+        }
+    }
+    run.finish(Promise::Exclusion, None)
+}
+
+/// Redlock over 3 masters, two of them restarted without their data one after the other
+/// while locks are held: a second majority can form beside a held lock (Redlock's known
+/// hole), and fencing refuses the stale holder.
+fn redlock_restart(run_ms: u64) -> Outcome {
+    let mut run = Run::start(
+        "Redlock(3): masters restarted (data lost)",
+        redlock(3)?,
         200,
         run_ms,
         false,
     )?;
-    sleep_ms(run_ms / 2);
-    run.lock_server.restart()?;
+    if let Topology::Redlock(masters) = &mut run.topology {
+        sleep_ms(run_ms / 3);
+        masters[1].restart()?;
+        sleep_ms(run_ms / 6);
+        masters[2].restart()?;
+    }
+    run.finish(Promise::FencingOnly, None)
+}
+
+/// The master behind Sentinel killed a third into the run; the replica is promoted and the
+/// workers follow it. A grant the replica had not received yet is lost with the master.
+fn sentinel_failover(run_ms: u64) -> Outcome {
+    sentinel_master_killed("Sentinel: master SIGKILL, failover", 0, run_ms)
+}
+
+/// The same with `min_replicas = 1`: grants count only once the replica has them.
+fn sentinel_failover_min_replicas(run_ms: u64) -> Outcome {
+    sentinel_master_killed("Sentinel: master SIGKILL, min_replicas 1", 1, run_ms)
+}
+
+fn sentinel_master_killed(scenario: &'static str, min_replicas: u32, run_ms: u64) -> Outcome {
+    let mut run = Run::start(scenario, sentinel(min_replicas)?, 3, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    if let Topology::Sentinel(group, _) = &mut run.topology {
+        let old_port = group.master.port();
+        group.master.kill()?;
+        tokio::runtime::Runtime::new()?.block_on(group.wait_for_failover_from(old_port))?;
+    }
     run.finish(Promise::FencingOnly, None)
 }

@@ -22,6 +22,12 @@ pub const BODY_MS: &str = "FENCELOCK_TORTURE_BODY_MS";
 pub const RUN_MS: &str = "FENCELOCK_TORTURE_RUN_MS";
 /// A folder in which each worker creates `entered-<pid>` as it enters a critical section.
 pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
+/// How the workers reach the lock servers: `single` (the default; `URL` is one server),
+/// `redlock` (`URL` lists the masters, comma-separated) or `sentinel:<service>` (`URL` lists
+/// the Sentinels).
+pub const TOPOLOGY: &str = "FENCELOCK_TORTURE_TOPOLOGY";
+/// `min_replicas` of every section (default 0).
+pub const MIN_REPLICAS: &str = "FENCELOCK_TORTURE_MIN_REPLICAS";
 
 /// The fencing check of the protected resource: a read (no `ARGV[2]`) or write (`ARGV[2]` the
 /// new value) of `KEYS[1]` succeeds only with a token at least the newest seen (`KEYS[2]`);
@@ -43,6 +49,7 @@ struct Worker {
     resource: MultiplexedConnection,
     body: Duration,
     entry_mark: Option<std::path::PathBuf>,
+    min_replicas: u32,
 }
 
 impl Worker {
@@ -81,7 +88,7 @@ impl Drop for Recording<'_> {
     }
 }
 
-#[redis_lock(key = "hist:{key}", ttl_ms = 1_000, wait_ms = 5_000)]
+#[redis_lock(key = "hist:{key}", ttl_ms = 1_000, wait_ms = 5_000, min_replicas = worker.min_replicas)]
 async fn critical_section(worker: &Worker, task: u32, key: u32) -> Result<(), LockError> {
     let token = current_token().unwrap_or(0);
     let _recording = Recording {
@@ -125,8 +132,17 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         entry_mark: std::env::var(ENTRY_MARKS)
             .ok()
             .map(|dir| Path::new(&dir).join(format!("entered-{}", std::process::id()))),
+        min_replicas: std::env::var(MIN_REPLICAS).map_or(Ok(0), |n| n.parse())?,
     }));
-    let locks = LockClient::connect(&env(URL)?).await?;
+    let urls = env(URL)?;
+    let topology = std::env::var(TOPOLOGY).unwrap_or_default();
+    let locks = match topology.as_str() {
+        "redlock" => LockClient::redlock(urls.split(',')).await?,
+        _ => match topology.strip_prefix("sentinel:") {
+            Some(service) => LockClient::sentinel(urls.split(','), service).await?,
+            None => LockClient::connect(&urls).await?,
+        },
+    };
     let until = Instant::now() + Duration::from_millis(env(RUN_MS)?.parse()?);
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
