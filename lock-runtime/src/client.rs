@@ -53,6 +53,27 @@ impl LockClient {
         LockClient::redlock_builder(urls).connect().await
     }
 
+    /// Connects to a Redis Cluster through some of its nodes (`urls`, e.g. the masters') with
+    /// the default settings of [`LockClient::cluster_builder`]. Slots, `MOVED`/`ASK`,
+    /// resharding and failover are followed by redis-rs's cluster client; each lock's keys
+    /// share one hash slot, renewal is batched per slot, and releases are announced over
+    /// sharded pub/sub (Redis 7).
+    pub async fn cluster(
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<LockClient, LockError> {
+        LockClient::cluster_builder(urls).connect().await
+    }
+
+    /// A builder for a Redis Cluster client, with the options of [`LockClient::builder`]
+    /// (a TLS root certificate is not applied to cluster nodes yet).
+    pub fn cluster_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
+        let urls = urls
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        LockClientBuilder::new(Topology::Cluster(urls), RedisSettings::default())
+    }
+
     /// Connects to the master of `service` through its Sentinels (`sentinel_urls`, e.g.
     /// `["redis://127.0.0.1:26379"]`) with the default settings of
     /// [`LockClient::sentinel_builder`]. The client follows the master through a failover:
@@ -201,6 +222,8 @@ enum Topology {
     Single(String),
     /// Independent masters, a majority of which must grant a lock.
     Redlock(Vec<String>),
+    /// A Redis Cluster, reached through some of its nodes.
+    Cluster(Vec<String>),
     /// The master of a service, as its Sentinels name it.
     Sentinel {
         sentinels: Vec<String>,
@@ -225,6 +248,7 @@ impl std::fmt::Debug for LockClientBuilder {
         let servers = match &self.topology {
             Topology::Single(_) => 1,
             Topology::Redlock(urls)
+            | Topology::Cluster(urls)
             | Topology::Sentinel {
                 sentinels: urls, ..
             } => urls.len(),
@@ -319,6 +343,13 @@ impl LockClientBuilder {
             Topology::Redlock(urls) => {
                 let clients = urls.iter().map(|url| open(url)).collect::<Result<_, _>>()?;
                 let backend = RedlockBackend::from_clients(clients, self.settings).await?;
+                if !self.allow_eviction {
+                    backend.check_eviction_policy().await?;
+                }
+                Arc::new(backend)
+            }
+            Topology::Cluster(urls) => {
+                let backend = RedisBackend::cluster(urls, self.settings).await?;
                 if !self.allow_eviction {
                     backend.check_eviction_policy().await?;
                 }

@@ -3,6 +3,7 @@
 //! `global_client` (a process-wide client), `simulation` and `ui` are binaries of their own.
 
 mod attribute;
+mod cluster;
 mod hand_off;
 mod lease_redis;
 mod lease_timing;

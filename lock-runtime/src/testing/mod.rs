@@ -1,9 +1,10 @@
 //! Test support (feature `testing`): private `redis-server` processes (also a Sentinel
-//! group: master, replica, three Sentinels), a TCP proxy that
+//! group: master, replica, three Sentinels; a Redis Cluster), a TCP proxy that
 //! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
 //! conformance suite every backend must pass, and the history checker that proves mutual
 //! exclusion on recorded runs.
 
+mod cluster;
 pub mod conformance;
 pub mod history;
 mod intercept;
@@ -11,6 +12,7 @@ mod proxy;
 mod redis_server;
 mod sentinel;
 
+pub use cluster::RedisCluster;
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};

@@ -121,6 +121,26 @@ impl RedisServer {
         self.port
     }
 
+    /// A connection of its own to the server.
+    pub async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await
+    }
+
+    /// A field of `INFO <section>` (e.g. `replication`, `role`), if the server answers.
+    pub async fn info(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.connection().await.ok()?)
+            .await
+            .ok()?;
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.trim().to_owned())
+    }
+
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

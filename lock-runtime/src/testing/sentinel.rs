@@ -68,7 +68,7 @@ impl SentinelGroup {
                 redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
                     .arg(&self.service)
-                    .query_async(&mut connect(sentinel).await?)
+                    .query_async(&mut sentinel.connection().await?)
                     .await
             }
             .await;
@@ -110,7 +110,7 @@ impl SentinelGroup {
             .arg("LIST")
             .arg("TYPE")
             .arg("replica")
-            .query_async(&mut connect(&self.master).await.map_err(io::Error::other)?)
+            .query_async(&mut self.master.connection().await.map_err(io::Error::other)?)
             .await
             .map_err(io::Error::other)?;
         let link_port = clients
@@ -138,7 +138,7 @@ impl SentinelGroup {
     }
 
     async fn is_ready(&self) -> bool {
-        let synced = info_field(&self.replica, "replication", "master_link_status").await;
+        let synced = self.replica.info("replication", "master_link_status").await;
         if synced.as_deref() != Some("up") {
             return false;
         }
@@ -147,7 +147,7 @@ impl SentinelGroup {
                 redis::cmd("SENTINEL")
                     .arg("master")
                     .arg(&self.service)
-                    .query_async(&mut connect(sentinel).await?)
+                    .query_async(&mut sentinel.connection().await?)
                     .await
             }
             .await;
@@ -167,25 +167,6 @@ impl SentinelGroup {
         }
         true
     }
-}
-
-async fn connect(server: &RedisServer) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-    redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await
-}
-
-/// A field of `INFO <section>`, if the server answers.
-async fn info_field(server: &RedisServer, section: &str, name: &str) -> Option<String> {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut connect(server).await.ok()?)
-        .await
-        .ok()?;
-    let prefix = format!("{name}:");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map(|value| value.trim().to_owned())
 }
 
 /// The `ROLE` of the server on `port` (`master`, `slave`), if it answers.

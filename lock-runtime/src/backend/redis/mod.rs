@@ -13,6 +13,7 @@
 //! gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for an empty
 //! tag.
 
+mod cluster;
 mod connection;
 mod pubsub;
 mod server;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
+use self::cluster::{ClusterLink, ExtendCall};
 use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
 use self::server::Server;
@@ -101,13 +103,28 @@ impl Default for RedisSettings {
     }
 }
 
-/// Locks in one Redis server (standalone or a primary).
+/// Locks in Redis: one server (standalone, a primary, or the master behind Sentinel), or a
+/// Redis Cluster.
 pub struct RedisBackend {
-    connection: Connection,
-    notifier: Notifier,
+    link: Link,
     prefix: String,
     /// How long a reply may take (`WAIT` for replicas gets half of it).
     response_timeout: Duration,
+}
+
+/// How a backend reaches Redis.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per backend, made once and never moved"
+)]
+enum Link {
+    /// One server: connections settled after lost replies, and a subscription connection.
+    Server {
+        connection: Connection,
+        notifier: Notifier,
+    },
+    /// A Redis Cluster, through redis-rs's cluster client.
+    Cluster(ClusterLink),
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -153,6 +170,23 @@ impl RedisBackend {
         Ok(backend)
     }
 
+    /// A backend on the Redis Cluster that `urls` (some of its nodes) belong to; MOVED, ASK,
+    /// resharding and failover are followed by redis-rs's cluster client. Checked with
+    /// `PING` on every node.
+    pub async fn cluster(urls: &[String], settings: RedisSettings) -> Result<Self, LockError> {
+        check_prefix(&settings.prefix)?;
+        let link = ClusterLink::connect(urls, settings.connect_timeout, settings.response_timeout)
+            .await
+            .map_err(|e| backend_error(None, "cannot connect to the Redis Cluster", e))?;
+        let backend = RedisBackend {
+            link: Link::Cluster(link),
+            prefix: settings.prefix,
+            response_timeout: settings.response_timeout,
+        };
+        backend.check_reachable().await?;
+        Ok(backend)
+    }
+
     /// A backend on `server` that has not talked to it yet (it connects on first use).
     fn unchecked(server: Server, settings: RedisSettings) -> Result<Self, LockError> {
         let RedisSettings {
@@ -165,8 +199,10 @@ impl RedisBackend {
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
         Ok(RedisBackend {
-            notifier: Notifier::new(server.clone(), response_timeout),
-            connection: Connection::new(server, config),
+            link: Link::Server {
+                notifier: Notifier::new(server.clone(), response_timeout),
+                connection: Connection::new(server, config),
+            },
             prefix,
             response_timeout,
         })
@@ -179,7 +215,10 @@ impl RedisBackend {
 
     /// Where the server is, without credentials.
     pub(crate) fn addr(&self) -> String {
-        self.connection.addr()
+        match &self.link {
+            Link::Server { connection, .. } => connection.addr(),
+            Link::Cluster(cluster) => cluster.describe(),
+        }
     }
 
     /// Checks the server with `PING`.
@@ -198,33 +237,53 @@ impl RedisBackend {
     /// exactly the keys with a TTL, i.e. locks). A server that hides its configuration
     /// (`CONFIG` renamed or not allowed) passes.
     pub async fn check_eviction_policy(&self) -> Result<(), LockError> {
-        let live = self
-            .connection
-            .get(Route::here())
-            .await
-            .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
-        let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut live.connection())
-            .await;
-        match reply.as_deref() {
-            Ok([_, policy]) if policy != "noeviction" => Err(LockError::invalid_config(format!(
+        let mut config = redis::cmd("CONFIG");
+        config.arg("GET").arg("maxmemory-policy");
+        let reply: Result<Value, _> = match &self.link {
+            Link::Server { connection, .. } => {
+                let live = connection
+                    .get(Route::here())
+                    .await
+                    .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
+                config.query_async(&mut live.connection()).await
+            }
+            Link::Cluster(cluster) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let every_master =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                cluster.commands().route_command(config, every_master).await
+            }
+        };
+        let policies = reply
+            .map(|reply| eviction_policies(&reply))
+            .unwrap_or_default();
+        match policies.iter().find(|policy| *policy != "noeviction") {
+            Some(policy) => Err(LockError::invalid_config(format!(
                 "the server's maxmemory-policy is {policy}: under memory pressure it can evict \
                  held locks; set `maxmemory-policy noeviction` (or use a separate Redis for \
                  locks), or accept the risk with `LockClientBuilder::allow_eviction(true)`"
             ))),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 
     async fn ping(&self) -> Result<(), RedisError> {
-        let live = self.connection.get(Route::here()).await?;
+        let connection = match &self.link {
+            Link::Server { connection, .. } => connection,
+            // Routed to every node by the cluster client.
+            Link::Cluster(cluster) => {
+                return redis::cmd("PING")
+                    .query_async::<Value>(&mut cluster.commands())
+                    .await
+                    .map(drop);
+            }
+        };
+        let live = connection.get(Route::here()).await?;
         let result = redis::cmd("PING")
             .query_async::<()>(&mut live.connection())
             .await;
         if let Err(e) = &result {
-            self.connection.note_error(&live, e);
+            connection.note_error(&live, e);
         }
         result
     }
@@ -271,36 +330,40 @@ impl RedisBackend {
         args: &[&str],
         key: &str,
     ) -> Result<Value, LockError> {
-        let live = self
-            .connection
+        let connection = match &self.link {
+            Link::Server { connection, .. } => connection,
+            Link::Cluster(cluster) => {
+                let invocation = invocation(script, keys, args);
+                return invocation
+                    .invoke_async::<Value>(&mut cluster.commands())
+                    .await
+                    .map_err(|error| backend_error(Some(key), "Redis command failed", error));
+            }
+        };
+        let live = connection
             .get(Route::here())
             .await
             .map_err(|e| backend_error(Some(key), "cannot connect to Redis", e))?;
-        self.run_on(&live, script, keys, args, key).await
+        self.run_on(connection, &live, script, keys, args, key)
+            .await
     }
 
-    /// Runs `script` once on `live`.
+    /// Runs `script` once on `live`, one of `connection`'s.
     async fn run_on(
         &self,
+        connection: &Connection,
         live: &Live,
         script: &Script,
         keys: &[String],
         args: &[&str],
         key: &str,
     ) -> Result<Value, LockError> {
-        let mut invocation = script.prepare_invoke();
-        for k in keys {
-            invocation.key(k);
-        }
-        for a in args {
-            invocation.arg(*a);
-        }
         // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
-        let result = invocation
+        let result = invocation(script, keys, args)
             .invoke_async::<Value>(&mut live.connection())
             .await;
         result.map_err(|error| {
-            self.connection.note_error(live, &error);
+            connection.note_error(live, &error);
             backend_error(Some(key), "Redis command failed", error)
         })
     }
@@ -330,17 +393,23 @@ impl RedisBackend {
             let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
             return parse_acquire(&lease.key, &reply);
         }
-        let lent = self
-            .connection
+        let Link::Server { connection, .. } = &self.link else {
+            return Err(LockError::invalid_config(
+                "`min_replicas` is not offered on a Redis Cluster (`WAIT` would hold up the \
+                 node's shared connection): remove it there",
+            ));
+        };
+        let lent = connection
             .exclusive()
             .await
             .map_err(|e| backend_error(Some(&lease.key), "cannot connect to Redis", e))?;
         let reply = self
-            .run_on(lent.live(), &ACQUIRE, &keys, &args, &lease.key)
+            .run_on(connection, lent.live(), &ACQUIRE, &keys, &args, &lease.key)
             .await?;
         let acquired = parse_acquire(&lease.key, &reply)?;
         if let Acquire::Granted { .. } = acquired {
-            self.confirm_replicated(lent.live(), lease).await?;
+            self.confirm_replicated(connection, lent.live(), lease)
+                .await?;
         }
         lent.give_back();
         Ok(acquired)
@@ -349,7 +418,12 @@ impl RedisBackend {
     /// `WAIT`s, on the connection that sent the grant, until `lease.replicas` replicas have
     /// it, for at most half the response timeout; if fewer acknowledge it, takes the grant
     /// back (on the same connection) and says so.
-    async fn confirm_replicated(&self, live: &Live, lease: &Lease) -> Result<(), LockError> {
+    async fn confirm_replicated(
+        &self,
+        connection: &Connection,
+        live: &Live,
+        lease: &Lease,
+    ) -> Result<(), LockError> {
         let wait_ms = (self.response_timeout / 2).as_millis().max(1) as u64;
         let acknowledged: Result<u32, RedisError> = redis::cmd("WAIT")
             .arg(lease.replicas)
@@ -357,7 +431,7 @@ impl RedisBackend {
             .query_async(&mut live.connection())
             .await;
         let acknowledged = acknowledged.map_err(|error| {
-            self.connection.note_error(live, &error);
+            connection.note_error(live, &error);
             backend_error(Some(&lease.key), "Redis WAIT failed", error)
         })?;
         if acknowledged >= lease.replicas {
@@ -365,7 +439,7 @@ impl RedisBackend {
         }
         let (keys, args) = self.release_call(lease, Duration::ZERO);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run_on(live, &RELEASE, &keys, &args, &lease.key)
+        self.run_on(connection, live, &RELEASE, &keys, &args, &lease.key)
             .await?;
         Err(LockError::backend(
             Some(&lease.key),
@@ -384,13 +458,17 @@ impl RedisBackend {
 impl RedisBackend {
     /// Extends every grant in `held`, in pipelines of script calls.
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
+        let connection = match &self.link {
+            Link::Server { connection, .. } => connection,
+            Link::Cluster(cluster) => return self.extend_on_cluster(cluster, held).await,
+        };
         let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
         let mut extended = Vec::with_capacity(held.len());
         let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
         let mut done = 0;
         while done < calls.len() {
             let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
-            match self.extend_pipeline(group).await {
+            match self.extend_pipeline(connection, group).await {
                 Ok(replies) => {
                     extended.extend(replies.into_iter().flatten().map(|r| r == 1));
                     done += group.len();
@@ -410,32 +488,78 @@ impl RedisBackend {
 
     /// One pipeline of extend script calls; after `NOSCRIPT` (pipelines do not load scripts,
     /// e.g. after a `SCRIPT FLUSH`) loads the script and sends the pipeline again.
-    async fn extend_pipeline(&self, calls: &[&[HeldLease]]) -> Result<Vec<Vec<i64>>, RedisError> {
+    async fn extend_pipeline(
+        &self,
+        connection: &Connection,
+        calls: &[&[HeldLease]],
+    ) -> Result<Vec<Vec<i64>>, RedisError> {
         let mut pipeline = redis::pipe();
         for call in calls {
-            let mut invocation = EXTEND.prepare_invoke();
-            for held in *call {
-                invocation.key(self.lock_key(&held.lease.key));
-                invocation
-                    .arg(&held.lease.owner)
-                    .arg(held.token.to_string())
-                    .arg(held.lease.ttl.as_millis().to_string());
-            }
-            pipeline.invoke_script(&invocation);
+            pipeline.invoke_script(&self.extend_invocation(call.iter()));
         }
-        let live = self.connection.get(Route::here()).await?;
-        let mut connection = live.connection();
-        let mut result = pipeline.query_async(&mut connection).await;
+        let live = connection.get(Route::here()).await?;
+        let mut sending = live.connection();
+        let mut result = pipeline.query_async(&mut sending).await;
         if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            result = match EXTEND.load_async(&mut connection).await {
-                Ok(_) => pipeline.query_async(&mut connection).await,
+            result = match EXTEND.load_async(&mut sending).await {
+                Ok(_) => pipeline.query_async(&mut sending).await,
                 Err(error) => Err(error),
             };
         }
         if let Err(error) = &result {
-            self.connection.note_error(&live, error);
+            connection.note_error(&live, error);
         }
         result
+    }
+
+    /// One extend script call for `held` (keys of one slot on a cluster).
+    fn extend_invocation<'a>(
+        &self,
+        held: impl Iterator<Item = &'a HeldLease>,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut invocation = EXTEND.prepare_invoke();
+        for held in held {
+            invocation.key(self.lock_key(&held.lease.key));
+            invocation
+                .arg(&held.lease.owner)
+                .arg(held.token.to_string())
+                .arg(held.lease.ttl.as_millis().to_string());
+        }
+        invocation
+    }
+
+    /// Extends every grant in `held` on a cluster: script calls by slot, one pipeline per
+    /// slot, all at once.
+    async fn extend_on_cluster(
+        &self,
+        cluster: &ClusterLink,
+        held: &[HeldLease],
+    ) -> Result<Vec<bool>, LockError> {
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (index, lease) in held.iter().enumerate() {
+            let slot = cluster::slot(&self.lock_key(&lease.lease.key));
+            by_slot.entry(slot).or_default().push(index);
+        }
+        let mut calls = Vec::new();
+        let mut order = Vec::new();
+        for (slot, indices) in by_slot {
+            for chunk in indices.chunks(EXTEND_KEYS_PER_CALL) {
+                let invocation = self.extend_invocation(chunk.iter().map(|&i| &held[i]));
+                calls.push(ExtendCall { slot, invocation });
+                order.push(chunk.to_vec());
+            }
+        }
+        let replies = cluster
+            .extend(calls)
+            .await
+            .map_err(|error| backend_error(None, "renewing leases failed", error))?;
+        let mut extended = vec![false; held.len()];
+        for (chunk, reply) in order.iter().zip(replies) {
+            for (&index, answer) in chunk.iter().zip(reply) {
+                extended[index] = answer == 1;
+            }
+        }
+        Ok(extended)
     }
 }
 
@@ -483,18 +607,24 @@ impl RedisBackend {
 
 impl RedisBackend {
     /// The keys and arguments of the release script for `lease`, keeping the key `keep`.
-    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], [String; 4]) {
+    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], [String; 5]) {
         let lock_key = self.lock_key(&lease.key);
         let channel = Self::release_channel(&lock_key);
         let fence_key = Self::fence_key(&lock_key);
         let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
         let released_by = Self::released_by_key(&lock_key);
         let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
+        // On a cluster, a release is heard on its shard only.
+        let publish = match self.link {
+            Link::Server { .. } => "PUBLISH",
+            Link::Cluster(_) => "SPUBLISH",
+        };
         let args = [
             lease.owner.clone(),
             keep.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
+            publish.to_owned(),
         ];
         (keys, args)
     }
@@ -521,7 +651,10 @@ impl RedisBackend {
     /// A watch of `key`'s release channel.
     async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
         let channel = Self::release_channel(&self.lock_key(key));
-        self.notifier.subscribe(&channel).await
+        match &self.link {
+            Link::Server { notifier, .. } => notifier.subscribe(&channel).await,
+            Link::Cluster(cluster) => cluster.subscribe(&channel).await,
+        }
     }
 }
 
@@ -593,6 +726,54 @@ fn check_tls_ready() -> Result<(), LockError> {
     ))
 }
 
+/// A script call with these keys and arguments.
+fn invocation<'a>(
+    script: &'a Script,
+    keys: &[String],
+    args: &[&str],
+) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for k in keys {
+        invocation.key(k);
+    }
+    for a in args {
+        invocation.arg(*a);
+    }
+    invocation
+}
+
+/// The values of `maxmemory-policy` in a `CONFIG GET` reply: one server's, or every node's
+/// (nested as the cluster client gathers them).
+fn eviction_policies(reply: &Value) -> Vec<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => {
+            let mut found = Vec::new();
+            let mut items = items.iter();
+            while let Some(item) = items.next() {
+                if text(item).as_deref() == Some("maxmemory-policy") {
+                    found.extend(items.next().and_then(text));
+                } else {
+                    found.extend(eviction_policies(item));
+                }
+            }
+            found
+        }
+        Value::Map(pairs) => pairs
+            .iter()
+            .flat_map(|(name, value)| match text(name).as_deref() {
+                Some("maxmemory-policy") => text(value).into_iter().collect(),
+                _ => eviction_policies(value),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A backend error saying what failed (`context`), with the Redis error as its source.
 fn backend_error(key: Option<&str>, context: &str, error: RedisError) -> LockError {
     LockError::backend(key, context, Some(Arc::new(error)))
@@ -653,7 +834,10 @@ impl LockBackend for RedisBackend {
 
     fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         let channel = Self::release_channel(&self.lock_key(key));
-        self.notifier.watch_if_subscribed(&channel)
+        match &self.link {
+            Link::Server { notifier, .. } => notifier.watch_if_subscribed(&channel),
+            Link::Cluster(cluster) => cluster.watch_if_subscribed(&channel),
+        }
     }
 
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {

@@ -4,7 +4,8 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
 -- KEYS[5] who released the lock last (kept for RELEASE_MEMORY_MS)
 -- ARGV[1] owner token; ARGV[2] ms to keep the key (min_hold_ms), 0 to delete; ARGV[3] the
--- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms (its queue entry)
+-- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms (its queue entry);
+-- ARGV[5] `PUBLISH`, or `SPUBLISH` on a Redis Cluster (the channel shares the keys' slot)
 -- Publishes `granted <sha1 of the new owner's token> <fencing token>` when the key was handed
 -- over (never the token: whoever has it can release the lock), `released <fencing token of the
 -- grant released>` when it is free (Redlock's waiters hear one release from each master),
@@ -75,7 +76,7 @@ if not ours then
     return 0
   end
   if left then
-    redis.pcall('PUBLISH', ARGV[3], 'left')
+    redis.pcall(ARGV[5], ARGV[3], 'left')
   end
   return -1
 end
@@ -87,7 +88,7 @@ if ARGV[2] == '0' then
     redis.call('SET', KEYS[5], ARGV[1], 'PX', RELEASE_MEMORY_MS)
   end
   local released = 'released ' .. (string.match(holder, ':(%d+)$') or '')
-  redis.pcall('PUBLISH', ARGV[3], hand_off() or released)
+  redis.pcall(ARGV[5], ARGV[3], hand_off() or released)
 else
   redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 end

@@ -1,0 +1,260 @@
+//! Redis Cluster: the keys and scripts of one server, sent through redis-rs's cluster client,
+//! which routes each script by its first key and follows `MOVED`, `ASK`, resharding and
+//! failover. Every key of a lock shares its hash tag, so each script touches one slot; the
+//! renewal batch is split by slot (a script or pipeline over several slots would fail with
+//! `CROSSSLOT`). Release notifications travel over sharded pub/sub (`SPUBLISH` in the release
+//! script, `SSUBSCRIBE` here, Redis 7), so a release is heard on its shard only.
+//!
+//! What a cluster cannot give that one server does: a connection whose reply was lost is
+//! not closed on the server before the next command (the cluster client keeps its
+//! connections to itself), so a request delivered long after the client gave up on it can
+//! still take the key for one lease; and `min_replicas` is refused (`WAIT` would block the
+//! node's shared connection).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, PushInfo, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::sync::mpsc;
+
+use super::EXTEND;
+use crate::LockError;
+use crate::driver::Background;
+use crate::release_hub::{ReleaseHub, ReleaseWatch, parse_announcement};
+
+/// Slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+/// How long a channel stays subscribed after its last waiter left (as on one server).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A Redis Cluster: one connection for commands, one (RESP3) for sharded subscriptions.
+pub(crate) struct ClusterLink {
+    commands: ClusterConnection,
+    subscriptions: ClusterConnection,
+    hub: Arc<ReleaseHub>,
+    /// The nodes it was given, without credentials.
+    nodes: String,
+}
+
+impl ClusterLink {
+    /// Connects to the cluster that `urls` (some of its nodes) belong to.
+    pub(crate) async fn connect(
+        urls: &[String],
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> RedisResult<ClusterLink> {
+        let builder = || {
+            ClusterClientBuilder::new(urls.to_vec())
+                .connection_timeout(connect_timeout)
+                .response_timeout(response_timeout)
+        };
+        let commands = builder().build()?.get_async_connection().await?;
+        let (pushes, received) = mpsc::unbounded_channel();
+        let subscriptions = builder()
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()?
+            .get_async_connection()
+            .await?;
+        let (idle, idle_channels) = mpsc::unbounded_channel();
+        let hub = Arc::new(ReleaseHub::with_idle_reports(idle));
+        let announcing = announce(received, Arc::downgrade(&hub));
+        let unsubscribing =
+            unsubscribe_idle(idle_channels, Arc::downgrade(&hub), subscriptions.clone());
+        for task in [
+            Box::pin(announcing) as crate::backend::BoxFuture<'static, ()>,
+            Box::pin(unsubscribing),
+        ] {
+            if let Err(error) = Background::Driver.spawn(task) {
+                tracing::warn!(%error, "Redis Cluster release notifications will not work");
+            }
+        }
+        let nodes = urls
+            .iter()
+            .filter_map(|url| redis::Client::open(url.as_str()).ok())
+            .map(|client| client.get_connection_info().addr().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(ClusterLink {
+            commands,
+            subscriptions,
+            hub,
+            nodes,
+        })
+    }
+
+    /// The nodes given, without credentials.
+    pub(crate) fn describe(&self) -> String {
+        format!("Redis Cluster ({})", self.nodes)
+    }
+
+    /// A handle to the command connection.
+    pub(crate) fn commands(&self) -> ClusterConnection {
+        self.commands.clone()
+    }
+
+    /// Sends the extend calls of `calls` (each a list of lock keys with their arguments, all
+    /// in one slot) as one pipeline per slot, all slots at once; the replies in order.
+    pub(crate) async fn extend(&self, calls: Vec<ExtendCall>) -> RedisResult<Vec<Vec<i64>>> {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (index, call) in calls.iter().enumerate() {
+            by_slot.entry(call.slot).or_default().push(index);
+        }
+        let pipelines = by_slot.into_values().map(|indices| {
+            let mut pipeline = redis::pipe();
+            for &index in &indices {
+                pipeline.invoke_script(&calls[index].invocation);
+            }
+            async move {
+                let replies = self.pipeline_loading_script(&pipeline).await?;
+                Ok::<_, RedisError>((indices, replies))
+            }
+        });
+        let mut replies = vec![Vec::new(); calls.len()];
+        for outcome in join_all(pipelines).await {
+            let (indices, answered): (Vec<usize>, Vec<Vec<i64>>) = outcome?;
+            for (index, reply) in indices.into_iter().zip(answered) {
+                replies[index] = reply;
+            }
+        }
+        Ok(replies)
+    }
+
+    /// One pipeline; after `NOSCRIPT` loads the extend script (on every node) and resends.
+    async fn pipeline_loading_script(
+        &self,
+        pipeline: &redis::Pipeline,
+    ) -> RedisResult<Vec<Vec<i64>>> {
+        let mut connection = self.commands();
+        let result = pipeline.query_async(&mut connection).await;
+        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            EXTEND.load_async(&mut connection).await?;
+            return pipeline.query_async(&mut connection).await;
+        }
+        result
+    }
+
+    /// A watch of `channel` if it is subscribed already.
+    pub(crate) fn watch_if_subscribed(&self, channel: &str) -> Option<ReleaseWatch> {
+        self.hub.watch_subscribed(channel)
+    }
+
+    /// A watch of `channel`, returned once its shard confirmed the subscription.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<ReleaseWatch, LockError> {
+        let (watch, subscribed) = self.hub.watch(channel);
+        subscribed
+            .get_or_try_init(|| async {
+                self.subscriptions
+                    .clone()
+                    .ssubscribe(channel)
+                    .await
+                    .map_err(|error| {
+                        LockError::backend(
+                            None,
+                            "cannot subscribe to release notifications",
+                            Some(Arc::new(error)),
+                        )
+                    })
+            })
+            .await?;
+        Ok(watch)
+    }
+}
+
+/// One extend script call, with the slot of its keys.
+pub(crate) struct ExtendCall {
+    pub(crate) slot: u16,
+    pub(crate) invocation: redis::ScriptInvocation<'static>,
+}
+
+/// Wakes the waiters of each channel a sharded message arrives on; after a disconnection
+/// (the cluster client subscribes again by itself) wakes every waiter, since a release may
+/// have gone unheard.
+async fn announce(mut pushes: mpsc::UnboundedReceiver<PushInfo>, hub: Weak<ReleaseHub>) {
+    while let Some(push) = pushes.recv().await {
+        let Some(hub) = hub.upgrade() else { return };
+        match push.kind {
+            PushKind::SMessage => {
+                if let [channel, payload, ..] = push.data.as_slice()
+                    && let (Some(channel), Some(payload)) = (text(channel), text(payload))
+                {
+                    hub.announce(&channel, parse_announcement(&payload));
+                }
+            }
+            PushKind::Disconnection => hub.subscriptions_lost(),
+            _ => {}
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// Unsubscribes channels nobody has waited for during `LINGER`.
+async fn unsubscribe_idle(
+    mut idle: mpsc::UnboundedReceiver<String>,
+    hub: Weak<ReleaseHub>,
+    subscriptions: ClusterConnection,
+) {
+    while let Some(channel) = idle.recv().await {
+        tokio::time::sleep(LINGER).await;
+        let Some(hub) = hub.upgrade() else { return };
+        if hub.retire_if_idle(&channel) {
+            let _ = subscriptions.clone().sunsubscribe(&channel).await;
+        }
+    }
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the hash tag (the
+/// text between the first `{` and the next `}`, when not empty), else of the whole key.
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % SLOTS
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot;
+
+    // The examples of the Redis Cluster specification and `CLUSTER KEYSLOT`.
+    #[test]
+    fn slots_agree_with_redis_cluster() {
+        // CRC16 of "123456789" is 0x31C3, below 16384.
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        assert_eq!(slot("lock:{stock:42}:fence"), slot("stock:42"));
+    }
+}
