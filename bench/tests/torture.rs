@@ -86,3 +86,13 @@ fn sentinel_failover() {
 fn sentinel_failover_with_min_replicas() {
     scenario("sentinel-failover-min-replicas");
 }
+
+#[test]
+fn cluster_failover() {
+    scenario("cluster-failover");
+}
+
+#[test]
+fn cluster_master_killed() {
+    scenario("cluster-master-sigkill");
+}

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fencelock::testing::history::{Violation, check, read_histories};
-use fencelock::testing::{RedisServer, SentinelGroup, TcpProxy};
+use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, TcpProxy};
 use redis::AsyncCommands;
 
 use crate::worker::{self, KEYS};
@@ -53,18 +53,22 @@ pub enum Topology {
     Single(RedisServer),
     /// Independent masters (Redlock).
     Redlock(Vec<RedisServer>),
+    /// A Redis Cluster.
+    Cluster(RedisCluster),
     /// A master, its replica and three Sentinels; the workers' sections ask for this many
     /// replicas (`min_replicas`).
     Sentinel(Box<SentinelGroup>, u32),
 }
 
 impl Topology {
-    /// The server a fault on "the lock server" hits: the one server, the first master, or
-    /// the master the Sentinel group started with.
+    /// The server a fault on "the lock server" hits: the one server, the first master (of
+    /// Redlock, or of the cluster as created), or the master the Sentinel group started
+    /// with.
     pub fn server(&mut self) -> &mut RedisServer {
         match self {
             Topology::Single(server) => server,
             Topology::Redlock(masters) => &mut masters[0],
+            Topology::Cluster(cluster) => &mut cluster.nodes[0],
             Topology::Sentinel(group, _) => &mut group.master,
         }
     }
@@ -85,6 +89,7 @@ impl Topology {
                 0,
             ),
             Topology::Redlock(masters) => ("redlock".to_owned(), urls(masters), 0),
+            Topology::Cluster(cluster) => ("cluster".to_owned(), urls(&cluster.nodes), 0),
             Topology::Sentinel(group, min_replicas) => (
                 format!("sentinel:{}", group.service()),
                 group.sentinel_urls().join(","),

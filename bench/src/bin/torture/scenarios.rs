@@ -5,7 +5,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fencelock::testing::{RedisServer, SentinelGroup, continue_process, stop_process};
+use fencelock::testing::{
+    RedisCluster, RedisServer, SentinelGroup, continue_process, stop_process,
+};
 
 use crate::run::{Promise, Report, Run, Topology};
 use crate::worker::TTL_MS;
@@ -69,6 +71,14 @@ pub const ALL: &[Scenario] = &[
         run: redlock_restart,
     },
     Scenario {
+        name: "cluster-failover",
+        run: cluster_failover,
+    },
+    Scenario {
+        name: "cluster-master-sigkill",
+        run: cluster_master_sigkill,
+    },
+    Scenario {
         name: "sentinel-failover",
         run: sentinel_failover,
     },
@@ -89,6 +99,12 @@ fn redlock(count: usize) -> std::io::Result<Topology> {
         .map(|_| RedisServer::start())
         .collect::<Result<_, _>>()?;
     Ok(Topology::Redlock(masters))
+}
+
+/// A Redis Cluster of 3 masters with a replica each.
+fn cluster() -> Result<Topology, Box<dyn std::error::Error>> {
+    let cluster = tokio::runtime::Runtime::new()?.block_on(RedisCluster::start(3, 1))?;
+    Ok(Topology::Cluster(cluster))
 }
 
 /// A Sentinel group; sections ask for `min_replicas`.
@@ -335,6 +351,40 @@ fn sentinel_master_killed(scenario: &'static str, min_replicas: u32, run_ms: u64
         let old_port = group.master.port();
         group.master.kill()?;
         tokio::runtime::Runtime::new()?.block_on(group.wait_for_failover_from(old_port))?;
+    }
+    run.finish(Promise::FencingOnly, None)
+}
+
+/// A manual `CLUSTER FAILOVER` of the first master a third into the run: its replica takes
+/// over in step with it, so no grant is lost and exclusion holds.
+fn cluster_failover(run_ms: u64) -> Outcome {
+    let run = Run::start("Cluster: CLUSTER FAILOVER", cluster()?, 3, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    if let Topology::Cluster(cluster) = &run.topology {
+        tokio::runtime::Runtime::new()?.block_on(async {
+            let replica = cluster
+                .replica_of(0)
+                .await
+                .ok_or("the first master has no replica")?;
+            let mut connection = cluster.nodes[replica].connection().await?;
+            redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query_async::<()>(&mut connection)
+                .await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })?;
+    }
+    run.finish(Promise::Exclusion, None)
+}
+
+/// The first master killed a third into the run: the cluster promotes its replica after the
+/// node timeout, and a grant the replica had not received is lost with the master.
+fn cluster_master_sigkill(run_ms: u64) -> Outcome {
+    let mut run = Run::start("Cluster: master SIGKILL", cluster()?, 3, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    if let Topology::Cluster(cluster) = &mut run.topology {
+        cluster.nodes[0].kill()?;
+        tokio::runtime::Runtime::new()?.block_on(cluster.wait_until_ready())?;
     }
     run.finish(Promise::FencingOnly, None)
 }

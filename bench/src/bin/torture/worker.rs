@@ -23,8 +23,8 @@ pub const RUN_MS: &str = "FENCELOCK_TORTURE_RUN_MS";
 /// A folder in which each worker creates `entered-<pid>` as it enters a critical section.
 pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
 /// How the workers reach the lock servers: `single` (the default; `URL` is one server),
-/// `redlock` (`URL` lists the masters, comma-separated) or `sentinel:<service>` (`URL` lists
-/// the Sentinels).
+/// `redlock` (`URL` lists the masters, comma-separated), `cluster` (`URL` lists the nodes) or
+/// `sentinel:<service>` (`URL` lists the Sentinels).
 pub const TOPOLOGY: &str = "FENCELOCK_TORTURE_TOPOLOGY";
 /// `min_replicas` of every section (default 0).
 pub const MIN_REPLICAS: &str = "FENCELOCK_TORTURE_MIN_REPLICAS";
@@ -138,6 +138,7 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let topology = std::env::var(TOPOLOGY).unwrap_or_default();
     let locks = match topology.as_str() {
         "redlock" => LockClient::redlock(urls.split(',')).await?,
+        "cluster" => LockClient::cluster(urls.split(',')).await?,
         _ => match topology.strip_prefix("sentinel:") {
             Some(service) => LockClient::sentinel(urls.split(','), service).await?,
             None => LockClient::connect(&urls).await?,

@@ -279,8 +279,11 @@ impl Connection {
                 return Err(error);
             }
         }
+        // Ids of another run of one server name nothing any more; those of another server
+        // (the other master of a Sentinel service) still wait for a connection to it.
+        let follows_failover = self.server.follows_failover();
         let mut given_up = self.given_up();
-        given_up.retain(|g| !settled.contains(g));
+        given_up.retain(|g| !settled.contains(g) || (follows_failover && g.run_id != live.run_id));
         self.unsettled
             .store(!given_up.is_empty(), Ordering::Release);
         Ok(())
@@ -302,8 +305,10 @@ impl Connection {
     /// reconnects and first closes it on the server; returns whether it did.
     pub(crate) fn note_error(&self, live: &Live, error: &RedisError) -> bool {
         // A master demoted by a failover refuses writes: the Sentinels name another now.
+        // Before Redis 7 a script's refused write comes back as an `ERR` that quotes it.
         let demoted = self.server.follows_failover()
-            && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+            && (error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                || error.to_string().contains("READONLY"));
         let broken = error.is_io_error()
             || error.is_connection_dropped()
             || error.is_connection_refusal()
@@ -314,6 +319,10 @@ impl Connection {
         }
         self.open().retain(|l| l.serial != live.serial);
         self.give_up(live);
+        // Whatever broke this one (a restart, a failover, a mass kill) broke the idle
+        // exclusive ones too, and the master may have moved.
+        lock_ignoring_poison(&self.exclusive).clear();
+        self.server.forget_master();
         true
     }
 

@@ -161,10 +161,7 @@ impl RedisBackend {
         service: &str,
         settings: RedisSettings,
     ) -> Result<Self, LockError> {
-        let server = Server::Sentinel {
-            sentinels: Arc::new(tokio::sync::Mutex::new(sentinels)),
-            service: Arc::from(service),
-        };
+        let server = Server::sentinel(sentinels, service, settings.connect_timeout);
         let backend = RedisBackend::unchecked(server, settings)?;
         backend.check_reachable().await?;
         Ok(backend)
@@ -437,9 +434,12 @@ impl RedisBackend {
         if acknowledged >= lease.replicas {
             return Ok(());
         }
-        let (keys, args) = self.release_call(lease, Duration::ZERO);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run_on(connection, live, &RELEASE, &keys, &args, &lease.key)
+        // Silently: the grant never counted, so nobody is told of a release, and no release
+        // is remembered for the owner (a later grant of the same request must not pass for
+        // released when it is lost).
+        let keys = [self.lock_key(&lease.key)];
+        let args = [lease.owner.as_str()];
+        self.run_on(connection, live, &GIVE_BACK, &keys, &args, &lease.key)
             .await?;
         Err(LockError::backend(
             Some(&lease.key),
