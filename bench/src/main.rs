@@ -12,8 +12,8 @@
 //! with a client each, next to `redis-benchmark` SET on the same server. Client cost (connect
 //! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
 //! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
-//! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5. Prints a table
-//! per workload and the targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
+//! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5, Redis Clusters
+//! of 1 to 3 masters. Prints a table per workload and the targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
 //! `--quick` runs every workload about 4-10x shorter.
 
 mod footprint;

@@ -64,6 +64,15 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
             ahead > 1.0,
         ));
     }
+    if let (Some(one), Some(three)) = (find("Cluster, 1 master"), find("Cluster, 3 masters")) {
+        let scaling = three.w3.ops_per_s() / one.w3.ops_per_s();
+        new.push(Target::new(
+            "Cluster W3, 3 masters against 1",
+            format!("{scaling:.2}x"),
+            "> 1.00x (scales with masters)".into(),
+            scaling > 1.0,
+        ));
+    }
     print_targets(&new);
     targets.extend(new);
     json!(
