@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies] [--json PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
@@ -14,7 +14,8 @@
 //! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
 //! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5, Redis Clusters
 //! of 1 to 3 masters. Prints a table per workload and the issue's targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
-//! `--quick` runs every workload about 4-10x shorter.
+//! `--quick` runs every workload about 4-10x shorter; `--topologies` runs only the topology
+//! table.
 
 mod footprint;
 mod locker;
@@ -77,22 +78,26 @@ const QUICK: Sizes = Sizes {
 
 struct Args {
     quick: bool,
+    /// Only the topology table.
+    topologies: bool,
     json: PathBuf,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
     let mut args = Args {
         quick: false,
+        topologies: false,
         json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--quick" => args.quick = true,
+            "--topologies" => args.topologies = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies] [--json PATH]"
                 )
                 .into());
             }
@@ -145,6 +150,11 @@ async fn main() -> Result<(), BoxError> {
     }
 
     let mut targets = Vec::new();
+    if args.topologies {
+        let (ping, runs) = topologies::compare(sizes.sequential, sizes.w3_per_worker).await?;
+        report::topologies(&ping, &runs, &mut targets);
+        return Ok(());
+    }
     let ping = workloads::ping(&redis, sizes.sequential).await;
     let w0 = report::w0(&ping);
     let floor = ping.summary.mean;

@@ -190,6 +190,25 @@ async fn a_master_restarted_without_its_data_grants_twice_and_fencing_refuses_th
     drop(first);
 }
 
+/// Masters whose counters agree grant the client's one proposal, so an uncontended
+/// acquisition needs no write-back: one script call per master to acquire, one to release.
+#[tokio::test]
+async fn an_uncontended_acquisition_costs_one_script_call_per_master() {
+    let masters = masters(3);
+    let client = redlock(&masters).await;
+    crate::support::lock_once(&client, "steady").await;
+    let mut probe = inspector(&masters[1]).await;
+    let before = script_calls(&mut probe).await;
+    for _ in 0..10 {
+        crate::support::lock_once(&client, "steady").await;
+    }
+    assert_eq!(
+        script_calls(&mut probe).await - before,
+        20,
+        "no write-back was needed"
+    );
+}
+
 /// A grant on a minority of masters (one was free while the key was held on the others) is
 /// taken back silently: announcing it as a release would wake the waiter into another
 /// attempt at once, in a loop, until the holder released.

@@ -8,9 +8,11 @@
 //! and otherwise takes back whatever it was granted. Renewal and release go to every master,
 //! and a lease renewed on fewer than a majority counts as lost.
 //!
-//! Fencing: every master grants `max(its last token + 1, its clock in µs)`; the client takes
+//! Fencing: every master grants `max(its last token + 1, the client's proposal)`, the proposal
+//! being the client's clock in µs, the same for every master of one attempt; the client takes
 //! the greatest token of the granting majority and writes it back to the masters that gave
-//! less (`raise.lua`) before returning it. Every returned token is then on the counter of a
+//! less (`raise.lua`) before returning it (when their counters agree, as after a write-back,
+//! none did, and the attempt costs one round trip). Every returned token is then on the counter of a
 //! majority, and any later majority shares one master with it, whose next token is greater.
 //!
 //! Waiting: releases are heard from every master that could be subscribed. Masters keep no
@@ -221,7 +223,12 @@ impl RedlockBackend {
             ));
         }
         let started = Instant::now();
-        let replies = self.on_every_master(|m| m.acquire(lease, Turn::Once)).await;
+        // One proposal for every master: masters whose counters agree grant the same token,
+        // and the write-back is needed only where one is behind or ahead.
+        let proposal = Some(clock_us());
+        let replies = self
+            .on_every_master(|m| m.acquire_at_least(lease, Turn::Once, proposal))
+            .await;
         let mut granted = Vec::new();
         let mut remaining: Option<Duration> = None;
         let mut latest_token = 0;
@@ -304,6 +311,14 @@ impl RedlockBackend {
             granted.len() - lower.len() + raised.iter().filter(|r| matches!(r, Ok(true))).count();
         (carrying >= self.quorum() && validity(lease.ttl, started).is_some()).then_some(chosen)
     }
+}
+
+/// This machine's clock in µs since the Unix epoch (0 before it): a proposal only, the
+/// masters' counters keep the tokens increasing whatever it says.
+fn clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
 }
 
 fn is_key_in_use(error: &LockError) -> bool {

@@ -35,7 +35,20 @@ impl RedisCluster {
                 ])
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let addresses: Vec<String> = nodes
+        let cluster = RedisCluster { nodes };
+        if masters < 3 {
+            cluster.assign_slots(replicas).await?;
+        } else {
+            cluster.create(replicas)?;
+        }
+        cluster.wait_until_ready().await?;
+        Ok(cluster)
+    }
+
+    /// Creates the cluster with `redis-cli --cluster create` (which wants at least 3 masters).
+    fn create(&self, replicas: usize) -> io::Result<()> {
+        let addresses: Vec<String> = self
+            .nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port()))
             .collect();
@@ -53,13 +66,49 @@ impl RedisCluster {
             })?;
         if !output.status.success() {
             return Err(io::Error::other(format!(
-                "redis-cli --cluster create failed: {}",
-                String::from_utf8_lossy(&output.stdout)
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
             )));
         }
-        let cluster = RedisCluster { nodes };
-        cluster.wait_until_ready().await?;
-        Ok(cluster)
+        Ok(())
+    }
+
+    /// Creates a cluster of fewer than 3 masters by hand: each node takes an equal share of
+    /// the slots, and meets the first.
+    async fn assign_slots(&self, replicas: usize) -> io::Result<()> {
+        if replicas > 0 {
+            return Err(io::Error::other(
+                "a cluster of fewer than 3 masters is made here without replicas",
+            ));
+        }
+        let share = 16384 / self.nodes.len();
+        for (index, node) in self.nodes.iter().enumerate() {
+            let first = index * share;
+            let last = if index + 1 == self.nodes.len() {
+                16383
+            } else {
+                first + share - 1
+            };
+            let mut connection = node.connection().await.map_err(io::Error::other)?;
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query_async::<()>(&mut connection)
+                .await
+                .map_err(io::Error::other)?;
+            if index > 0 {
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(self.nodes[0].port())
+                    .query_async::<()>(&mut connection)
+                    .await
+                    .map_err(io::Error::other)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every node's URL.

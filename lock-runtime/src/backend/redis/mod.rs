@@ -370,6 +370,17 @@ impl RedisBackend {
 impl RedisBackend {
     /// One acquire attempt.
     async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        self.acquire_at_least(lease, turn, None).await
+    }
+
+    /// One acquire attempt whose grant carries at least the token `floor` (Redlock's
+    /// proposal, the same for every master) in place of the server clock.
+    pub(crate) async fn acquire_at_least(
+        &self,
+        lease: &Lease,
+        turn: Turn,
+        floor: Option<u64>,
+    ) -> Result<Acquire, LockError> {
         let lock_key = self.lock_key(&lease.key);
         let fence_key = Self::fence_key(&lock_key);
         let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
@@ -385,7 +396,15 @@ impl RedisBackend {
             "0"
         };
         let replicated = if lease.replicas > 0 { "1" } else { "0" };
-        let args = [lease.owner.as_str(), &ttl_ms, &place_ms, fair, replicated];
+        let floor = floor.map(|token| token.to_string()).unwrap_or_default();
+        let args = [
+            lease.owner.as_str(),
+            &ttl_ms,
+            &place_ms,
+            fair,
+            replicated,
+            &floor,
+        ];
         if lease.replicas == 0 {
             let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
             return parse_acquire(&lease.key, &reply);

@@ -6,7 +6,8 @@
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long the owner's place lasts in ms
 -- (0: a single attempt, it takes no place), ARGV[4] '1' in fair mode: a free key goes only
 -- to the queue's head, ARGV[5] '1' when a WAIT follows (the grant must be a write of this
--- connection, also when the owner already holds the key)
+-- connection, also when the owner already holds the key), ARGV[6] the least token to grant
+-- (Redlock's proposal, in place of the server clock), or ''
 -- Returns {1, token} when granted; {0, remaining ms of the holder's lease (-3: free, but an
 -- earlier waiter's turn), the key's latest fencing token (the counter's, or the holder's if
 -- greater: the counter may have expired under a long hold)}; {2, why} when the key or one kept
@@ -33,7 +34,7 @@ if not holder and (ARGV[4] ~= '1' or not head or head == mine) then
     redis.call('LREM', KEYS[3], 0, mine)
     redis.call('ZREM', KEYS[4], mine)
   end
-  return {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last, now_us)}
+  return {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last, now_us, tonumber(ARGV[6]))}
 end
 if ARGV[3] ~= '0' then
   if not redis.call('ZSCORE', KEYS[4], mine) then

@@ -54,23 +54,25 @@ local function server_time()
 end
 
 -- Writes `token_us` into the fencing counter at server time `now_us` and returns it as text.
--- The counter expires FENCE_RETENTION_MS after the server time the token stands for (at least
--- that long from now when the token is not below the clock); one write, where SET and
--- PEXPIREAT were two.
+-- The counter expires FENCE_RETENTION_MS after the server time the token stands for, and at
+-- least that long from now (a token Redlock's client proposed may be below this clock); one
+-- write, where SET and PEXPIREAT were two.
 local function write_fence(fence_key, token_us, now_us)
   local token = string.format('%.0f', token_us)
-  local retention_ms = math.max(
-    math.floor(token_us / 1000) - math.floor(now_us / 1000) + FENCE_RETENTION_MS, 1)
+  local retention_ms = math.max(math.floor(token_us / 1000) - math.floor(now_us / 1000), 0) +
+    FENCE_RETENTION_MS
   redis.call('SET', fence_key, token, 'PX', string.format('%.0f', retention_ms))
   return token
 end
 
 -- A new grant after the last token `last`, at server time `now_us`: the token exceeds both
 -- the last one and the server clock in microseconds, so it keeps increasing after a restart
--- that lost the counter (unless the clock steps back). The lock key holds `<owner>:<token>`:
+-- that lost the counter (unless the clock steps back). Redlock's client gives `floor_us`, one
+-- proposal for every master, in place of the server clock: masters whose counters agree then
+-- grant one token, which needs no write-back. The lock key holds `<owner>:<token>`:
 -- renewal extends this grant only, not a later one to the same owner.
-local function grant(lock_key, fence_key, owner, lease_ms, last, now_us)
-  local token_us = math.max(last + 1, now_us)
+local function grant(lock_key, fence_key, owner, lease_ms, last, now_us, floor_us)
+  local token_us = math.max(last + 1, floor_us or now_us)
   local token = write_fence(fence_key, token_us, now_us)
   redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
   return token
