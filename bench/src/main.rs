@@ -13,7 +13,7 @@
 //! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
 //! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
 //! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5, Redis Clusters
-//! of 1 to 3 masters. Prints a table per workload and the targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
+//! of 1 to 3 masters, with W2 too. Prints a table per workload and the targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
 //! `--quick` runs every workload about 4-10x shorter; `--topologies` runs only the topology
 //! table.
 
@@ -151,7 +151,8 @@ async fn main() -> Result<(), BoxError> {
 
     let mut targets = Vec::new();
     if args.topologies {
-        let (ping, runs) = topologies::compare(sizes.sequential, sizes.w3_per_worker).await?;
+        let (ping, runs) =
+            topologies::compare(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker).await?;
         report::topologies(&ping, &runs, &mut targets);
         return Ok(());
     }
@@ -194,7 +195,7 @@ async fn main() -> Result<(), BoxError> {
     let latency = open_loop_table(&fence, &rs, &sizes).await?;
 
     let (topology_ping, topology_runs) =
-        topologies::compare(sizes.sequential, sizes.w3_per_worker).await?;
+        topologies::compare(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker).await?;
     let topologies = report::topologies(&topology_ping, &topology_runs, &mut targets);
 
     let missed = targets.iter().filter(|t| !t.met()).count();

@@ -206,16 +206,30 @@ struct WorkerLog {
 /// W2: `W2_WORKERS` workers, each with its own lock client and Redis connection, take one
 /// key `per_worker` times each and increment a counter under it with GET + SET.
 pub async fn contention(url: &str, mode: Mode, per_worker: usize) -> Result<Contention, BoxError> {
+    let mut lockers = Vec::with_capacity(W2_WORKERS);
+    for _ in 0..W2_WORKERS {
+        lockers.push(mode.locker(url).await?);
+    }
+    contention_with(url, mode, lockers, per_worker).await
+}
+
+/// W2 with the given lockers (one per worker, of any topology), the counter on `url`.
+pub async fn contention_with(
+    url: &str,
+    mode: Mode,
+    lockers: Vec<Locker>,
+    per_worker: usize,
+) -> Result<Contention, BoxError> {
     let mut redis = connect(url).await?;
     redis::cmd("DEL")
         .arg(COUNTER)
         .query_async::<()>(&mut redis)
         .await?;
-    let mut workers = Vec::with_capacity(W2_WORKERS);
-    for id in 0..W2_WORKERS {
-        workers.push((id, mode.locker(url).await?, connect(url).await?));
+    let mut workers = Vec::with_capacity(lockers.len());
+    for (id, locker) in lockers.into_iter().enumerate() {
+        workers.push((id, locker, connect(url).await?));
     }
-    let start = Arc::new(Barrier::new(W2_WORKERS));
+    let start = Arc::new(Barrier::new(workers.len()));
     let sequence = Arc::new(AtomicU64::new(0));
     // Counted around the workers only: connecting the clients sends no script.
     let stats_before = CommandStats::read(&mut redis).await?;

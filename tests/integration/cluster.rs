@@ -6,8 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::testing::history::{self, Section};
+use fencelock::testing::history;
 use fencelock::testing::{RedisCluster, conformance};
+
+use crate::support::record_section;
 use fencelock::{LockClient, LockError, LossCause};
 
 async fn cluster() -> RedisCluster {
@@ -122,17 +124,8 @@ async fn a_cluster_failover_during_a_run_keeps_every_lock_exclusive() {
                     let request = client.lock(key).ttl_ms(2_000).wait_ms(5_000).sleep_ms(50);
                     match request.acquire().await {
                         Ok(guard) => {
-                            let entered_ns = history::monotonic_ns();
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                            let section = Section {
-                                process: process as u32,
-                                task,
-                                key: guard.key().to_owned(),
-                                token: guard.token(),
-                                entered_ns,
-                                exited_ns: history::monotonic_ns(),
-                            };
-                            sections.lock().unwrap().push(section);
+                            let body = Duration::from_millis(2);
+                            record_section(&sections, process as u32, task, &guard, body).await;
                             if let Err(error) = guard.release().await {
                                 errors.push(error);
                             }

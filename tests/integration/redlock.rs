@@ -5,11 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::testing::history::{self, Section};
+use fencelock::testing::history;
 use fencelock::testing::{RedisServer, TcpProxy, conformance};
 use fencelock::{LockClient, LockError};
 
-use crate::support::{inspector, redis_server, script_calls};
+use crate::support::{inspector, record_section, redis_server, script_calls};
 
 fn masters(count: usize) -> Vec<RedisServer> {
     (0..count).map(|_| redis_server()).collect()
@@ -70,17 +70,8 @@ async fn with_two_of_five_masters_down_locks_stay_exclusive_and_make_progress() 
                         .acquire()
                         .await
                         .expect("a majority is up: the lock is granted");
-                    let entered_ns = history::monotonic_ns();
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    let section = Section {
-                        process: process as u32,
-                        task,
-                        key: guard.key().to_owned(),
-                        token: guard.token(),
-                        entered_ns,
-                        exited_ns: history::monotonic_ns(),
-                    };
-                    sections.lock().unwrap().push(section);
+                    let body = Duration::from_millis(1);
+                    record_section(&sections, process as u32, task, &guard, body).await;
                     guard.release().await.expect("released on the majority");
                 }
             }));

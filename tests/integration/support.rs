@@ -154,3 +154,26 @@ pub fn test_process_output(child: Child) -> String {
     );
     stdout
 }
+
+/// Runs a critical section of `body` under `guard` and records it in `sections`, as the
+/// history checker reads them (entered after the grant, left before the release).
+pub async fn record_section(
+    sections: &std::sync::Mutex<Vec<fencelock::testing::history::Section>>,
+    process: u32,
+    task: u32,
+    guard: &fencelock::LockGuard,
+    body: Duration,
+) {
+    use fencelock::testing::history::{Section, monotonic_ns};
+    let entered_ns = monotonic_ns();
+    tokio::time::sleep(body).await;
+    let section = Section {
+        process,
+        task,
+        key: guard.key().to_owned(),
+        token: guard.token(),
+        entered_ns,
+        exited_ns: monotonic_ns(),
+    };
+    sections.lock().unwrap().push(section);
+}

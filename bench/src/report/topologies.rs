@@ -9,9 +9,11 @@ use crate::workloads::Latency;
 pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target>) -> Value {
     let floor = ping.summary.mean.as_secs_f64();
     println!(
-        "\nTopologies: W1 ({} sequential pairs) and W3 ({} workers on their own keys, one \
-         shared client); floor: PING {:.1} µs on the first master",
+        "\nTopologies: W1 ({} sequential pairs), W2 ({} workers with a client each on one key) \
+         and W3 ({} workers on their own keys, one shared client); floor: PING {:.1} µs on the \
+         first master",
         ping.iterations,
+        crate::workloads::W2_WORKERS,
         crate::workloads::W3_WORKERS,
         us(ping.summary.mean)
     );
@@ -24,8 +26,11 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
                 format!("{:.1}", us(run.w1.summary.mean)),
                 format!("{:.1}", us(run.w1.summary.p99)),
                 format!("{:.2}x", ratio(run)),
+                format!("{:.0}", run.w2.ops_per_s()),
+                format!("{:.1}", super::ms(run.w2.wait.max)),
                 format!("{:.0}", run.w3.ops_per_s()),
-                (run.w1.failures.count + run.w3.failures.count).to_string(),
+                (run.w1.failures.count + run.w2.acquire_failures.count + run.w3.failures.count)
+                    .to_string(),
             ]
         })
         .collect();
@@ -35,6 +40,8 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
             "W1 mean µs",
             "W1 p99 µs",
             "W1 / PING",
+            "W2 ops/s",
+            "W2 max wait ms",
             "W3 pairs/s",
             "failures",
         ],
@@ -81,7 +88,10 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
                 "topology": run.name,
                 "w1": summary_json(&run.w1.summary),
                 "w1_failures": failures_json(&run.w1.failures),
-                "w3_pairs_per_s": run.w3.ops_per_s(),
+                "w2_ops_per_s": run.w2.ops_per_s(),
+            "w2_wait": summary_json(&run.w2.wait),
+            "w2_lost_updates": run.w2.lost_updates(),
+            "w3_pairs_per_s": run.w3.ops_per_s(),
                 "w3_failures": failures_json(&run.w3.failures),
             }))
             .collect::<Vec<_>>()
