@@ -65,7 +65,7 @@ impl LockClient {
     }
 
     /// A builder for a Redis Cluster client, with the options of [`LockClient::builder`]
-    /// (a TLS root certificate is not applied to cluster nodes yet).
+    /// (a TLS root certificate is refused: it is not applied to cluster nodes yet).
     pub fn cluster_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
         let urls = urls
             .into_iter()
@@ -88,9 +88,10 @@ impl LockClient {
             .await
     }
 
-    /// A builder for a Sentinel client, with the options of [`LockClient::builder`]. The
-    /// master is reached with the username, password and database of the first Sentinel URL,
-    /// and over TLS when that URL is `rediss://`.
+    /// A builder for a Sentinel client, with the options of [`LockClient::builder`] (a TLS
+    /// root certificate is refused: it is not applied yet). The master is reached with the
+    /// username, password and database of the first Sentinel URL, and over TLS when that URL
+    /// is `rediss://`.
     pub fn sentinel_builder(
         sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
         service_name: &str,
@@ -329,6 +330,17 @@ impl LockClientBuilder {
         ))
     }
 
+    /// Refuses a TLS root certificate where it would not be applied yet.
+    fn no_tls_root(&self, topology: &str) -> Result<(), LockError> {
+        match self.tls_root_certificate {
+            Some(_) => Err(LockError::invalid_config(format!(
+                "a TLS root certificate is not applied to {topology} yet: use `rediss://` URLs \
+                 with the system's roots, or drop `tls_root_certificate`"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The backend of the topology, connected and checked.
     async fn connect_topology(self) -> Result<Arc<dyn LockBackend>, LockError> {
         let open = |url: &str| open(url, self.tls_root_certificate.clone());
@@ -349,6 +361,7 @@ impl LockClientBuilder {
                 Arc::new(backend)
             }
             Topology::Cluster(urls) => {
+                self.no_tls_root("a Redis Cluster")?;
                 let backend = RedisBackend::cluster(urls, self.settings).await?;
                 if !self.allow_eviction {
                     backend.check_eviction_policy().await?;
@@ -356,6 +369,7 @@ impl LockClientBuilder {
                 Arc::new(backend)
             }
             Topology::Sentinel { sentinels, service } => {
+                self.no_tls_root("Sentinel")?;
                 let sentinels = sentinel_client(sentinels, service)?;
                 let backend = RedisBackend::sentinel(sentinels, service, self.settings).await?;
                 if !self.allow_eviction {

@@ -315,6 +315,18 @@ impl ReleaseHub {
         }
     }
 
+    /// The subscription of `key` ended (the server moved its slot elsewhere): it must be
+    /// subscribed again, and its waiters wake to try once more.
+    pub(crate) fn subscription_lost(&self, key: &str) {
+        let releases = self.keys().get_mut(key).map(|watched| {
+            watched.subscribed = Arc::new(OnceCell::new());
+            watched.releases.clone()
+        });
+        if let Some(releases) = releases {
+            releases.announce(Announcement::default());
+        }
+    }
+
     /// The subscription connection was lost: every key must be subscribed again, and every
     /// waiter wakes to try once more (a release may have gone unannounced).
     pub(crate) fn subscriptions_lost(&self) {

@@ -179,3 +179,21 @@ async fn a_cluster_failover_during_a_run_keeps_every_lock_exclusive() {
         "the replica took over"
     );
 }
+
+/// A TLS root certificate is not applied to cluster nodes (nor Sentinels) yet: refused with a
+/// message saying so, rather than ignored.
+#[tokio::test]
+async fn a_tls_root_certificate_is_refused_where_it_would_be_ignored() {
+    let builders = [
+        LockClient::cluster_builder(["redis://127.0.0.1:1/"]),
+        LockClient::sentinel_builder(["redis://127.0.0.1:1/"], "locks"),
+    ];
+    for builder in builders {
+        match builder.tls_root_certificate("a PEM").connect().await {
+            Err(LockError::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("not applied"), "{reason}")
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+}

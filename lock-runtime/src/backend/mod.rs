@@ -11,7 +11,9 @@
 //! failed call does, it does before any call that starts after it returned (the Redis
 //! backend has the server close the connection that carried it before sending anything
 //! else). The client relies on this to clean up: the owner-checked release that follows a
-//! lost acquire reply cannot be overtaken by that acquire.
+//! lost acquire reply cannot be overtaken by that acquire. The Redis Cluster backend cannot
+//! settle (its connections belong to redis-rs's cluster client), and says so in its docs: a
+//! request delivered late there can still take the key for a lease.
 
 pub mod memory;
 pub mod redis;

@@ -36,6 +36,9 @@ pub(crate) struct ClusterLink {
     commands: ClusterConnection,
     subscriptions: ClusterConnection,
     hub: Arc<ReleaseHub>,
+    /// Orders the subscribes of a channel after the unsubscribe of its retired entry: held
+    /// across both, so that an unsubscribe sent late never undoes a new waiter's subscribe.
+    subscribing: Arc<tokio::sync::Mutex<()>>,
     /// The nodes it was given, without credentials.
     nodes: String,
 }
@@ -62,9 +65,15 @@ impl ClusterLink {
             .await?;
         let (idle, idle_channels) = mpsc::unbounded_channel();
         let hub = Arc::new(ReleaseHub::with_idle_reports(idle));
+        let subscribing = Arc::new(tokio::sync::Mutex::new(()));
         let announcing = announce(received, Arc::downgrade(&hub));
-        let unsubscribing =
-            unsubscribe_idle(idle_channels, Arc::downgrade(&hub), subscriptions.clone());
+        let unsubscribing = unsubscribe_idle(
+            idle_channels,
+            Arc::downgrade(&hub),
+            subscriptions.clone(),
+            Arc::downgrade(&subscribing),
+            response_timeout,
+        );
         for task in [
             Box::pin(announcing) as crate::backend::BoxFuture<'static, ()>,
             Box::pin(unsubscribing),
@@ -83,6 +92,7 @@ impl ClusterLink {
             commands,
             subscriptions,
             hub,
+            subscribing,
             nodes,
         })
     }
@@ -148,6 +158,7 @@ impl ClusterLink {
         let (watch, subscribed) = self.hub.watch(channel);
         subscribed
             .get_or_try_init(|| async {
+                let _subscribing = self.subscribing.lock().await;
                 self.subscriptions
                     .clone()
                     .ssubscribe(channel)
@@ -173,7 +184,8 @@ pub(crate) struct ExtendCall {
 
 /// Wakes the waiters of each channel a sharded message arrives on; after a disconnection
 /// (the cluster client subscribes again by itself) wakes every waiter, since a release may
-/// have gone unheard.
+/// have gone unheard. A channel the server unsubscribed by itself (its slot moved to another
+/// node) is marked unsubscribed, so that its waiters subscribe again, on the new owner.
 async fn announce(mut pushes: mpsc::UnboundedReceiver<PushInfo>, hub: Weak<ReleaseHub>) {
     while let Some(push) = pushes.recv().await {
         let Some(hub) = hub.upgrade() else { return };
@@ -186,6 +198,11 @@ async fn announce(mut pushes: mpsc::UnboundedReceiver<PushInfo>, hub: Weak<Relea
                 }
             }
             PushKind::Disconnection => hub.subscriptions_lost(),
+            PushKind::SUnsubscribe => {
+                if let Some(channel) = push.data.first().and_then(text) {
+                    hub.subscription_lost(&channel);
+                }
+            }
             _ => {}
         }
     }
@@ -199,18 +216,29 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-/// Unsubscribes channels nobody has waited for during `LINGER`.
+/// Unsubscribes each channel nobody has waited for during `LINGER` (a timer per channel, as
+/// on one server), under the subscribing lock.
 async fn unsubscribe_idle(
     mut idle: mpsc::UnboundedReceiver<String>,
     hub: Weak<ReleaseHub>,
     subscriptions: ClusterConnection,
+    subscribing: Weak<tokio::sync::Mutex<()>>,
+    response_timeout: Duration,
 ) {
     while let Some(channel) = idle.recv().await {
-        tokio::time::sleep(LINGER).await;
-        let Some(hub) = hub.upgrade() else { return };
-        if hub.retire_if_idle(&channel) {
-            let _ = subscriptions.clone().sunsubscribe(&channel).await;
-        }
+        let (hub, subscribing) = (hub.clone(), subscribing.clone());
+        let mut subscriptions = subscriptions.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let (Some(hub), Some(subscribing)) = (hub.upgrade(), subscribing.upgrade()) else {
+                return;
+            };
+            let _subscribing = subscribing.lock().await;
+            if hub.retire_if_idle(&channel) {
+                let unsubscribing = subscriptions.sunsubscribe(&channel);
+                let _ = tokio::time::timeout(response_timeout, unsubscribing).await;
+            }
+        });
     }
 }
 

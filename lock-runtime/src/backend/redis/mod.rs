@@ -169,9 +169,12 @@ impl RedisBackend {
 
     /// A backend on the Redis Cluster that `urls` (some of its nodes) belong to; MOVED, ASK,
     /// resharding and failover are followed by redis-rs's cluster client. Checked with
-    /// `PING` on every node.
+    /// `PING` on every master.
     pub async fn cluster(urls: &[String], settings: RedisSettings) -> Result<Self, LockError> {
         check_prefix(&settings.prefix)?;
+        if urls.iter().any(|url| url.starts_with("rediss://")) {
+            check_tls_ready()?;
+        }
         let link = ClusterLink::connect(urls, settings.connect_timeout, settings.response_timeout)
             .await
             .map_err(|e| backend_error(None, "cannot connect to the Redis Cluster", e))?;
@@ -267,7 +270,7 @@ impl RedisBackend {
     async fn ping(&self) -> Result<(), RedisError> {
         let connection = match &self.link {
             Link::Server { connection, .. } => connection,
-            // Routed to every node by the cluster client.
+            // Routed to every master by the cluster client.
             Link::Cluster(cluster) => {
                 return redis::cmd("PING")
                     .query_async::<Value>(&mut cluster.commands())
@@ -318,8 +321,11 @@ impl RedisBackend {
 // Running scripts.
 impl RedisBackend {
     /// Runs `script` once. A reply that does not come (a broken connection, a timeout) is an
-    /// error; the connection is then given up and closed on the server before the next
-    /// command, so the script either ran before that command or never will.
+    /// error; on one server the connection is then given up and closed on the server before
+    /// the next command, so the script either ran before that command or never will. On a
+    /// cluster it is not (the cluster client keeps its connections, and resends after an I/O
+    /// error itself): every script is owner-checked and safe to run twice, but one delivered
+    /// late can still take a key, or extend or queue for it, after the client gave up on it.
     async fn run(
         &self,
         script: &Script,
