@@ -9,7 +9,7 @@ use std::time::Duration;
 use fencelock::testing::history;
 use fencelock::testing::{RedisCluster, conformance};
 
-use crate::support::record_section;
+use crate::support::{eventually, record_section};
 use fencelock::{LockClient, LockError, LossCause};
 
 async fn cluster() -> RedisCluster {
@@ -88,16 +88,36 @@ async fn a_waiter_hears_the_release_on_its_shard() {
             .acquire()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = std::time::Instant::now();
+    let subscribed = eventually(Duration::from_secs(10), || {
+        shard_subscribers(&cluster, "lock:{sharded}:released")
+    })
+    .await;
+    assert!(subscribed, "the waiter subscribes on the key's shard");
     holder.release().await.unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("woken by the release, not by its pause")
         .unwrap()
         .expect("granted");
-    assert!(released_at.elapsed() < Duration::from_secs(10));
     granted.release().await.unwrap();
+}
+
+/// Whether a node has a sharded subscriber of `channel` (only the owner of its slot can).
+async fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> bool {
+    for node in &cluster.nodes {
+        let Ok(mut connection) = node.connection().await else {
+            continue;
+        };
+        let counts: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query_async(&mut connection)
+            .await;
+        if matches!(counts, Ok((_, subscribers)) if subscribers > 0) {
+            return true;
+        }
+    }
+    false
 }
 
 /// A manual `CLUSTER FAILOVER` of one master while tasks of two clients take locks on keys

@@ -3,13 +3,9 @@
 
 use std::io;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use super::RedisServer;
+use super::{RedisServer, poll_until};
 
-/// How long the nodes may take to agree that the cluster serves every slot, or that a
-/// failover finished.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// `cluster-node-timeout`: how long a node may be silent before the others fail it over.
 const NODE_TIMEOUT_MS: u64 = 1000;
 
@@ -142,17 +138,8 @@ impl RedisCluster {
     /// Waits (bounded) until every running node serves every slot again (after a failover,
     /// say); polls, since the cluster announces nothing.
     pub async fn wait_until_ready(&self) -> io::Result<()> {
-        let started = Instant::now();
-        while !self.is_ready().await {
-            if started.elapsed() > READY_TIMEOUT {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the cluster did not serve every slot within {READY_TIMEOUT:?}"),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        let ready = || async { self.is_ready().await.then_some(()) };
+        poll_until("the cluster did not serve every slot", ready).await
     }
 
     /// Whether every running node reports `cluster_state:ok` with every slot served.

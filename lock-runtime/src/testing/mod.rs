@@ -18,6 +18,32 @@ pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
 pub use sentinel::{ReplicationCut, SentinelGroup};
 
+/// How long a topology may take to get ready, or to finish a failover.
+const TOPOLOGY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Polls `check` every 50 ms until it gives a value, for at most [`TOPOLOGY_TIMEOUT`]
+/// (servers announce neither readiness nor a finished failover); the error says what did not
+/// happen.
+async fn poll_until<T, F, Fut>(what: &str, mut check: F) -> std::io::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if started.elapsed() > TOPOLOGY_TIMEOUT {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{what} within {TOPOLOGY_TIMEOUT:?}"),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Seeds the generator of the pauses between attempts on the calling thread, so that a
 /// simulation on a current-thread runtime with the paused clock draws the same pauses, and
 /// so takes the same path, on every run of one seed.

@@ -4,18 +4,14 @@
 use std::io::{self, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
-use super::RedisServer;
+use super::{RedisServer, poll_until};
 
 /// Sentinels in a group, and how many must agree that the master is down.
 const SENTINELS: usize = 3;
 const QUORUM: u32 = 2;
 /// How long the Sentinels wait for an answer before they call the master down.
 const DOWN_AFTER_MS: u64 = 1000;
-/// How long the group may take to be ready (Sentinels find each other by messages every 2 s),
-/// and a failover to finish.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A master with one replica, monitored by three Sentinels as `service`. Stopped when
 /// dropped.
@@ -83,22 +79,13 @@ impl SentinelGroup {
     /// Waits until the Sentinels name a master other than the one on `old_port` (a failover
     /// finished), and returns its port.
     pub async fn wait_for_failover_from(&self, old_port: u16) -> io::Result<u16> {
-        let started = Instant::now();
-        loop {
-            if let Ok(port) = self.master_port().await
-                && port != old_port
-                && role(port).await.as_deref() == Some("master")
-            {
-                return Ok(port);
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no failover from port {old_port} within {READY_TIMEOUT:?}"),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let failover = format!("no failover from port {old_port}");
+        poll_until(&failover, || async {
+            let port = self.master_port().await.ok()?;
+            let promoted = port != old_port && role(port).await.as_deref() == Some("master");
+            promoted.then_some(port)
+        })
+        .await
     }
 
     /// Cuts the replication link: drops, with nftables, every packet the master sends the
@@ -124,17 +111,8 @@ impl SentinelGroup {
 
     /// Polls (bounded) until the replica is in sync and the Sentinels see the whole group.
     async fn wait_until_ready(&self) -> io::Result<()> {
-        let started = Instant::now();
-        while !self.is_ready().await {
-            if started.elapsed() > READY_TIMEOUT {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the Sentinel group was not ready within {READY_TIMEOUT:?}"),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        let ready = || async { self.is_ready().await.then_some(()) };
+        poll_until("the Sentinel group was not ready", ready).await
     }
 
     async fn is_ready(&self) -> bool {

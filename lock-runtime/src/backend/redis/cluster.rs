@@ -18,10 +18,10 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, PushInfo, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{PushInfo, PushKind, RedisError, RedisResult, Value};
 use tokio::sync::mpsc;
 
-use super::EXTEND;
+use super::query_loading_extend;
 use crate::LockError;
 use crate::driver::Background;
 use crate::release_hub::{ReleaseHub, ReleaseWatch, parse_announcement};
@@ -39,6 +39,9 @@ pub(crate) struct ClusterLink {
     /// Orders the subscribes of a channel after the unsubscribe of its retired entry: held
     /// across both, so that an unsubscribe sent late never undoes a new waiter's subscribe.
     subscribing: Arc<tokio::sync::Mutex<()>>,
+    /// How long a subscribe may take, waiting for the lock included: a half-open connection
+    /// must not hold waiters past their `wait_ms`.
+    response_timeout: Duration,
     /// The nodes it was given, without credentials.
     nodes: String,
 }
@@ -93,6 +96,7 @@ impl ClusterLink {
             subscriptions,
             hub,
             subscribing,
+            response_timeout,
             nodes,
         })
     }
@@ -120,7 +124,7 @@ impl ClusterLink {
                 pipeline.invoke_script(&calls[index].invocation);
             }
             async move {
-                let replies = self.pipeline_loading_script(&pipeline).await?;
+                let replies = query_loading_extend(&pipeline, &mut self.commands()).await?;
                 Ok::<_, RedisError>((indices, replies))
             }
         });
@@ -134,20 +138,6 @@ impl ClusterLink {
         Ok(replies)
     }
 
-    /// One pipeline; after `NOSCRIPT` loads the extend script (on every node) and resends.
-    async fn pipeline_loading_script(
-        &self,
-        pipeline: &redis::Pipeline,
-    ) -> RedisResult<Vec<Vec<i64>>> {
-        let mut connection = self.commands();
-        let result = pipeline.query_async(&mut connection).await;
-        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            EXTEND.load_async(&mut connection).await?;
-            return pipeline.query_async(&mut connection).await;
-        }
-        result
-    }
-
     /// A watch of `channel` if it is subscribed already.
     pub(crate) fn watch_if_subscribed(&self, channel: &str) -> Option<ReleaseWatch> {
         self.hub.watch_subscribed(channel)
@@ -158,18 +148,23 @@ impl ClusterLink {
         let (watch, subscribed) = self.hub.watch(channel);
         subscribed
             .get_or_try_init(|| async {
-                let _subscribing = self.subscribing.lock().await;
-                self.subscriptions
-                    .clone()
-                    .ssubscribe(channel)
-                    .await
-                    .map_err(|error| {
-                        LockError::backend(
-                            None,
-                            "cannot subscribe to release notifications",
-                            Some(Arc::new(error)),
-                        )
-                    })
+                let subscribing = async {
+                    let _subscribing = self.subscribing.lock().await;
+                    self.subscriptions.clone().ssubscribe(channel).await
+                };
+                let error = match tokio::time::timeout(self.response_timeout, subscribing).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(error)) => error,
+                    Err(_) => RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "subscribing timed out",
+                    )),
+                };
+                Err(LockError::backend(
+                    None,
+                    "cannot subscribe to release notifications",
+                    Some(Arc::new(error)),
+                ))
             })
             .await?;
         Ok(watch)

@@ -511,8 +511,7 @@ impl RedisBackend {
         Ok(extended)
     }
 
-    /// One pipeline of extend script calls; after `NOSCRIPT` (pipelines do not load scripts,
-    /// e.g. after a `SCRIPT FLUSH`) loads the script and sends the pipeline again.
+    /// One pipeline of extend script calls.
     async fn extend_pipeline(
         &self,
         connection: &Connection,
@@ -523,14 +522,7 @@ impl RedisBackend {
             pipeline.invoke_script(&self.extend_invocation(call.iter()));
         }
         let live = connection.get(Route::here()).await?;
-        let mut sending = live.connection();
-        let mut result = pipeline.query_async(&mut sending).await;
-        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            result = match EXTEND.load_async(&mut sending).await {
-                Ok(_) => pipeline.query_async(&mut sending).await,
-                Err(error) => Err(error),
-            };
-        }
+        let result = query_loading_extend(&pipeline, &mut live.connection()).await;
         if let Err(error) = &result {
             connection.note_error(&live, error);
         }
@@ -749,6 +741,20 @@ fn check_tls_ready() -> Result<(), LockError> {
     Err(LockError::invalid_config(
         "a rediss:// URL needs TLS: enable the `tls-rustls` feature of fencelock",
     ))
+}
+
+/// Sends a pipeline of extend calls; after `NOSCRIPT` (pipelines do not load scripts, e.g.
+/// after a `SCRIPT FLUSH`) loads the script (on a cluster: on every node) and sends it again.
+async fn query_loading_extend(
+    pipeline: &redis::Pipeline,
+    connection: &mut impl redis::aio::ConnectionLike,
+) -> Result<Vec<Vec<i64>>, RedisError> {
+    let result = pipeline.query_async(connection).await;
+    if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+        EXTEND.load_async(connection).await?;
+        return pipeline.query_async(connection).await;
+    }
+    result
 }
 
 /// A script call with these keys and arguments.
