@@ -141,7 +141,9 @@ async fn a_cluster_failover_during_a_run_keeps_every_lock_exclusive() {
                 while std::time::Instant::now() < until {
                     turn += 1;
                     let key = format!("failover:{}", turn % 6);
-                    let request = client.lock(key).ttl_ms(2_000).wait_ms(5_000).sleep_ms(50);
+                    // A lease that outlasts the failover's pause of writes, on a loaded
+                    // machine too: the lock must not run out while the slots move.
+                    let request = client.lock(key).ttl_ms(6_000).wait_ms(5_000).sleep_ms(50);
                     match request.acquire().await {
                         Ok(guard) => {
                             let body = Duration::from_millis(2);

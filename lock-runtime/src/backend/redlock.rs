@@ -118,23 +118,24 @@ impl RedlockBackend {
     where
         F: Future<Output = Result<T, LockError>> + 'a,
     {
-        self.on_masters(0..self.masters.len(), |m| call(&self.masters[m]))
-            .await
+        let every = (0..self.masters.len()).map(|m| (m, ()));
+        self.on_masters(every, |m, ()| call(&self.masters[m])).await
     }
 
-    /// Runs `call` on the masters of `which` at once, each cut off after the node timeout.
-    async fn on_masters<'a, T, F>(
+    /// Runs `call` on the masters of `which` (each with its own argument) at once, each cut
+    /// off after the node timeout.
+    async fn on_masters<'a, A, T, F>(
         &'a self,
-        which: impl IntoIterator<Item = usize>,
-        call: impl Fn(usize) -> F,
+        which: impl IntoIterator<Item = (usize, A)>,
+        call: impl Fn(usize, A) -> F,
     ) -> Vec<Result<T, LockError>>
     where
         F: Future<Output = Result<T, LockError>> + 'a,
     {
         let call = &call;
-        join_all(which.into_iter().map(|m| async move {
+        join_all(which.into_iter().map(|(m, argument)| async move {
             let timeout = self.node_timeout;
-            tokio::time::timeout(timeout, call(m))
+            tokio::time::timeout(timeout, call(m, argument))
                 .await
                 .unwrap_or_else(|_| {
                     Err(LockError::backend(
@@ -262,8 +263,8 @@ impl RedlockBackend {
             .iter()
             .enumerate()
             .filter(|(_, reply)| !matches!(reply, Ok(Acquire::Held { .. })))
-            .map(|(master, _)| master);
-        self.on_masters(to_give_back, |m| self.masters[m].give_back(lease))
+            .map(|(master, _)| (master, ()));
+        self.on_masters(to_give_back, |m, ()| self.masters[m].give_back(lease))
             .await;
         // A master with foreign data in the key is one that cannot grant; the key is unusable
         // only when so many have it that no majority can form.
@@ -299,11 +300,7 @@ impl RedlockBackend {
         let chosen = granted.iter().map(|&(_, token)| token).max()?;
         let lower: Vec<&(usize, u64)> = granted.iter().filter(|(_, t)| *t < chosen).collect();
         let raised = self
-            .on_masters(lower.iter().map(|&&(m, _)| m), |m| {
-                let token = granted
-                    .iter()
-                    .find(|&&(g, _)| g == m)
-                    .map_or(0, |&(_, t)| t);
+            .on_masters(lower.iter().copied().copied(), |m, token| {
                 self.masters[m].raise_token(lease, token, chosen)
             })
             .await;
