@@ -30,7 +30,7 @@
 //! The attribute's arguments, key templates and compile-time checks: [`redis_lock`].
 //! Locks without the attribute: [`LockClient::lock`], [`LockGuard`]. Tests without Redis:
 //! [`LockClient::memory`] and [`with_client`]; with a private `redis-server`: the
-//! `testing` feature. The guarantees and their limits are set out in the
+//! `testing` feature. Spans and metrics: [`telemetry`]. The guarantees and their limits are set out in the
 //! [README](https://github.com/fencelock/fencelock#what-it-guarantees-and-what-it-does-not).
 
 #![deny(missing_docs)]
@@ -39,7 +39,7 @@ pub use fencelock_macros::redis_lock;
 pub use fencelock_runtime::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockClient, LockClientBuilder,
     LockError, LockGuard, LockOptions, LockRequest, LossCause, MAX_KEY_LEN, MAX_TTL_MS, OnLost,
-    RenewalStats, backend, current_token, escape_into, is_lost, lost, with_client,
+    RenewalStats, backend, current_token, escape_into, is_lost, lost, telemetry, with_client,
 };
 
 /// Test support: private `redis-server` processes and the backend conformance suite.

@@ -62,7 +62,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
         None => quote!(#krate::__private::scoped_client()),
     };
     let key = render_key(krate, &spec.key);
-    let options = lock_options(krate, &spec.options);
+    let options = lock_options(krate, &spec.options, &spec.key.template);
     let fake_return = fake_return(&spec.return_type);
     let body = quote! {
         async move {
@@ -145,9 +145,9 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
     quote!(#krate::__private::render_key(&[#(#parts),*]))
 }
 
-/// `LockOptions::new()` (or the `options = EXPR` base) plus one call per option the user
-/// wrote.
-fn lock_options(krate: &Path, options: &Options) -> TokenStream {
+/// `LockOptions::new()` (or the `options = EXPR` base) named after the key template (the
+/// `lock` of spans and metrics), plus one call per option the user wrote.
+fn lock_options(krate: &Path, options: &Options, template: &str) -> TokenStream {
     let Options {
         base,
         ttl_ms,
@@ -203,7 +203,7 @@ fn lock_options(krate: &Path, options: &Options) -> TokenStream {
         }
         None => quote!(#krate::__private::LockOptions::new()),
     };
-    quote!(#base #(#calls)*)
+    quote!(#base.name(#template) #(#calls)*)
 }
 
 /// A numeric argument as the user wrote it: a literal without suffix at the user's literal,

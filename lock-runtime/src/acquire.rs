@@ -15,6 +15,7 @@ use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once}
 use crate::background_release::release_in_background;
 use crate::error::WithSources;
 use crate::release_hub::owner_tag;
+use crate::telemetry::{Holding, LockSpan};
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
 /// One request's way to a guard: what its attempts found so far, and its bounds.
@@ -46,6 +47,8 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
+    /// The call's span and metrics.
+    span: LockSpan,
 }
 
 /// How an attempt ended.
@@ -80,9 +83,12 @@ impl Acquisition {
         client: LockClient,
         key: String,
         options: LockOptions,
+        span: LockSpan,
     ) -> Result<Self, LockError> {
-        key::validate(&key)?;
-        options.validate()?;
+        if let Err(error) = key::validate(&key).and_then(|()| options.validate()) {
+            span.acquired(Err(&error), 0);
+            return Err(error);
+        }
         let started = Instant::now();
         Ok(Acquisition {
             give_up_at: started + options.wait(),
@@ -106,11 +112,23 @@ impl Acquisition {
             unnotified_waits: 0,
             reply_lost: false,
             last_error: None,
+            span,
         })
     }
 
-    /// Attempts until granted or out of budget, waiting in between.
+    /// Attempts until granted or out of budget, waiting in between; records how it ended.
     pub(crate) async fn run(mut self) -> Result<LockGuard, LockError> {
+        let granted = self.until_granted().await;
+        let guard = granted.and_then(|granted| {
+            self.pending
+                .into_guard(granted, &self.options, self.reply_lost, &self.span)
+        });
+        self.span
+            .acquired(guard.as_ref().map(LockGuard::token), self.attempts);
+        guard
+    }
+
+    async fn until_granted(&mut self) -> Result<Granted, LockError> {
         if self.may_subscribe && !self.options.give_up {
             let key = &self.pending.lease.key;
             self.releases = self.pending.client.backend().watch_if_subscribed(key);
@@ -122,15 +140,12 @@ impl Acquisition {
             }
             let holder_remaining = match self.attempt().await {
                 Attempt::Granted { token, sent_at } => {
-                    let granted = Granted {
+                    return Ok(Granted {
                         token,
                         sent_at,
                         lease: self.options.ttl(),
                         acquired_at: sent_at,
-                    };
-                    return self
-                        .pending
-                        .into_guard(granted, &self.options, self.reply_lost);
+                    });
                 }
                 Attempt::Refused { holder_remaining } => holder_remaining,
                 Attempt::Failed(error) => return Err(error),
@@ -145,9 +160,7 @@ impl Acquisition {
                 Subscribing::Cut => return Err(self.give_up().await),
             }
             if let Some(granted) = self.pause(holder_remaining).await {
-                return self
-                    .pending
-                    .into_guard(granted, &self.options, self.reply_lost);
+                return Ok(granted);
             }
         }
     }
@@ -167,6 +180,7 @@ impl Acquisition {
             return Attempt::Cut;
         };
         self.reply_lost |= resent;
+        self.span.attempted(sent_at.elapsed());
         match outcome {
             Ok(Acquire::Granted { token }) => Attempt::Granted { token, sent_at },
             Ok(Acquire::Held {
@@ -405,6 +419,7 @@ impl PendingAcquire {
         granted: Granted,
         options: &LockOptions,
         reply_lost: bool,
+        span: &LockSpan,
     ) -> Result<LockGuard, LockError> {
         let Granted {
             token,
@@ -420,16 +435,17 @@ impl PendingAcquire {
             sent_at,
             lease,
             options,
+            span.clone(),
         )?;
         self.leaves_traces = false;
         Ok(LockGuard::new(
             self.client.clone(),
             self.lease.clone(),
             token,
-            acquired_at,
-            options.min_hold(),
+            acquired_at + options.min_hold(),
             tracking,
             reply_lost,
+            Holding::new(span.clone(), acquired_at),
         ))
     }
 
@@ -451,13 +467,7 @@ impl PendingAcquire {
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         if self.leaves_traces {
-            release_in_background(
-                &self.client,
-                self.lease.clone(),
-                Instant::now(),
-                true,
-                false,
-            );
+            release_in_background(&self.client, self.lease.clone(), Instant::now(), true, None);
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use crate::LockClient;
 use crate::backend::{Lease, LockBackend, Release};
@@ -22,26 +23,27 @@ use crate::error::WithSources;
 /// overtake it; a second one follows on the client's background a little later, in case
 /// the caller's runtime ends before running the first.
 ///
-/// `held`: the lease was held by a guard nobody released; the first release logs a warning
-/// if it finds the key gone or taken, the loss nobody else will hear of (a `#[redis_lock]`
-/// function whose output is not `Send` returns before its release).
+/// `held_in`: the span of the guard nobody released that held the lease. The first release
+/// runs in it, records how it ended there, and logs a warning if it finds the key gone or
+/// taken, the loss nobody else will hear of (a `#[redis_lock]` function whose output is not
+/// `Send` returns before its release).
 pub(crate) fn release_in_background(
     client: &LockClient,
     lease: Lease,
     hold_until: Instant,
     in_doubt: bool,
-    held: bool,
+    held_in: Option<Span>,
 ) {
     let backend = client.backend().clone();
     let caller = in_doubt.then(driver::caller_runtime).flatten();
-    let reported_by_caller = caller.is_some();
+    let mut held_in = held_in;
     if let Some(caller) = caller {
         caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),
             hold_until,
             Duration::ZERO,
-            held,
+            held_in.take(),
         ));
     }
     let delay = if in_doubt {
@@ -49,13 +51,7 @@ pub(crate) fn release_in_background(
     } else {
         Duration::ZERO
     };
-    let release = release_with_retries(
-        backend,
-        lease,
-        hold_until,
-        delay,
-        held && !reported_by_caller,
-    );
+    let release = release_with_retries(backend, lease, hold_until, delay, held_in);
     let spawned = client.background().spawn(release);
     if let Err(error) = spawned {
         tracing::warn!(error = %WithSources(&error), "cannot release in the background; the lease ends by its TTL");
@@ -66,25 +62,43 @@ pub(crate) fn release_in_background(
 const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
 
 /// Sends the release after `delay`, retrying backend errors with backoff (20 ms doubling to
-/// 1 s) until the lease has certainly ended by itself.
+/// 1 s) until the lease has certainly ended by itself; in the span of the guard that held
+/// the lease, if any, where it records how the release ended.
 async fn release_with_retries(
     backend: Arc<dyn LockBackend>,
     lease: Lease,
     hold_until: Instant,
     delay: Duration,
-    held: bool,
+    held_in: Option<Span>,
 ) {
+    let span = held_in.clone().unwrap_or_else(Span::none);
+    let released = retry_release(&*backend, &lease, hold_until, delay, held_in.is_some());
+    let how = released.instrument(span.clone()).await;
+    span.record("release", how);
+}
+
+/// [`release_with_retries`] itself; says how the release ended: `released`, `lost` (the key
+/// was gone or another owner's), or `failed`.
+async fn retry_release(
+    backend: &dyn LockBackend,
+    lease: &Lease,
+    hold_until: Instant,
+    delay: Duration,
+    held: bool,
+) -> &'static str {
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
     let mut pause = Duration::from_millis(20);
     loop {
         let keep = hold_until.saturating_duration_since(Instant::now());
-        match backend.release(&lease, keep).await {
-            Ok(Release::NotOwner) if held => {
-                tracing::warn!(key = %lease.key, "lock released in the background was gone or held by another owner: the work under it may have overlapped");
-                return;
+        match backend.release(lease, keep).await {
+            Ok(Release::Released) => return "released",
+            Ok(Release::NotOwner) => {
+                if held {
+                    tracing::warn!(key = %lease.key, "lock released in the background was gone or held by another owner: the work under it may have overlapped");
+                }
+                return "lost";
             }
-            Ok(_) => return,
             Err(error) if Instant::now() + pause < deadline => {
                 tracing::debug!(key = %lease.key, error = %WithSources(&error), "background release failed; retrying");
                 tokio::time::sleep(pause).await;
@@ -92,7 +106,7 @@ async fn release_with_retries(
             }
             Err(error) => {
                 tracing::warn!(key = %lease.key, error = %WithSources(&error), "background release gave up; the lease ends by its TTL");
-                return;
+                return "failed";
             }
         }
     }

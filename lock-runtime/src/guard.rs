@@ -1,12 +1,12 @@
 //! `LockGuard`: a held lease, renewed while held, released explicitly or when dropped.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Lease, Release, resend_once};
 use crate::background_release::release_in_background;
 use crate::renewal::{LossCause, LossSignal, Tracking};
+use crate::telemetry::Holding;
 use crate::{LockClient, LockError};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
@@ -16,14 +16,14 @@ pub struct LockGuard {
     client: LockClient,
     lease: Lease,
     token: u64,
-    /// When the granting request was sent.
-    acquired_at: Instant,
-    min_hold: Duration,
+    /// Until when `min_hold_ms` keeps the key taken.
+    hold_until: Instant,
     tracking: Tracking,
     released: bool,
     /// A reply to one of the acquire attempts was lost: after the release, one more cleanup
     /// is due, in case a backend that cannot settle lost calls runs that attempt late.
     in_doubt: bool,
+    holding: Holding,
 }
 
 impl LockGuard {
@@ -31,20 +31,20 @@ impl LockGuard {
         client: LockClient,
         lease: Lease,
         token: u64,
-        acquired_at: Instant,
-        min_hold: Duration,
+        hold_until: Instant,
         tracking: Tracking,
         in_doubt: bool,
+        holding: Holding,
     ) -> Self {
         LockGuard {
             client,
             lease,
             token,
-            acquired_at,
-            min_hold,
+            hold_until,
             tracking,
             released: false,
             in_doubt,
+            holding,
         }
     }
 
@@ -101,9 +101,26 @@ impl LockGuard {
         LockError::lost(self.lease.key.clone(), cause)
     }
 
-    /// Until when `min_hold_ms` keeps the key taken.
-    fn hold_until(&self) -> Instant {
-        self.acquired_at + self.min_hold
+    /// The `fencelock.lock` span of the request that acquired this guard (see
+    /// [`telemetry`](crate::telemetry)): it lasts until the guard is released or dropped.
+    /// Run the work done under the lock in it to see that work under the lock in traces.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    /// use tracing::Instrument;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let guard = locks.lock("invoice:7").acquire().await?;
+    /// async { tracing::info!("writing the invoice") }
+    ///     .instrument(guard.span().clone())
+    ///     .await;
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub fn span(&self) -> &tracing::Span {
+        self.holding.span().span()
     }
 
     /// Releases the lock if it is still ours (with `min_hold_ms`, shortens its lease to what
@@ -139,15 +156,24 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         self.tracking.stop();
-        let keep = self.hold_until().saturating_duration_since(Instant::now());
+        self.holding.end();
+        let keep = self.hold_until.saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
-        let (outcome, resent) = resend_once(|| backend.release(&self.lease, keep)).await;
+        let span = self.span().clone();
+        let (outcome, resent) = resend_once(|| backend.release(&self.lease, keep))
+            .instrument(span)
+            .await;
         // On an error the guard stays unreleased: its drop retries in the background.
         let outcome = outcome?;
         self.released = true;
+        let span = self.holding.span();
         match outcome {
-            Release::Released => Ok(()),
+            Release::Released => {
+                span.released("released");
+                Ok(())
+            }
             Release::NotOwner => {
+                span.released("lost");
                 let cause = if resent {
                     LossCause::Unconfirmed
                 } else {
@@ -178,12 +204,13 @@ impl Drop for LockGuard {
         if !self.released || self.in_doubt {
             // Stop renewal before the release is sent, so no extend can follow it.
             self.tracking.stop();
+            self.holding.end();
             release_in_background(
                 &self.client,
                 self.lease.clone(),
-                self.hold_until(),
+                self.hold_until,
                 self.in_doubt,
-                !self.released,
+                (!self.released).then(|| self.span().clone()),
             );
         }
     }

@@ -21,6 +21,7 @@ mod release_hub;
 mod renewal;
 mod request;
 mod sync;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -58,6 +58,8 @@ pub struct LockOptions {
     pub(crate) renew: bool,
     pub(crate) on_lost: OnLost,
     pub(crate) min_replicas: u32,
+    /// The `lock` of spans and metrics; empty when not named.
+    pub(crate) name: &'static str,
 }
 
 impl Default for LockOptions {
@@ -82,6 +84,7 @@ impl LockOptions {
             renew: true,
             on_lost: OnLost::Abort,
             min_replicas: 0,
+            name: "",
         }
     }
 }
@@ -199,6 +202,13 @@ setters! {
     /// backend has no replicas and refuses a non-zero count.
     fn min_replicas(mut self, min_replicas: u32) {
         self.min_replicas = min_replicas;
+    }
+
+    /// Names the lock in spans and metrics (their `lock` field and label): one name for
+    /// every key of a kind of lock, such as the key template `stock:{sku}`, which is what
+    /// `#[redis_lock]` sets. Keys themselves are never metric labels: there are too many.
+    fn name(mut self, name: &'static str) {
+        self.name = name;
     }
 
     /// Stop renewing after this long; the lock then counts as lost (the body is stopped as

@@ -6,10 +6,13 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use crate::body_locks::{self, Held};
 use crate::error::WithSources;
 pub use crate::key::{KeyPart, KeyValue, render_key};
 pub use crate::options::{Action, LockOptions, OnLost};
+use crate::telemetry::LockSpan;
 use crate::{LockClient, LockError, LockGuard};
 
 /// The client of the enclosing `with_client` scope, else the global one.
@@ -132,21 +135,26 @@ impl AwaitRelease {
         options: LockOptions,
         body: F,
     ) -> R {
-        let (output, guard) = match enter(client, key, options, body).await {
-            Ran::Done(output) => return output,
-            Ran::Held(output, guard) => (output, guard),
+        let span = call_span(&key, &options);
+        let scope = span.span().clone();
+        let call = async move {
+            let (output, guard) = match enter(client, key, options, body, span).await {
+                Ran::Done(output) => return output,
+                Ran::Held(output, guard) => (output, guard),
+            };
+            let key = guard.key().to_owned();
+            match guard.release().await {
+                Ok(()) => output,
+                Err(lost) if lost.is_lost() && options.on_lost == OnLost::Abort => {
+                    R::from_lock_error(lost)
+                }
+                Err(error) => {
+                    tracing::warn!(%key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
+                    output
+                }
+            }
         };
-        let key = guard.key().to_owned();
-        match guard.release().await {
-            Ok(()) => output,
-            Err(lost) if lost.is_lost() && options.on_lost == OnLost::Abort => {
-                R::from_lock_error(lost)
-            }
-            Err(error) => {
-                tracing::warn!(%key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
-                output
-            }
-        }
+        call.instrument(scope).await
     }
 }
 
@@ -159,16 +167,30 @@ impl ReleaseInBackground {
         options: LockOptions,
         body: F,
     ) -> R {
-        match enter(client, key, options, body).await {
-            Ran::Done(output) => output,
-            // Dropping the guard hands its release to the background.
-            Ran::Held(output, _guard) => output,
-        }
+        let span = call_span(&key, &options);
+        let scope = span.span().clone();
+        let call = async move {
+            match enter(client, key, options, body, span).await {
+                Ran::Done(output) => output,
+                // Dropping the guard hands its release to the background.
+                Ran::Held(output, _guard) => output,
+            }
+        };
+        call.instrument(scope).await
     }
+}
+
+/// The span of a `#[redis_lock]` call: its wait, body and release run in it.
+fn call_span(key: &Result<String, LockError>, options: &LockOptions) -> LockSpan {
+    LockSpan::new(key.as_deref().unwrap_or_default(), options)
 }
 
 /// How the body ran: to an output that needs no release (a failed acquisition, a reentrant
 /// call, an aborted body), or under a guard still to be released.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per call and moved out at once"
+)]
 enum Ran<R> {
     Done(R),
     Held(R, LockGuard),
@@ -188,21 +210,28 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
     key: Result<String, LockError>,
     options: LockOptions,
     body: F,
+    span: LockSpan,
 ) -> Ran<R> {
     let (client, key) = match client.and_then(|client| Ok((client, key?))) {
         Ok(found) => found,
-        Err(error) => return Ran::Done(R::from_lock_error(error)),
+        Err(error) => {
+            span.acquired(Err(&error), 0);
+            return Ran::Done(R::from_lock_error(error));
+        }
     };
     if let Some(held) = body_locks::held(client.id(), &key) {
         // Reentering sends nothing, so nothing else checks the options (which expressions may
         // have made invalid); `acquire` does on the other path.
         if let Err(error) = options.validate() {
+            span.acquired(Err(&error), 0);
             return Ran::Done(R::from_lock_error(error));
         }
+        span.reentered(held.token);
         let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);
     }
-    let guard = match client.lock(key.clone()).options(options).acquire().await {
+    let request = client.lock(key.clone()).options(options);
+    let guard = match request.acquire_in(span).await {
         Ok(guard) => guard,
         Err(error) => return Ran::Done(R::from_lock_error(error)),
     };

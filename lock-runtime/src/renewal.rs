@@ -29,6 +29,7 @@ use crate::backend::{HeldLease, LockBackend};
 use crate::driver::Background;
 use crate::error::WithSources;
 use crate::sync::lock_ignoring_poison;
+use crate::telemetry::{self, LockSpan};
 use crate::{LockError, LockOptions};
 
 /// Why a held lock was lost.
@@ -189,6 +190,10 @@ struct Tracked {
     stop_at: Option<Instant>,
     /// A renewal round with this lease is out; it is not sent again until that round ends.
     in_flight: bool,
+    /// The last round with this lease failed: the next failure is not reported again.
+    failing: bool,
+    /// The span of the call that holds the lease, for the events of its renewal and loss.
+    span: LockSpan,
 }
 
 impl Tracked {
@@ -257,7 +262,7 @@ impl Shared {
     }
 
     fn lose(&self, tracked: &Tracked, cause: LossCause) {
-        tracing::warn!(key = %tracked.held.lease.key, %cause, "lock lost");
+        tracked.span.lost(&tracked.held.lease.key, cause);
         self.losses.fetch_add(1, Ordering::Relaxed);
         tracked.signal.lose(cause);
     }
@@ -288,13 +293,15 @@ impl Renewer {
 
     /// Starts tracking a lease that the server holds for at least `lease` after `sent_at`:
     /// the lease asked for, for a grant by a request sent then; for a grant a release handed
-    /// over, the waiter's place in line as its attempt sent then renewed it.
+    /// over, the waiter's place in line as its attempt sent then renewed it. Renewal failures
+    /// and the loss are reported in `span`.
     pub(crate) fn track(
         &self,
         held: HeldLease,
         sent_at: Instant,
         lease: Duration,
         options: &LockOptions,
+        span: LockSpan,
     ) -> Result<Tracking, LockError> {
         let signal = Arc::new(LossSignal::default());
         let mut tracked = Tracked {
@@ -303,6 +310,8 @@ impl Renewer {
             stop_at: options.max_hold().map(|max| sent_at + max),
             renew: options.renew,
             in_flight: false,
+            failing: false,
+            span,
             signal: signal.clone(),
             held,
         };
@@ -459,6 +468,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
             }
         });
     let now = Instant::now();
+    telemetry::renewal_round(outcome.is_err());
     let mut registry = shared.registry();
     match outcome {
         Ok(extended) => {
@@ -467,6 +477,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
                     shared.leases_extended.fetch_add(1, Ordering::Relaxed);
                     if let Some(tracked) = registry.leases.get_mut(id) {
                         tracked.in_flight = false;
+                        tracked.failing = false;
                         tracked.confirm(sent_at);
                     }
                 } else if let Some(tracked) = registry.leases.remove(id) {
@@ -478,6 +489,9 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
             tracing::debug!(error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
             for (id, _) in &due {
                 if let Some(tracked) = registry.leases.get_mut(id) {
+                    if !std::mem::replace(&mut tracked.failing, true) {
+                        tracked.span.renewal_failed(&tracked.held.lease.key, &error);
+                    }
                     tracked.in_flight = false;
                     tracked.next_due = now + retry_pause(tracked.interval());
                 }

@@ -1,6 +1,9 @@
 //! `LockRequest`: the builder returned by `LockClient::lock`.
 
+use tracing::Instrument;
+
 use crate::acquire::Acquisition;
+use crate::telemetry::LockSpan;
 use crate::{LockClient, LockError, LockGuard, LockOptions};
 
 /// A request for one lock. Configure it, then `.acquire().await`.
@@ -48,6 +51,10 @@ impl LockRequest {
     /// holds foreign data, [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] before
     /// anything is sent.
     ///
+    /// The acquisition runs in a `fencelock.lock` span that the guard keeps until it is
+    /// released or dropped ([`LockGuard::span`]; fields and metrics:
+    /// [`telemetry`](crate::telemetry)).
+    ///
     /// # Cancel safety
     /// If this future is dropped while an attempt may have been applied, or while it waits
     /// in a fair queue, the grant or the queue place is deleted again in the background
@@ -70,7 +77,15 @@ impl LockRequest {
     /// # }
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        Acquisition::start(self.client, self.key, self.options)?
+        let span = LockSpan::new(&self.key, &self.options);
+        let scope = span.span().clone();
+        self.acquire_in(span).instrument(scope).await
+    }
+
+    /// [`acquire`](Self::acquire), recording in `span` (a `#[redis_lock]` call's, which
+    /// also covers its body and release).
+    pub(crate) async fn acquire_in(self, span: LockSpan) -> Result<LockGuard, LockError> {
+        Acquisition::start(self.client, self.key, self.options, span)?
             .run()
             .await
     }

@@ -1,6 +1,7 @@
 //! The integration tests, one binary: each module starts its own private `redis-server`
 //! processes (or uses the memory backend), so the modules share nothing but `support`.
-//! `global_client` (a process-wide client), `simulation` and `ui` are binaries of their own.
+//! `global_client` (a process-wide client), `simulation`, `telemetry` (a global subscriber and
+//! metrics recorder) and `ui` are binaries of their own.
 
 mod attribute;
 mod cluster;
@@ -11,6 +12,7 @@ mod multiprocess;
 mod readme;
 mod redlock;
 mod runtime_redis;
+mod runtimes;
 mod security;
 mod sentinel;
 mod support;

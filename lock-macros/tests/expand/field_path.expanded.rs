@@ -9,6 +9,7 @@ async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .name("order:{order.id}:line:{order.lines.0}")
         .action(::fencelock::__private::Action::Continue);
     let __fencelock_ending = {
         use ::fencelock::__private::{AwaitsRelease as _, ReleasesInBackground as _};

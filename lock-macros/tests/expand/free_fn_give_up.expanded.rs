@@ -11,6 +11,7 @@ pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .name("stock:{sku}")
         .ttl_ms(10000)
         .action(::fencelock::__private::Action::GiveUp);
     let __fencelock_ending = {

@@ -15,7 +15,9 @@ where
             my_locks::__private::KeyPart::value(&id),
         ],
     );
-    let __fencelock_options = my_locks::__private::LockOptions::new().ttl_ms(86400000);
+    let __fencelock_options = my_locks::__private::LockOptions::new()
+        .name("job:{{{kind}}}:{id}")
+        .ttl_ms(86400000);
     let __fencelock_ending = {
         use my_locks::__private::{AwaitsRelease as _, ReleasesInBackground as _};
         (&&my_locks::__private::Ending::<anyhow::Result<Report<'a, K>>>::new()).ending()

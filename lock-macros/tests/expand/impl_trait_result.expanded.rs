@@ -9,7 +9,8 @@ impl Report {
                 my_locks::reexport::__private::KeyPart::value(&self),
             ],
         );
-        let __fencelock_options = my_locks::reexport::__private::LockOptions::new();
+        let __fencelock_options = my_locks::reexport::__private::LockOptions::new()
+            .name("report:{self}");
         let __fencelock_ending = my_locks::reexport::__private::ReleaseInBackground;
         __fencelock_ending
             .run_locked(

@@ -7,6 +7,7 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .name("report:{day}")
         .ttl_ms(10000)
         .action(::fencelock::__private::Action::GiveUp)
         .renew(true)

@@ -15,6 +15,7 @@ impl Account {
             ],
         );
         let __fencelock_options = ::fencelock::__private::LockOptions::new()
+            .name("account:{self.id}:{currency}")
             .retry(3)
             .sleep_ms(50);
         let __fencelock_ending = {

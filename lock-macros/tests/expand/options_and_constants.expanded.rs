@@ -13,6 +13,7 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
         let __fencelock_base: ::fencelock::__private::LockOptions = REPORT_LOCK;
         __fencelock_base
     }
+        .name("report:{day}")
         .ttl_ms(config::TTL_MS)
         .retry(2);
     let __fencelock_ending = {

@@ -7,6 +7,7 @@ async fn book(event: EventId) -> Result<Ticket, BookingError> {
         ],
     );
     let __fencelock_options = ::fencelock::__private::LockOptions::new()
+        .name("ticket:{event}")
         .retry(20)
         .sleep_ms(100)
         .wait_ms(5000)

@@ -1,0 +1,141 @@
+//! The metrics of `fencelock::telemetry`, as a recording exporter sees them. Each test labels
+//! its locks with a name of its own (`LockOptions::name`, or the key template).
+
+use std::time::Duration;
+
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::telemetry::{
+    ACQUISITIONS, ATTEMPT_DURATION, HOLD, LOCKS_HELD, LOSSES, RENEWAL_FAILURES, RENEWAL_ROUNDS,
+    WAIT,
+};
+use fencelock::testing::{Intercepted, RedisServer};
+use fencelock::{LockClient, LockError, LockOptions, redis_lock, with_client};
+use redis::AsyncCommands;
+
+use crate::capture::{self, counter, gauge, histogram};
+use crate::spans::NoRenewals;
+
+#[redis_lock(key = "metrics:call:{id}", action = GiveUp)]
+async fn call(id: u32) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+const CALL: &str = "metrics:call:{id}";
+
+#[tokio::test]
+async fn acquisitions_are_counted_by_outcome_with_their_waits_and_holds() {
+    capture::install();
+    let mut server = RedisServer::start().unwrap();
+    let locks = LockClient::connect(&server.url()).await.unwrap();
+    with_client(locks.clone(), call(1)).await.unwrap();
+    with_client(locks.clone(), call(2)).await.unwrap();
+    let held = locks.lock("metrics:call:3").acquire().await.unwrap();
+    let refused = with_client(locks.clone(), call(3)).await;
+    assert!(refused.unwrap_err().is_not_acquired());
+    held.release().await.unwrap();
+    let mut redis = server.connection().await.unwrap();
+    let _: () = redis.set("lock:{metrics:call:4}", "foreign").await.unwrap();
+    let foreign = with_client(locks.clone(), call(4)).await;
+    assert!(matches!(foreign, Err(LockError::KeyInUse { .. })));
+
+    let granted = [("lock", CALL), ("outcome", "granted")];
+    assert_eq!(counter(ACQUISITIONS, &granted), 2);
+    assert_eq!(
+        counter(ACQUISITIONS, &[("lock", CALL), ("outcome", "not_acquired")]),
+        1
+    );
+    assert_eq!(
+        counter(ACQUISITIONS, &[("lock", CALL), ("outcome", "key_in_use")]),
+        1
+    );
+    assert_eq!(histogram(WAIT, &granted).len(), 2);
+    assert_eq!(histogram(HOLD, &[("lock", CALL)]).len(), 2);
+    // One attempt a call; the key in use answered too.
+    assert_eq!(histogram(ATTEMPT_DURATION, &[("lock", CALL)]).len(), 4);
+    assert!(
+        histogram(WAIT, &granted)
+            .iter()
+            .all(|&s| (0.0..10.0).contains(&s))
+    );
+
+    server.kill().unwrap();
+    let down = with_client(locks, call(5)).await;
+    assert!(down.unwrap_err().is_backend());
+    assert_eq!(
+        counter(
+            ACQUISITIONS,
+            &[("lock", CALL), ("outcome", "backend_error")]
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_held_gauge_follows_guards() {
+    capture::install();
+    let locks = LockClient::memory();
+    let named = LockOptions::new().name("metrics:gauge");
+    let labels = [("lock", "metrics:gauge")];
+    let first = locks.lock("g1").options(named).acquire().await.unwrap();
+    let second = locks.lock("g2").options(named).acquire().await.unwrap();
+    assert_eq!(gauge(LOCKS_HELD, &labels), 2.0);
+    first.release().await.unwrap();
+    assert_eq!(gauge(LOCKS_HELD, &labels), 1.0);
+    drop(second);
+    assert_eq!(gauge(LOCKS_HELD, &labels), 0.0);
+    assert_eq!(histogram(HOLD, &labels).len(), 2);
+}
+
+#[tokio::test]
+async fn losses_are_counted_by_cause() {
+    capture::install();
+    let locks = LockClient::memory();
+    let named = LockOptions::new().name("metrics:loss").ttl_ms(100);
+    let guard = locks
+        .lock("expires")
+        .options(named.renew(false))
+        .acquire()
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+    assert!(lost.is_ok());
+    assert_eq!(
+        counter(LOSSES, &[("lock", "metrics:loss"), ("cause", "expired")]),
+        1
+    );
+    assert_eq!(
+        counter(LOSSES, &[("lock", "metrics:loss"), ("cause", "not_owner")]),
+        0
+    );
+}
+
+#[tokio::test]
+async fn failed_renewal_rounds_are_counted() {
+    capture::install();
+    let rounds_before = counter(RENEWAL_ROUNDS, &[]);
+    let failures_before = counter(RENEWAL_FAILURES, &[]);
+    let locks = LockClient::from_backend(Intercepted::new(MemoryBackend::new(), NoRenewals));
+    let guard = locks.lock("renewals").ttl_ms(300).acquire().await.unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+    assert!(lost.is_ok());
+    let failed = locks.renewal_stats().rounds;
+    assert!(failed >= 2);
+    // Other tests renew too, concurrently: these are lower bounds.
+    assert!(counter(RENEWAL_ROUNDS, &[]) >= rounds_before + failed);
+    assert!(counter(RENEWAL_FAILURES, &[]) >= failures_before + failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_rounds_are_counted() {
+    capture::install();
+    let rounds_before = counter(RENEWAL_ROUNDS, &[]);
+    let locks = LockClient::memory_on(tokio::runtime::Handle::current());
+    let guard = locks.lock("renewed").ttl_ms(300).acquire().await.unwrap();
+    // Renewed every 100 ms.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let stats = locks.renewal_stats();
+    assert_eq!((stats.rounds, stats.leases_extended), (3, 3));
+    assert!(counter(RENEWAL_ROUNDS, &[]) >= rounds_before + 3);
+    guard.release().await.unwrap();
+}
