@@ -30,7 +30,8 @@
 //! The attribute's arguments, key templates and compile-time checks: [`redis_lock`].
 //! Locks without the attribute: [`LockClient::lock`], [`LockGuard`]. Tests without Redis:
 //! [`LockClient::memory`] and [`with_client`]; with a private `redis-server`: the
-//! `testing` feature. Spans and metrics: [`telemetry`]. The guarantees and their limits are set out in the
+//! `testing` feature. Spans and metrics (feature `metrics`): [`telemetry`]. The guarantees
+//! and their limits are set out in the
 //! [README](https://github.com/fencelock/fencelock#what-it-guarantees-and-what-it-does-not).
 
 #![deny(missing_docs)]

@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry] [--json PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
@@ -13,9 +13,10 @@
 //! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
 //! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
 //! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5, Redis Clusters
-//! of 1 to 3 masters, with W2 too. Prints a table per workload and the issue's targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
-//! `--quick` runs every workload about 4-10x shorter; `--topologies` runs only the topology
-//! table.
+//! of 1 to 3 masters, with W2 too. Prints a table per workload and the issue's targets; writes
+//! the same figures as JSON (default `target/fencelock-bench.json`). `--quick` runs every
+//! workload about 4-10x shorter; `--topologies` runs only the topology table; `--telemetry`
+//! only W1 with and without a tracing subscriber and a metrics recorder listening.
 
 mod footprint;
 mod locker;
@@ -23,6 +24,7 @@ mod open_loop;
 mod probe;
 mod report;
 mod stats;
+mod telemetry;
 mod topologies;
 mod workloads;
 
@@ -80,6 +82,8 @@ struct Args {
     quick: bool,
     /// Only the topology table.
     topologies: bool,
+    /// Only the telemetry table.
+    telemetry: bool,
     json: PathBuf,
 }
 
@@ -87,6 +91,7 @@ fn parse_args() -> Result<Args, BoxError> {
     let mut args = Args {
         quick: false,
         topologies: false,
+        telemetry: false,
         json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
@@ -94,10 +99,11 @@ fn parse_args() -> Result<Args, BoxError> {
         match arg.as_str() {
             "--quick" => args.quick = true,
             "--topologies" => args.topologies = true,
+            "--telemetry" => args.telemetry = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry] [--json PATH]"
                 )
                 .into());
             }
@@ -154,6 +160,10 @@ async fn main() -> Result<(), BoxError> {
         let (ping, runs) =
             topologies::compare(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker).await?;
         report::topologies(&ping, &runs, &mut targets);
+        return Ok(());
+    }
+    if args.telemetry {
+        report::telemetry(&telemetry::overhead(&url, sizes.sequential).await?);
         return Ok(());
     }
     let ping = workloads::ping(&redis, sizes.sequential).await;

@@ -4,16 +4,19 @@
 
 mod guard;
 mod memory_test;
+#[cfg(feature = "metrics")]
+mod observability;
 mod redis_test;
 mod spawned_tasks;
 mod tracing_order;
 mod usage;
 
 /// The example files in the order the README shows them.
-const EXAMPLES: [(&str, &str); 6] = [
+const EXAMPLES: [(&str, &str); 7] = [
     ("usage.rs", include_str!("readme/usage.rs")),
     ("guard.rs", include_str!("readme/guard.rs")),
     ("tracing_order.rs", include_str!("readme/tracing_order.rs")),
+    ("observability.rs", include_str!("readme/observability.rs")),
     ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),
     ("memory_test.rs", include_str!("readme/memory_test.rs")),
     ("redis_test.rs", include_str!("readme/redis_test.rs")),

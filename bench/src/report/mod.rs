@@ -3,11 +3,13 @@
 mod footprint;
 mod open_loop;
 mod scripts;
+mod telemetry;
 mod topologies;
 
 pub use footprint::footprint;
 pub use open_loop::{Library, open_loop};
 pub use scripts::{ScriptUse, scripts};
+pub use telemetry::telemetry;
 pub use topologies::topologies;
 
 use std::time::Duration;
