@@ -99,3 +99,62 @@ fn with_sources(error: &dyn Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use fencelock::{LockError, LossCause};
+
+    use super::*;
+
+    fn status_and_retry_after(error: SaleError) -> (StatusCode, Option<String>) {
+        let response = error_response("sku-1", error);
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|value| value.to_str().unwrap().to_owned());
+        (response.status(), retry_after)
+    }
+
+    #[test]
+    fn contention_is_429_with_retry_after() {
+        let error = LockError::not_acquired("stock:sku-1", 3).into();
+        assert_eq!(
+            status_and_retry_after(error),
+            (StatusCode::TOO_MANY_REQUESTS, Some("1".to_owned()))
+        );
+    }
+
+    #[test]
+    fn an_unreachable_lock_backend_or_store_is_503() {
+        let lock = LockError::backend(Some("stock:sku-1"), "cannot connect", None).into();
+        assert_eq!(
+            status_and_retry_after(lock),
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        );
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        let store = SaleError::Store(refused.into());
+        assert_eq!(
+            status_and_retry_after(store),
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        );
+    }
+
+    #[test]
+    fn a_lease_lost_mid_sale_is_500() {
+        let error = LockError::lost("stock:sku-1", LossCause::NotOwner).into();
+        assert_eq!(
+            status_and_retry_after(error),
+            (StatusCode::INTERNAL_SERVER_ERROR, None)
+        );
+    }
+
+    #[test]
+    fn sold_out_is_410() {
+        assert_eq!(
+            sale_response("sku-1", Sale::SoldOut).status(),
+            StatusCode::GONE
+        );
+    }
+}

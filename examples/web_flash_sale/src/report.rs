@@ -162,3 +162,74 @@ fn percentile(sorted: &[Duration], percent: usize) -> Duration {
 fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(accepted: usize, sold_in_store: i64, stock_left: i64) -> Report {
+        let replies = (0..accepted)
+            .map(|_| Reply {
+                status: Ok(StatusCode::OK),
+                latency: Duration::from_millis(1),
+            })
+            .collect();
+        Report {
+            instances: 3,
+            concurrency: 4,
+            initial_stock: 10,
+            sold_in_store,
+            stock_left,
+            replies,
+            elapsed: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_clean_sale_has_no_violation() {
+        assert!(report(10, 10, 0).violations().is_empty());
+    }
+
+    #[test]
+    fn oversold_is_counted_from_the_store_even_when_the_replies_look_right() {
+        // 10 sales recorded, but two buyers wrote the same stock back twice: 2 units left.
+        let violations = report(10, 10, 2).violations();
+        assert_eq!(
+            violations,
+            ["the store sold 2 unit(s) more than it took from stock"]
+        );
+    }
+
+    #[test]
+    fn replies_beyond_the_stock_and_disagreeing_with_the_store_are_violations() {
+        let violations = report(12, 10, 0).violations();
+        assert_eq!(
+            violations,
+            [
+                "2 order(s) accepted beyond the stock",
+                "the store counted 10 sale(s) for 12 accepted order(s)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_order_is_a_violation() {
+        let mut run = report(10, 10, 0);
+        run.replies.push(Reply {
+            status: Err("connection reset".to_owned()),
+            latency: Duration::from_millis(1),
+        });
+        assert_eq!(
+            run.violations(),
+            ["1 order(s) failed, the first with: connection reset"]
+        );
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let sorted: Vec<Duration> = (1..=200).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&sorted, 50), Duration::from_millis(100));
+        assert_eq!(percentile(&sorted, 99), Duration::from_millis(198));
+        assert_eq!(percentile(&[], 99), Duration::ZERO);
+    }
+}
