@@ -37,7 +37,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Starts a command in the background (its pid left in `started_pid` and added to `pids`) and waits at most 10 s for a
 # line of its standard output containing PATTERN, read from a FIFO as it is printed; the line
@@ -96,8 +97,11 @@ run() {
   echo "== $label: instances at ${targets[*]}"
   local joined
   joined=$(IFS=,; echo "${targets[*]}")
+  # In the background, so that a signal's trap runs at once rather than after the load.
   "$bin" load --targets "$joined" --redis "$redis_url" --sku "$sku" --stock "$stock" \
-    --orders "$orders" --concurrency "$concurrency" ${load_flag:+"$load_flag"}
+    --orders "$orders" --concurrency "$concurrency" ${load_flag:+"$load_flag"} &
+  pids+=($!)
+  wait $!
   kill "${phase_pids[@]}"
   wait "${phase_pids[@]}" 2>/dev/null || true
 }
