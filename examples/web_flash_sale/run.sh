@@ -40,10 +40,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Starts a command in the background (its pid left in `started_pid` and added to `pids`) and waits at most 10 s for a
-# line of its standard output containing PATTERN, read from a FIFO as it is printed; the line
-# is left in `ready_line`. The rest of the output goes on to $work/NAME.log, standard error
-# to $work/NAME.err.log. Fails if the command exits or stays silent first.
+# Starts "$@" in the background (pid in `started_pid`, added to `pids`) and waits at most 10 s
+# for a line of its standard output containing PATTERN, read from a FIFO as it is printed (the
+# line is left in `ready_line`). Its output is copied to $work/NAME.log, its standard error to
+# $work/NAME.err.log. Fails if the command exits or stays silent first.
 start_and_await() {
   local name=$1 pattern=$2 fd line deadline=$((SECONDS + 10))
   shift 2
