@@ -40,6 +40,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+echo "== web flash sale, short run (three instances under load, with and without the lock)"
+bash examples/web_flash_sale/run.sh --quick
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
 echo "== cargo package (each published library built from its package: no file left out)"
@@ -50,7 +52,8 @@ echo "== cargo package (each published library built from its package: no file l
 verify=target/package-verify
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/fencelock-{options,macros,runtime}-[0-9]* \
   "$verify"/debug/.fingerprint/fencelock-* "$verify"/debug/deps/*fencelock*
-cargo package --workspace --exclude fencelock-bench --allow-dirty --target-dir "$verify"
+cargo package --workspace --exclude fencelock-bench --exclude fencelock-web-flash-sale \
+  --allow-dirty --target-dir "$verify"
 
 if $extended; then
   echo "== simulation, 20,000 seeds"
