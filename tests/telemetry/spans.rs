@@ -6,8 +6,9 @@ use std::time::Duration;
 use fencelock::backend::BoxFuture;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::testing::{Call, Intercepted, Interceptor, RedisServer, Verdict};
-use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
+use fencelock::{LockClient, LockError, LockGuard, current_token, redis_lock, with_client};
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 use tracing::{Instrument, Level};
 
 use crate::capture::{
@@ -195,7 +196,7 @@ async fn a_manual_guard_keeps_its_span_until_released_and_lends_it_to_work() {
 }
 
 /// Holds the key, then waits until the guard's span records the loss.
-async fn lost_span(key: &str, guard: &fencelock::LockGuard) -> SpanRecord {
+async fn lost_span(key: &str, guard: &LockGuard) -> SpanRecord {
     let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
     assert!(lost.is_ok(), "the lease of {key} was not lost");
     wait_for("the loss on the span", || {
@@ -206,18 +207,22 @@ async fn lost_span(key: &str, guard: &fencelock::LockGuard) -> SpanRecord {
     .await
 }
 
+/// A private server, a client of it, a guard of `key` held there, and a plain connection.
+async fn held_on_redis(
+    key: &str,
+    ttl_ms: u64,
+) -> (RedisServer, LockClient, LockGuard, MultiplexedConnection) {
+    let server = RedisServer::start().unwrap();
+    let locks = LockClient::connect(&server.url()).await.unwrap();
+    let guard = locks.lock(key).ttl_ms(ttl_ms).acquire().await.unwrap();
+    let redis = server.connection().await.unwrap();
+    (server, locks, guard, redis)
+}
+
 #[tokio::test]
 async fn a_lost_lease_warns_under_its_span_with_the_cause() {
     capture::install();
-    let server = RedisServer::start().unwrap();
-    let locks = LockClient::connect(&server.url()).await.unwrap();
-    let guard = locks
-        .lock("spans:lost")
-        .ttl_ms(600)
-        .acquire()
-        .await
-        .unwrap();
-    let mut redis = server.connection().await.unwrap();
+    let (_server, _locks, guard, mut redis) = held_on_redis("spans:lost", 600).await;
     let _: () = redis.del("lock:{spans:lost}").await.unwrap();
 
     let span = lost_span("spans:lost", &guard).await;
@@ -312,15 +317,7 @@ async fn refusals_by_the_backend_name_their_outcome() {
 #[tokio::test]
 async fn no_span_or_event_records_the_owner_token() {
     capture::install();
-    let server = RedisServer::start().unwrap();
-    let locks = LockClient::connect(&server.url()).await.unwrap();
-    let guard = locks
-        .lock("spans:secret")
-        .ttl_ms(300)
-        .acquire()
-        .await
-        .unwrap();
-    let mut redis = server.connection().await.unwrap();
+    let (_server, locks, guard, mut redis) = held_on_redis("spans:secret", 300).await;
     let value: String = redis.get("lock:{spans:secret}").await.unwrap();
     let owner = value.rsplit_once(':').unwrap().0.to_owned();
     // Renewal rounds, then a release, all recorded.
