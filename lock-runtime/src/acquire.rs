@@ -15,7 +15,7 @@ use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once}
 use crate::background_release::release_in_background;
 use crate::error::WithSources;
 use crate::release_hub::owner_tag;
-use crate::telemetry::{Holding, LockSpan};
+use crate::telemetry::{AcquireRecord, Holding, LockSpan};
 use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
 
 /// One request's way to a guard: what its attempts found so far, and its bounds.
@@ -39,7 +39,6 @@ pub(crate) struct Acquisition {
     /// Cleared once subscribing failed: a failing subscription can cost a response timeout
     /// each time.
     may_subscribe: bool,
-    attempts: u32,
     /// Pauses no release notification ended, and subscriptions: what `retry` counts.
     unnotified_waits: u32,
     /// Once an attempt's reply was lost, it may have been applied: the cleanup stays due
@@ -47,8 +46,8 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
-    /// The call's span and metrics.
-    span: LockSpan,
+    /// The attempts, and how the acquisition ended, in the call's span and metrics.
+    record: AcquireRecord,
 }
 
 /// How an attempt ended.
@@ -108,23 +107,22 @@ impl Acquisition {
                 leaves_traces: false,
             },
             options,
-            attempts: 0,
             unnotified_waits: 0,
             reply_lost: false,
             last_error: None,
-            span,
+            record: AcquireRecord::new(span),
         })
     }
 
     /// Attempts until granted or out of budget, waiting in between; records how it ended.
     pub(crate) async fn run(mut self) -> Result<LockGuard, LockError> {
         let granted = self.until_granted().await;
+        let span = self.record.span();
         let guard = granted.and_then(|granted| {
             self.pending
-                .into_guard(granted, &self.options, self.reply_lost, &self.span)
+                .into_guard(granted, &self.options, self.reply_lost, span)
         });
-        self.span
-            .acquired(guard.as_ref().map(LockGuard::token), self.attempts);
+        self.record.ended(guard.as_ref().map(LockGuard::token));
         guard
     }
 
@@ -135,7 +133,7 @@ impl Acquisition {
         }
         loop {
             // No attempt at the deadline: it would be cut as soon as sent.
-            if self.attempts > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.record.attempts() > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.give_up().await);
             }
             let holder_remaining = match self.attempt().await {
@@ -168,7 +166,7 @@ impl Acquisition {
     /// One attempt (sent once more if its reply is lost), cut at the deadline; notes what
     /// it found for the error to report.
     async fn attempt(&mut self) -> Attempt {
-        self.attempts += 1;
+        self.record.attempt_sent();
         let sent_at = Instant::now();
         self.pending.leaves_traces = true;
         let turn = self.turn();
@@ -180,7 +178,7 @@ impl Acquisition {
             return Attempt::Cut;
         };
         self.reply_lost |= resent;
-        self.span.attempted(sent_at.elapsed());
+        self.record.span().attempted(sent_at.elapsed());
         match outcome {
             Ok(Acquire::Granted { token }) => Attempt::Granted { token, sent_at },
             Ok(Acquire::Held {
@@ -194,7 +192,7 @@ impl Acquisition {
                 // A place in line stays until the waiter leaves.
                 self.pending.leaves_traces = self.reply_lost || self.placed_at.is_some();
                 let key = self.pending.lease.key.clone();
-                self.last_error = Some(LockError::not_acquired(key, self.attempts));
+                self.last_error = Some(LockError::not_acquired(key, self.record.attempts()));
                 Attempt::Refused {
                     holder_remaining: remaining,
                 }
@@ -280,7 +278,7 @@ impl Acquisition {
             .options
             .pause(holder_remaining)
             .min(self.give_up_at.saturating_duration_since(Instant::now()));
-        tracing::debug!(key = %self.pending.lease.key, attempts = self.attempts, ?pause, "lock not acquired; waiting");
+        tracing::debug!(key = %self.pending.lease.key, attempts = self.record.attempts(), ?pause, "lock not acquired; waiting");
         let owner = &self.pending.lease.owner;
         let latest_token = self.latest_token.unwrap_or(u64::MAX);
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {

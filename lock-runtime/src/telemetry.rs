@@ -18,7 +18,7 @@
 //! | `attempts` | acquire attempts sent (0 for a reentrant call) |
 //! | `waited_ms` | from the call to the grant, or to giving up |
 //! | `fencing_token` | the grant's fencing token |
-//! | `outcome` | `granted`, `reentered`, `not_acquired`, `backend_error`, `key_in_use`, `invalid`, `no_client` |
+//! | `outcome` | `granted`, `reentered`, `not_acquired`, `backend_error`, `key_in_use`, `invalid`, `no_client`, `cancelled` (the caller dropped the call while it waited) |
 //! | `held_ms` | from the grant to the release (or the guard's drop) |
 //! | `release` | `released`, `lost` (the key was gone or another owner's), `failed` (retried in the background) |
 //! | `lost` | why the lease was lost while held: `not_owner`, `unconfirmed`, `expired`, `max_hold` |
@@ -160,7 +160,6 @@ impl LockSpan {
 
     /// The acquisition ended after `attempts` attempts: granted with a fencing token, or not.
     pub(crate) fn acquired(&self, outcome: Result<u64, &LockError>, attempts: u32) {
-        let waited = self.started.elapsed();
         let label = match outcome {
             Ok(token) => {
                 self.span.record("fencing_token", token);
@@ -168,6 +167,12 @@ impl LockSpan {
             }
             Err(error) => outcome_label(error),
         };
+        self.ended(label, attempts);
+    }
+
+    /// The acquisition ended as `label` after `attempts` attempts.
+    fn ended(&self, label: &'static str, attempts: u32) {
+        let waited = self.started.elapsed();
         self.span.record("outcome", label);
         self.span.record("attempts", attempts);
         self.span.record("waited_ms", millis(waited));
@@ -205,6 +210,53 @@ impl LockSpan {
     pub(crate) fn renewal_failed(&self, key: &str, error: &LockError) {
         let error = crate::error::WithSources(error);
         tracing::warn!(target: "fencelock", parent: &self.span, key, %error, "lock renewal failed; retrying until the lease's deadline");
+    }
+}
+
+/// An acquisition's attempts, and its end in its span and metrics, recorded once: an
+/// acquisition dropped before it ended (its caller gave up on it) ends as `cancelled`.
+#[derive(Debug)]
+pub(crate) struct AcquireRecord {
+    span: LockSpan,
+    attempts: u32,
+    ended: bool,
+}
+
+impl AcquireRecord {
+    pub(crate) fn new(span: LockSpan) -> Self {
+        AcquireRecord {
+            span,
+            attempts: 0,
+            ended: false,
+        }
+    }
+
+    pub(crate) fn span(&self) -> &LockSpan {
+        &self.span
+    }
+
+    /// Attempts sent so far.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// An attempt is sent.
+    pub(crate) fn attempt_sent(&mut self) {
+        self.attempts += 1;
+    }
+
+    /// The acquisition ended: granted with a fencing token, or not.
+    pub(crate) fn ended(&mut self, outcome: Result<u64, &LockError>) {
+        self.ended = true;
+        self.span.acquired(outcome, self.attempts);
+    }
+}
+
+impl Drop for AcquireRecord {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.span.ended("cancelled", self.attempts);
+        }
     }
 }
 

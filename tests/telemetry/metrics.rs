@@ -59,6 +59,18 @@ async fn acquisitions_are_counted_by_outcome_with_their_waits_and_holds() {
             .all(|&s| (0.0..10.0).contains(&s))
     );
 
+    let waiting = locks
+        .lock("metrics:call:6")
+        .options(LockOptions::new().name(CALL));
+    let held = locks.lock("metrics:call:6").acquire().await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(50), waiting.acquire()).await;
+    assert!(cut.is_err(), "the key is held");
+    held.release().await.unwrap();
+    assert_eq!(
+        counter(ACQUISITIONS, &[("lock", CALL), ("outcome", "cancelled")]),
+        1
+    );
+
     server.kill().unwrap();
     let down = with_client(locks, call(5)).await;
     assert!(down.unwrap_err().is_backend());

@@ -167,6 +167,34 @@ async fn a_refused_call_records_its_outcome_attempts_and_waits() {
 }
 
 #[tokio::test]
+async fn a_call_dropped_while_it_waits_records_that_it_was_cancelled() {
+    capture::install();
+    let locks = LockClient::memory();
+    let held = locks.lock("spans:cancelled").acquire().await.unwrap();
+    let waiting = locks.lock("spans:cancelled").wait_ms(30_000).acquire();
+    let paused = wait_for("the waiter's pause", || {
+        let span = lock_spans("spans:cancelled").pop()?;
+        let events = events_under(span.seq);
+        events
+            .iter()
+            .any(|e| e.message() == "lock not acquired; waiting")
+            .then_some(())
+    });
+    tokio::select! {
+        acquired = waiting => panic!("the key is held: {acquired:?}"),
+        () = paused => {}
+    }
+    let spans = wait_for("the waiter's span closed", || {
+        let spans = lock_spans("spans:cancelled");
+        spans[1].closed.then_some(spans)
+    })
+    .await;
+    assert_eq!(spans[1].field("outcome"), Some("cancelled"));
+    assert_eq!(spans[1].field("attempts"), Some("2"));
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_manual_guard_keeps_its_span_until_released_and_lends_it_to_work() {
     capture::install();
     let locks = LockClient::memory();
