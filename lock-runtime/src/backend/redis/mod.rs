@@ -29,6 +29,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/grant.lua"),
+        include_str!("lua/hand_off.lua"),
         include_str!("lua/release.lua")
     ))
 });
