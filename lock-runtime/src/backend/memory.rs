@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::release_hub::{HandOff, ReleaseHub, owner_tag};
+use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -62,7 +62,8 @@ impl MemoryBackend {
             state.live_holder(key, now).is_some() && state.holders.remove(key).is_some()
         });
         if released {
-            self.releases.released(key, None);
+            self.releases
+                .announce(key, ReleaseEvent::Released { token: None });
         }
         released
     }
@@ -161,14 +162,14 @@ impl State {
     /// Grants the free `key` to the oldest waiter in line whose place lasts, for its lease or
     /// until the place would have lapsed, whichever is sooner, as the Redis release script
     /// does; `None` if nobody waits.
-    fn hand_off(&mut self, key: &str, now: Instant) -> Option<HandOff> {
+    fn hand_off(&mut self, key: &str, now: Instant) -> Option<ReleaseEvent> {
         let next = self.live_line(key, now)?.pop_front()?;
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
         let token = self.grant(key, &next.owner, next.lapses_at.min(now + next.ttl));
-        Some(HandOff {
-            owner: owner_tag(&next.owner),
+        Some(ReleaseEvent::HandedOver {
+            to: owner_tag(&next.owner),
             token,
         })
     }
@@ -217,9 +218,8 @@ impl State {
     }
 
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
-    /// out of the line. Also says whether waiters should hear of it, and to whom the key
-    /// went.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<Option<HandOff>>) {
+    /// out of the line. Also says what to announce, if anything.
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<ReleaseEvent>) {
         let now = Instant::now();
         let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
@@ -230,9 +230,13 @@ impl State {
             Some(holder) if holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
+                    let released = ReleaseEvent::Released {
+                        token: Some(holder.token),
+                    };
                     self.holders.remove(&lease.key);
                     self.remember_release(&lease.key, &lease.owner, now);
-                    (Release::Released, Some(self.hand_off(&lease.key, now)))
+                    let handed_over = self.hand_off(&lease.key, now);
+                    (Release::Released, Some(handed_over.unwrap_or(released)))
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
@@ -247,7 +251,10 @@ impl State {
             Some(_) => (Release::NotOwner, None),
             // A fair waiter that leaves a free key may have been the one whose turn it was:
             // the others try again.
-            None => (Release::NotOwner, left_line.then_some(None)),
+            None => (
+                Release::NotOwner,
+                left_line.then_some(ReleaseEvent::WaiterLeft),
+            ),
         }
     }
 
@@ -318,8 +325,8 @@ impl LockBackend for MemoryBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let (result, announce) = self.with_state(|state| state.release(lease, keep));
-        if let Some(next) = announce {
-            self.releases.released(&lease.key, next);
+        if let Some(event) = announce {
+            self.releases.announce(&lease.key, event);
         }
         Box::pin(std::future::ready(Ok(result)))
     }
