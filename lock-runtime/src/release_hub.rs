@@ -72,6 +72,9 @@ struct Releases {
 struct Announced {
     count: u64,
     last: ReleaseEvent,
+    /// Operators' watches, which see every announcement in order (waiters see the last of
+    /// those that came since they looked): empty on the waiters' path.
+    followers: Vec<mpsc::UnboundedSender<ReleaseEvent>>,
 }
 
 impl Default for Announced {
@@ -79,6 +82,7 @@ impl Default for Announced {
         Announced {
             count: 0,
             last: ReleaseEvent::Unrecognised,
+            followers: Vec::new(),
         }
     }
 }
@@ -150,6 +154,11 @@ impl Releases {
             let mut announced = lock_ignoring_poison(&self.announced_so_far);
             announced.count += 1;
             announced.last = last;
+            if !announced.followers.is_empty() {
+                announced
+                    .followers
+                    .retain(|follower| follower.send(last).is_ok());
+            }
         }
         self.announced.notify_waiters();
     }
@@ -242,11 +251,46 @@ impl ReleaseWatch {
         }
     }
 
+    /// Every announcement from now on, in order (a store's copies of a release that another
+    /// store announced first left out). Announcements that came after the watch was made
+    /// and before this call are given first: the last of them, after an
+    /// [`ReleaseEvent::Interrupted`] when there were several (only the last is known).
+    pub(crate) fn follow(self) -> Following {
+        let (sender, events) = mpsc::unbounded_channel();
+        for store in &self.stores {
+            store.follow(sender.clone());
+        }
+        Following {
+            watch: self,
+            events,
+        }
+    }
+
     /// Whether the backend still announces releases of the key to this watch: `false` after
     /// a subscription connection was lost (on any of the stores), until someone subscribes
     /// the key again.
     pub fn is_subscribed(&self) -> bool {
         !self.stores.is_empty() && self.stores.iter().all(KeyWatch::is_subscribed)
+    }
+}
+
+/// A watch that sees every announcement of a key's releases, for an operator.
+#[derive(Debug)]
+pub(crate) struct Following {
+    /// Keeps the subscription.
+    watch: ReleaseWatch,
+    events: mpsc::UnboundedReceiver<ReleaseEvent>,
+}
+
+impl Following {
+    /// The next announcement; `None` once the backend that announces them is gone.
+    pub(crate) async fn next(&mut self) -> Option<ReleaseEvent> {
+        loop {
+            let event = self.events.recv().await?;
+            if self.watch.stores.len() == 1 || self.watch.seen_grants.is_new(event) {
+                return Some(event);
+            }
+        }
     }
 }
 
@@ -264,6 +308,20 @@ impl KeyWatch {
             }
             announced.await;
         }
+    }
+
+    /// Sends every announcement to `follower` from now on, after what was announced since
+    /// this watch last looked (see [`ReleaseWatch::follow`]).
+    fn follow(&self, follower: mpsc::UnboundedSender<ReleaseEvent>) {
+        let mut announced = lock_ignoring_poison(&self.releases.announced_so_far);
+        let missed = announced.count - self.seen;
+        if missed > 1 {
+            let _ = follower.send(ReleaseEvent::Interrupted);
+        }
+        if missed > 0 {
+            let _ = follower.send(announced.last);
+        }
+        announced.followers.push(follower);
     }
 
     fn is_subscribed(&self) -> bool {
@@ -456,6 +514,36 @@ mod tests {
         assert_eq!(parse("left"), ReleaseEvent::WaiterLeft);
     }
 
+    /// A waiter learns the last of several announcements that came while it was busy; a
+    /// follower (an operator's watch) gets each of them, in order, and those that came
+    /// between the watch and the following as the last of them after `Interrupted`.
+    #[tokio::test]
+    async fn a_follower_sees_every_announcement_and_a_waiter_the_last() {
+        let hub = Arc::new(ReleaseHub::default());
+        let (mut waiter, _) = hub.watch("k");
+        let (before, _) = hub.watch("k");
+        let released = |token| ReleaseEvent::Released { token: Some(token) };
+        hub.announce("k", released(1));
+        hub.announce("k", released(2));
+        let mut following = before.follow();
+        hub.announce("k", ReleaseEvent::WaiterLeft);
+        hub.announce("k", released(3));
+        assert_eq!(waiter.released().await, None);
+        let mut events = Vec::new();
+        for _ in 0..4 {
+            events.push(following.next().await.expect("the hub is there"));
+        }
+        let expected = [
+            ReleaseEvent::Interrupted,
+            released(2),
+            ReleaseEvent::WaiterLeft,
+            released(3),
+        ];
+        assert_eq!(events, expected);
+        let more = tokio::time::timeout(Duration::from_millis(20), following.next()).await;
+        assert!(more.is_err(), "nothing else happened");
+    }
+
     /// A release over several stores (Redlock) is announced by each: the watch returns the
     /// first and lets the copies of the same grant's release pass.
     #[tokio::test]
@@ -465,6 +553,7 @@ mod tests {
             Arc::new(ReleaseHub::default()),
         ];
         let mut watch = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0));
+        let mut following = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0)).follow();
         let ended = |grant| ReleaseEvent::Released { token: Some(grant) };
         hubs[0].announce("k", ended(7));
         watch.released().await;
@@ -479,5 +568,10 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), watch.released())
             .await
             .expect("so does one with a lower token (a master whose clock is behind)");
+        let mut followed = Vec::new();
+        for _ in 0..3 {
+            followed.push(following.next().await.expect("the hubs are there"));
+        }
+        assert_eq!(followed, [ended(7), ended(9), ended(3)], "a follower too");
     }
 }

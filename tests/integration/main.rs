@@ -2,6 +2,7 @@
 //! processes (or uses the memory backend), so the modules share nothing but `support`.
 //! `global_client` (a process-wide client), `simulation` and `ui` are binaries of their own.
 
+mod admin;
 mod attribute;
 mod cluster;
 mod hand_off;

@@ -1,5 +1,5 @@
-//! The key layout of the Redis backend: where each part of a lock lives. Every caller of
-//! the scripts names keys through this module.
+//! The key layout of the Redis backend: where each part of a lock lives. The scripts'
+//! callers and the operator's listing and inspection all name keys through this module.
 //!
 //! For a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
 //! `<owner token>:<fencing token>` with the lease as its TTL (`<owner token>:released` while
@@ -15,6 +15,7 @@
 //! since Redis would hash the whole key for an empty tag.
 
 use crate::LockError;
+use crate::glob::{self, Glob, Start};
 
 /// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
 /// of the lock (`...:fence`, `...:queue`, `...:released-by`) lands in one Redis Cluster slot. Redis
@@ -28,6 +29,33 @@ pub(crate) fn lock_key(prefix: &str, key: &str) -> String {
 
 fn starts_with_brace(text: &str) -> bool {
     text.starts_with(['{', '}'])
+}
+
+/// The lock key whose Redis key is `redis_key` (the inverse of [`lock_key`]), or `None` when
+/// no lock key has that Redis key (another program's key under the prefix).
+pub(crate) fn key_of(prefix: &str, redis_key: &str) -> Option<String> {
+    let tagged = redis_key.strip_prefix(prefix)?.strip_prefix('{')?;
+    let text = tagged.strip_suffix('}')?;
+    let key = match text.strip_prefix('{') {
+        Some(rest) => rest,
+        None => text,
+    };
+    (!key.is_empty() && lock_key(prefix, key) == redis_key).then(|| key.to_owned())
+}
+
+/// A `SCAN MATCH` pattern for the Redis keys of the lock keys that `pattern` matches. It may
+/// match more (a pattern starting with one byte of several cannot say whether a brace was put
+/// in front): filter what it finds with [`key_of`] and `pattern`. Only lock keys can match
+/// it, never the keys kept next to them, which end in a suffix after the `}`.
+pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> String {
+    let prefix = glob::escape(prefix);
+    match pattern.start() {
+        Start::Byte(b'{' | b'}') => {
+            format!("{prefix}{{{{{}}}", pattern.render())
+        }
+        Start::Byte(_) | Start::Any => format!("{prefix}{{{}}}", pattern.render()),
+        Start::OneOf => format!("{prefix}{{{}}}", pattern.render_with_any_first()),
+    }
 }
 
 /// The lock key, its fencing counter, its queue and the queue's deadlines: the keys of the
@@ -77,10 +105,57 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), LockError> {
 mod tests {
     use super::*;
 
+    const KEYS: [&str; 8] = ["stock:42", "{a", "}x", "{", "}", "a}b", "{{", r"a\:b"];
+
     #[test]
-    fn keys_starting_with_a_brace_get_one_more() {
-        assert_eq!(lock_key("lock:", "stock:42"), "lock:{stock:42}");
+    fn key_of_inverts_lock_key() {
+        for key in KEYS {
+            let redis_key = lock_key("lock:", key);
+            assert_eq!(
+                key_of("lock:", &redis_key).as_deref(),
+                Some(key),
+                "{redis_key}"
+            );
+        }
         assert_eq!(lock_key("lock:", "}x"), "lock:{{}x}");
-        assert_eq!(lock_key("lock:", "{x"), "lock:{{{x}");
+        for foreign in [
+            "lock:{}",
+            "lock:{{a}",
+            "lock:{a",
+            "other:{a}",
+            "lock:{a}:fence",
+            "lock:{{}",
+        ] {
+            assert_eq!(key_of("lock:", foreign), None, "{foreign}");
+        }
+    }
+
+    /// The scan pattern finds every lock key the pattern matches, however it starts (a
+    /// pattern starting with a byte finds exactly those), and none of the keys kept next to
+    /// a lock.
+    #[test]
+    fn scan_patterns_find_every_matching_lock_key_and_no_kept_key() {
+        for (pattern, prefix) in [
+            ("*", "lock:"),
+            ("?", "l*ck:"),
+            ("[{}]*", "lock:"),
+            ("}*", "[x]:"),
+            ("{*", "lock:"),
+            ("stock:*", "lock:"),
+            ("*b", "lock:"),
+        ] {
+            let glob = Glob::parse(pattern).unwrap();
+            let scan = Glob::parse(&scan_pattern(prefix, &glob)).unwrap();
+            for key in KEYS {
+                let redis_key = lock_key(prefix, key);
+                if glob.matches(key) {
+                    assert!(scan.matches(&redis_key), "{pattern}: {redis_key} missed");
+                } else if matches!(glob.start(), Start::Byte(_)) {
+                    assert!(!scan.matches(&redis_key), "{pattern}: {redis_key} found");
+                }
+                let kept = fence_key(&redis_key);
+                assert!(!scan.matches(&kept), "{pattern}: {kept} found");
+            }
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! The Redis backend: one key per lock, Lua scripts for every step. Where each part of a
-//! lock lives is in [`layout`].
+//! lock lives is described in `src/backend/redis/layout.rs`.
 
 mod cluster;
 mod connection;
 mod layout;
+mod operator;
 mod pubsub;
 mod server;
 
@@ -19,6 +20,7 @@ use self::pubsub::Notifier;
 use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
+use crate::admin::{ForcedRelease, LockState};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -594,19 +596,22 @@ impl RedisBackend {
         let channel = layout::release_channel(&lock_key);
         let released_by = layout::released_by_key(&lock_key);
         let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
-        // On a cluster, a release is heard on its shard only.
-        let publish = match self.link {
-            Link::Server { .. } => "PUBLISH",
-            Link::Cluster(_) => "SPUBLISH",
-        };
         let args = [
             lease.owner.clone(),
             keep.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
-            publish.to_owned(),
+            self.publish_command().to_owned(),
         ];
         (keys, args)
+    }
+
+    /// How the scripts announce a release: on a cluster, on its shard only.
+    fn publish_command(&self) -> &'static str {
+        match self.link {
+            Link::Server { .. } => "PUBLISH",
+            Link::Cluster(_) => "SPUBLISH",
+        }
     }
 }
 
@@ -717,11 +722,6 @@ fn invocation<'a>(
 /// The values of `maxmemory-policy` in a `CONFIG GET` reply: one server's, or every node's
 /// (nested as the cluster client gathers them).
 fn eviction_policies(reply: &Value) -> Vec<String> {
-    let text = |value: &Value| match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    };
     match reply {
         Value::Array(items) => {
             let mut found = Vec::new();
@@ -757,6 +757,15 @@ fn unexpected(key: &str, what: &str, reply: &Value) -> LockError {
         format!("unexpected reply from the {what} script: {reply:?}"),
         None,
     )
+}
+
+/// The text of a string reply.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
 }
 
 fn integer(value: &Value) -> Option<i64> {
@@ -822,6 +831,24 @@ impl LockBackend for RedisBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(self.release_grant(lease, keep))
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        Box::pin(self.list_held(pattern))
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_held(key))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        Box::pin(self.force_release_held(key))
     }
 }
 
