@@ -86,7 +86,7 @@ fn confirm(key: &str, plan: &str) -> Result<(), Failure> {
             "standard input is not a terminal to confirm on: add --yes",
         ));
     }
-    eprint!("{plan}.\nRelease it? [y/N] ");
+    eprint!("{plan}\nRelease it? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     stdin

@@ -352,22 +352,32 @@ pub fn lock_details(state: &LockState) -> String {
     text
 }
 
+/// Who holds a key, in words: `held by TAG (token N, 12.3s left)`.
+fn holder_words(holding: &Holding) -> String {
+    let left = or_dash(holding.remaining().map(human));
+    match holding {
+        Holding::Kept { owner, .. } => {
+            format!("released by {owner} and kept by min_hold_ms ({left} left)")
+        }
+        holding => format!(
+            "held by {} (token {}, {left} left)",
+            or_dash(holding.owner()),
+            token_cell(holding)
+        ),
+    }
+}
+
 /// What a forced release is about to do, for the confirmation.
 pub fn release_plan(state: &LockState) -> String {
-    let holding = &state.holding;
-    let holder = format!(
-        "held by {} (token {}, {} left)",
-        or_dash(holding.owner()),
-        token_cell(holding),
-        or_dash(holding.remaining().map(human))
-    );
     let after = match state.next_waiter() {
-        Some(waiter) => format!("the oldest waiter in line, {}, gets it", waiter.owner),
-        None => "nobody waits in line: it becomes free".to_owned(),
+        Some(waiter) => format!("the next waiter in line, {}, gets the key", waiter.owner),
+        None => "nobody waits in line: the key becomes free".to_owned(),
     };
     format!(
-        "release `{}`, {holder}, whoever holds it then; {after}; its fencing counter is kept",
-        state.key
+        "`{}` is {}.\nA forced release ends that grant without its holder knowing (its next \
+         renewal or release reports the lock lost); {after}; the fencing counter is kept.",
+        state.key,
+        holder_words(&state.holding)
     )
 }
 
@@ -381,15 +391,14 @@ pub fn release_outcome(forced: &ForcedRelease) -> String {
         Some(ReleaseEvent::HandedOver { to, token }) => {
             format!("handed over to {to} with token {token}")
         }
-        _ => "it is free".to_owned(),
+        _ => "the key is free".to_owned(),
     };
     let on = forced.masters.as_ref().map_or_else(String::new, |masters| {
         format!(" on {} of {} masters", masters.holding, masters.of)
     });
     format!(
-        "released `{}` (held by {}, token {}){on}; {after}\n",
+        "released `{}`{on}, {}; {after}\n",
         forced.key,
-        or_dash(holding.owner()),
-        token_cell(holding)
+        holder_words(holding)
     )
 }

@@ -144,7 +144,7 @@ async fn a_forced_release_hands_the_key_to_the_waiter_and_the_holder_loses_it() 
     let said = on(&server, &["release", "stock:42", "--force", "--yes"])
         .await
         .ok();
-    assert!(said.starts_with("released `stock:42` (held by "), "{said}");
+    assert!(said.starts_with("released `stock:42`, held by "), "{said}");
     assert!(said.contains(&format!("token {}", held.token())), "{said}");
     assert!(said.contains("handed over to "), "{said}");
     let next = tokio::time::timeout(Duration::from_secs(10), waiting).await;
