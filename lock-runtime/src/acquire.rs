@@ -478,7 +478,7 @@ mod tests {
     use super::*;
     use crate::backend::memory::MemoryBackend;
     use crate::backend::{BoxFuture, LockBackend, Release};
-    use crate::release_hub::{HandOff, ReleaseHub};
+    use crate::release_hub::{ReleaseEvent, ReleaseHub};
     use crate::sync::lock_ignoring_poison;
 
     /// An announcement that handed the key to this waiter can reach it after an attempt
@@ -490,18 +490,18 @@ mod tests {
     async fn a_hand_off_announced_before_the_last_attempt_is_not_taken() {
         let hub = Arc::new(ReleaseHub::default());
         let (mut watch, _) = hub.watch("k");
-        let hand_off = |token| HandOff {
-            owner: owner_tag("waiter"),
+        let hand_off = |token| ReleaseEvent::HandedOver {
+            to: owner_tag("waiter"),
             token,
         };
-        hub.released("k", Some(hand_off(5)));
+        hub.announce("k", hand_off(5));
         let pause = Duration::from_millis(100);
         let woken = wait_for_release(Some(&mut watch), pause, "waiter", 7).await;
         assert!(
             matches!(woken, Woken::Slept),
             "the stale hand-off is slept through"
         );
-        hub.released("k", Some(hand_off(8)));
+        hub.announce("k", hand_off(8));
         let woken = wait_for_release(Some(&mut watch), pause, "waiter", 7).await;
         assert!(
             matches!(woken, Woken::HandedOver(8)),
@@ -562,11 +562,14 @@ mod tests {
             Box::pin(async move {
                 let released = self.inner.release(lease, keep).await?;
                 let holder = self.inner.holder(&lease.key);
-                let hand_off = holder.map(|(owner, token)| HandOff {
-                    owner: owner_tag(&owner),
-                    token,
-                });
-                self.hub.released(&lease.key, hand_off);
+                let event =
+                    holder.map_or(ReleaseEvent::Released { token: None }, |(owner, token)| {
+                        ReleaseEvent::HandedOver {
+                            to: owner_tag(&owner),
+                            token,
+                        }
+                    });
+                self.hub.announce(&lease.key, event);
                 Ok(released)
             })
         }

@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 mod acquire;
+pub mod admin;
 mod ambient;
 pub mod backend;
 mod background_release;
@@ -13,6 +14,7 @@ mod body_locks;
 mod client;
 mod driver;
 mod error;
+mod glob;
 mod guard;
 mod key;
 mod options;
@@ -29,6 +31,7 @@ pub mod testing;
 #[path = "private.rs"]
 pub mod __private;
 
+pub use admin::LockAdmin;
 pub use ambient::with_client;
 pub use body_locks::{current_token, is_lost, lost};
 pub use client::{LockClient, LockClientBuilder};

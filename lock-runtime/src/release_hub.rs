@@ -18,15 +18,35 @@ use crate::sync::lock_ignoring_poison;
 #[derive(Debug)]
 pub struct ReleaseWatch {
     stores: Vec<KeyWatch>,
-    /// The fencing tokens of the last grants whose release this watch returned: each store
-    /// announces a release over several stores (Redlock's masters), and only the first
-    /// announcement wakes the waiter.
-    seen_grants: Vec<u64>,
+    /// Each store announces a release over several stores (Redlock's masters), and only the
+    /// first announcement wakes the waiter.
+    seen_grants: SeenGrants,
 }
+
+/// The fencing tokens of the last grants whose release a watch over several stores returned.
+#[derive(Debug, Default)]
+struct SeenGrants(Vec<u64>);
 
 /// Released grants a watch over several stores remembers: more than the releases that can
 /// be on their way at once.
 const SEEN_GRANTS: usize = 16;
+
+impl SeenGrants {
+    /// Whether `event` is news: not another store's copy of a release already returned.
+    fn is_new(&mut self, event: ReleaseEvent) -> bool {
+        let Some(grant) = event.grant() else {
+            return true;
+        };
+        if self.0.contains(&grant) {
+            return false;
+        }
+        if self.0.len() == SEEN_GRANTS {
+            self.0.remove(0);
+        }
+        self.0.push(grant);
+        true
+    }
+}
 
 /// A subscription to one store's announcements of one key's releases.
 #[derive(Debug)]
@@ -47,20 +67,72 @@ struct Releases {
     announced: Notify,
 }
 
-/// How many releases were announced, and what the last one said.
-#[derive(Debug, Default, Clone, Copy)]
+/// How many releases were announced, what the last one said, and who follows every one.
+#[derive(Debug)]
 struct Announced {
     count: u64,
-    last: Announcement,
+    last: ReleaseEvent,
+    /// Operators' watches, which see every announcement in order (waiters see the last of
+    /// those that came since they looked): empty on the waiters' path.
+    followers: Vec<mpsc::UnboundedSender<ReleaseEvent>>,
 }
 
-/// What a release announces: to whom it handed the key, and which grant it ended.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Announcement {
-    /// The waiter the key went to; `None` when anyone may try.
-    pub(crate) handed_to: Option<HandOff>,
-    /// The fencing token of the grant released, when the store names it.
-    pub(crate) grant: Option<u64>,
+impl Default for Announced {
+    fn default() -> Self {
+        Announced {
+            count: 0,
+            last: ReleaseEvent::Unrecognised,
+            followers: Vec::new(),
+        }
+    }
+}
+
+/// What a release announced (on the key's channel, for Redis), as an operator watching the
+/// key sees it ([`LockAdmin::watch`](crate::admin::LockAdmin::watch)). Owners are named by
+/// their [`OwnerTag`], never by their token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseEvent {
+    /// The key was released (by its holder, or forced by an operator) and is free: nobody
+    /// waited in line for it, so waiters that poll may take it.
+    Released {
+        /// The fencing token of the grant released; `None` when the store does not name it
+        /// (older versions, or a key kept by `min_hold_ms` after its own release).
+        token: Option<u64>,
+    },
+    /// The release handed the key to the oldest waiter in line, which holds it now.
+    HandedOver {
+        /// The new holder.
+        to: OwnerTag,
+        /// The fencing token of its grant.
+        token: u64,
+    },
+    /// A waiter left the line of a free key (it gave up, or its request was dropped); it may
+    /// have been the one whose turn it was, so the others try again.
+    WaiterLeft,
+    /// A message this version cannot read (sent by another version of the library).
+    Unrecognised,
+    /// The subscription was interrupted (its connection was lost, or its slot moved to another
+    /// node): releases in the meantime may have gone unheard.
+    Interrupted,
+}
+
+impl ReleaseEvent {
+    /// The hand-off this announces, if any.
+    fn handed_to(self) -> Option<HandOff> {
+        match self {
+            ReleaseEvent::HandedOver { to, token } => Some(HandOff { owner: to, token }),
+            _ => None,
+        }
+    }
+
+    /// The fencing token of the grant whose end this announces, when it names one.
+    fn grant(self) -> Option<u64> {
+        match self {
+            ReleaseEvent::Released { token } => token,
+            _ => None,
+        }
+    }
 }
 
 /// A release that handed the key to a waiter: whom (by tag), with which fencing token.
@@ -71,57 +143,82 @@ pub(crate) struct HandOff {
 }
 
 impl Releases {
-    fn announced(&self) -> Announced {
-        *lock_ignoring_poison(&self.announced_so_far)
+    /// How many releases were announced, and the last one.
+    fn announced(&self) -> (u64, ReleaseEvent) {
+        let announced = lock_ignoring_poison(&self.announced_so_far);
+        (announced.count, announced.last)
     }
 
-    fn announce(&self, last: Announcement) {
+    fn announce(&self, last: ReleaseEvent) {
         {
             let mut announced = lock_ignoring_poison(&self.announced_so_far);
             announced.count += 1;
             announced.last = last;
+            if !announced.followers.is_empty() {
+                announced
+                    .followers
+                    .retain(|follower| follower.send(last).is_ok());
+            }
         }
         self.announced.notify_waiters();
     }
 }
 
-/// A short, one-way tag of an owner token, by which a release names the waiter it handed
-/// the key to without revealing its token: the first 64 bits of the token's SHA-1 (Redis
-/// computes it with `redis.sha1hex`).
-pub(crate) type OwnerTag = u64;
+/// A short, one-way tag of an owner token, by which releases and operators name an owner
+/// without revealing its token (whoever has the token can release the lock): the first 64
+/// bits of the token's SHA-1 (Redis computes it with `redis.sha1hex`). Shown as 16 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerTag(u64);
+
+impl std::fmt::Display for OwnerTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::fmt::Debug for OwnerTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OwnerTag({self})")
+    }
+}
+
+impl OwnerTag {
+    /// The tag of a hex SHA-1 digest (its first 16 digits), as the scripts send it.
+    pub(crate) fn from_hex(hex_digest: &str) -> Option<OwnerTag> {
+        u64::from_str_radix(hex_digest.get(..16)?, 16)
+            .ok()
+            .map(OwnerTag)
+    }
+}
 
 /// The tag of `owner`.
 pub(crate) fn owner_tag(owner: &str) -> OwnerTag {
     let digest = sha1_smol::Sha1::from(owner).digest().bytes();
     let mut first = [0; 8];
     first.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(first)
-}
-
-/// The tag in a release message, as the hex digest the release script sends.
-fn parse_owner_tag(hex_digest: &str) -> Option<OwnerTag> {
-    u64::from_str_radix(hex_digest.get(..16)?, 16).ok()
+    OwnerTag(u64::from_be_bytes(first))
 }
 
 /// What a release message announces: `granted <sha1 of the owner token> <token>` a hand-off,
-/// `released <token>` the end of that grant (`released` alone from older versions), `left`
-/// a waiter that left a free key; anything else wakes the waiters and says nothing more.
-pub(crate) fn parse_announcement(message: &str) -> Announcement {
+/// `released <token>` the end of that grant (`released` alone when the store does not name
+/// it), `left` a waiter that left a free key; anything else wakes the waiters and says
+/// nothing more.
+pub(crate) fn parse_announcement(message: &str) -> ReleaseEvent {
     let mut words = message.split(' ');
     let (kind, first, second) = (words.next(), words.next(), words.next());
-    match (kind, first, second) {
-        (Some("granted"), Some(tag), Some(token)) => Announcement {
-            handed_to: parse_owner_tag(tag)
-                .zip(token.parse().ok())
-                .map(|(owner, token)| HandOff { owner, token }),
-            grant: None,
-        },
-        (Some("released"), Some(token), None) => Announcement {
-            handed_to: None,
-            grant: token.parse().ok(),
-        },
-        _ => Announcement::default(),
-    }
+    let parsed = match (kind, first, second) {
+        (Some("granted"), Some(tag), Some(token)) => OwnerTag::from_hex(tag)
+            .zip(token.parse().ok())
+            .map(|(to, token)| ReleaseEvent::HandedOver { to, token }),
+        (Some("released"), None, None) => Some(ReleaseEvent::Released { token: None }),
+        (Some("released"), Some(token), None) => token
+            .parse()
+            .ok()
+            .map(|token| ReleaseEvent::Released { token: Some(token) }),
+        (Some("left"), None, None) => Some(ReleaseEvent::WaiterLeft),
+        _ => None,
+    };
+    parsed.unwrap_or(ReleaseEvent::Unrecognised)
 }
 
 impl ReleaseWatch {
@@ -130,7 +227,7 @@ impl ReleaseWatch {
     pub(crate) fn any_of(watches: impl IntoIterator<Item = ReleaseWatch>) -> ReleaseWatch {
         ReleaseWatch {
             stores: watches.into_iter().flat_map(|w| w.stores).collect(),
-            seen_grants: Vec::new(),
+            seen_grants: SeenGrants::default(),
         }
     }
 
@@ -140,24 +237,32 @@ impl ReleaseWatch {
     /// Cancel-safe: a release is marked seen only when this returns it.
     pub(crate) async fn released(&mut self) -> Option<HandOff> {
         if let [one] = self.stores.as_mut_slice() {
-            return one.released().await.handed_to;
+            return one.released().await.handed_to();
         }
         loop {
             let each = self
                 .stores
                 .iter_mut()
                 .map(|store| Box::pin(store.released()));
-            let announcement = futures_util::future::select_all(each).await.0;
-            if let Some(grant) = announcement.grant {
-                if self.seen_grants.contains(&grant) {
-                    continue;
-                }
-                if self.seen_grants.len() == SEEN_GRANTS {
-                    self.seen_grants.remove(0);
-                }
-                self.seen_grants.push(grant);
+            let event = futures_util::future::select_all(each).await.0;
+            if self.seen_grants.is_new(event) {
+                return event.handed_to();
             }
-            return announcement.handed_to;
+        }
+    }
+
+    /// Every announcement from now on, in order (a store's copies of a release that another
+    /// store announced first left out). Announcements that came after the watch was made
+    /// and before this call are given first: the last of them, after an
+    /// [`ReleaseEvent::Interrupted`] when there were several (only the last is known).
+    pub(crate) fn follow(self) -> Following {
+        let (sender, events) = mpsc::unbounded_channel();
+        for store in &self.stores {
+            store.follow(sender.clone());
+        }
+        Following {
+            watch: self,
+            events,
         }
     }
 
@@ -169,20 +274,54 @@ impl ReleaseWatch {
     }
 }
 
+/// A watch that sees every announcement of a key's releases, for an operator.
+#[derive(Debug)]
+pub(crate) struct Following {
+    /// Keeps the subscription.
+    watch: ReleaseWatch,
+    events: mpsc::UnboundedReceiver<ReleaseEvent>,
+}
+
+impl Following {
+    /// The next announcement; `None` once the backend that announces them is gone.
+    pub(crate) async fn next(&mut self) -> Option<ReleaseEvent> {
+        loop {
+            let event = self.events.recv().await?;
+            if self.watch.stores.len() == 1 || self.watch.seen_grants.is_new(event) {
+                return Some(event);
+            }
+        }
+    }
+}
+
 impl KeyWatch {
-    async fn released(&mut self) -> Announcement {
+    async fn released(&mut self) -> ReleaseEvent {
         loop {
             let announced = self.releases.announced.notified();
             tokio::pin!(announced);
             // Registered before the check: a release right after it still wakes this waiter.
             announced.as_mut().enable();
-            let now = self.releases.announced();
-            if now.count > self.seen {
-                self.seen = now.count;
-                return now.last;
+            let (count, last) = self.releases.announced();
+            if count > self.seen {
+                self.seen = count;
+                return last;
             }
             announced.await;
         }
+    }
+
+    /// Sends every announcement to `follower` from now on, after what was announced since
+    /// this watch last looked (see [`ReleaseWatch::follow`]).
+    fn follow(&self, follower: mpsc::UnboundedSender<ReleaseEvent>) {
+        let mut announced = lock_ignoring_poison(&self.releases.announced_so_far);
+        let missed = announced.count - self.seen;
+        if missed > 1 {
+            let _ = follower.send(ReleaseEvent::Interrupted);
+        }
+        if missed > 0 {
+            let _ = follower.send(announced.last);
+        }
+        announced.followers.push(follower);
     }
 
     fn is_subscribed(&self) -> bool {
@@ -257,11 +396,11 @@ impl ReleaseHub {
     fn add_watcher(self: &Arc<Self>, key: &str, watched: &mut Watched) -> ReleaseWatch {
         watched.watchers += 1;
         ReleaseWatch {
-            seen_grants: Vec::new(),
+            seen_grants: SeenGrants::default(),
             stores: vec![KeyWatch {
                 hub: self.clone(),
                 key: key.to_owned(),
-                seen: watched.releases.announced().count,
+                seen: watched.releases.announced().0,
                 releases: watched.releases.clone(),
             }],
         }
@@ -296,22 +435,11 @@ impl ReleaseHub {
         idle
     }
 
-    /// Wakes the waiters of `key`; `handed_to` names the one the key went to, if any.
-    pub(crate) fn released(&self, key: &str, handed_to: Option<HandOff>) {
-        self.announce(
-            key,
-            Announcement {
-                handed_to,
-                grant: None,
-            },
-        );
-    }
-
     /// Wakes the waiters of `key` with what its release announced.
-    pub(crate) fn announce(&self, key: &str, announcement: Announcement) {
+    pub(crate) fn announce(&self, key: &str, event: ReleaseEvent) {
         let releases = self.keys().get(key).map(|watched| watched.releases.clone());
         if let Some(releases) = releases {
-            releases.announce(announcement);
+            releases.announce(event);
         }
     }
 
@@ -323,7 +451,7 @@ impl ReleaseHub {
             watched.releases.clone()
         });
         if let Some(releases) = releases {
-            releases.announce(Announcement::default());
+            releases.announce(ReleaseEvent::Interrupted);
         }
     }
 
@@ -336,7 +464,7 @@ impl ReleaseHub {
             announce.push(watched.releases.clone());
         }
         for releases in announce {
-            releases.announce(Announcement::default());
+            releases.announce(ReleaseEvent::Interrupted);
         }
     }
 }
@@ -350,37 +478,70 @@ mod tests {
     #[test]
     fn tags_agree_with_the_release_script_s_sha1hex() {
         // SHA-1("abc") = a9993e364706816aba3e25717850c26c9cd0d89d
-        assert_eq!(owner_tag("abc"), 0xa999_3e36_4706_816a);
+        assert_eq!(owner_tag("abc"), OwnerTag(0xa999_3e36_4706_816a));
+        assert_eq!(owner_tag("abc").to_string(), "a9993e364706816a");
         let hex = sha1_smol::Sha1::from("abc").digest().to_string();
-        assert_eq!(parse_owner_tag(&hex), Some(owner_tag("abc")));
-        assert_eq!(parse_owner_tag("short"), None);
-        assert_eq!(parse_owner_tag("zz993e364706816aba3e"), None);
+        assert_eq!(OwnerTag::from_hex(&hex), Some(owner_tag("abc")));
+        assert_eq!(OwnerTag::from_hex("short"), None);
+        assert_eq!(OwnerTag::from_hex("zz993e364706816aba3e"), None);
     }
 
     #[test]
     fn announcements_are_read_from_release_messages() {
         let hex = sha1_smol::Sha1::from("abc").digest().to_string();
-        let hand_off = HandOff {
-            owner: owner_tag("abc"),
+        let parse = |m: &str| parse_announcement(m);
+        let handed = ReleaseEvent::HandedOver {
+            to: owner_tag("abc"),
             token: 17,
         };
-        let handed = |h| Announcement {
-            handed_to: h,
-            grant: None,
-        };
-        let parse = |m: &str| parse_announcement(m);
-        assert_eq!(parse(&format!("granted {hex} 17")), handed(Some(hand_off)));
-        assert_eq!(parse(&format!("granted {hex}")), handed(None));
-        assert_eq!(parse(&format!("granted {hex} x")), handed(None));
-        assert_eq!(parse("released"), Announcement::default());
-        assert_eq!(
-            parse("released 42"),
-            Announcement {
-                handed_to: None,
-                grant: Some(42)
-            }
-        );
-        assert_eq!(parse("left"), Announcement::default());
+        assert_eq!(parse(&format!("granted {hex} 17")), handed);
+        assert_eq!(handed.handed_to().map(|h| h.token), Some(17));
+        for unreadable in [
+            format!("granted {hex}"),
+            format!("granted {hex} x"),
+            "x".into(),
+        ] {
+            assert_eq!(
+                parse(&unreadable),
+                ReleaseEvent::Unrecognised,
+                "{unreadable}"
+            );
+        }
+        assert_eq!(parse("released"), ReleaseEvent::Released { token: None });
+        let released = ReleaseEvent::Released { token: Some(42) };
+        assert_eq!(parse("released 42"), released);
+        assert_eq!(released.grant(), Some(42));
+        assert_eq!(parse("left"), ReleaseEvent::WaiterLeft);
+    }
+
+    /// A waiter learns the last of several announcements that came while it was busy; a
+    /// follower (an operator's watch) gets each of them, in order, and those that came
+    /// between the watch and the following as the last of them after `Interrupted`.
+    #[tokio::test]
+    async fn a_follower_sees_every_announcement_and_a_waiter_the_last() {
+        let hub = Arc::new(ReleaseHub::default());
+        let (mut waiter, _) = hub.watch("k");
+        let (before, _) = hub.watch("k");
+        let released = |token| ReleaseEvent::Released { token: Some(token) };
+        hub.announce("k", released(1));
+        hub.announce("k", released(2));
+        let mut following = before.follow();
+        hub.announce("k", ReleaseEvent::WaiterLeft);
+        hub.announce("k", released(3));
+        assert_eq!(waiter.released().await, None);
+        let mut events = Vec::new();
+        for _ in 0..4 {
+            events.push(following.next().await.expect("the hub is there"));
+        }
+        let expected = [
+            ReleaseEvent::Interrupted,
+            released(2),
+            ReleaseEvent::WaiterLeft,
+            released(3),
+        ];
+        assert_eq!(events, expected);
+        let more = tokio::time::timeout(Duration::from_millis(20), following.next()).await;
+        assert!(more.is_err(), "nothing else happened");
     }
 
     /// A release over several stores (Redlock) is announced by each: the watch returns the
@@ -392,10 +553,8 @@ mod tests {
             Arc::new(ReleaseHub::default()),
         ];
         let mut watch = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0));
-        let ended = |grant| Announcement {
-            handed_to: None,
-            grant: Some(grant),
-        };
+        let mut following = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0)).follow();
+        let ended = |grant| ReleaseEvent::Released { token: Some(grant) };
         hubs[0].announce("k", ended(7));
         watch.released().await;
         hubs[1].announce("k", ended(7));
@@ -409,5 +568,10 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), watch.released())
             .await
             .expect("so does one with a lower token (a master whose clock is behind)");
+        let mut followed = Vec::new();
+        for _ in 0..3 {
+            followed.push(following.next().await.expect("the hubs are there"));
+        }
+        assert_eq!(followed, [ended(7), ended(9), ended(3)], "a follower too");
     }
 }

@@ -194,7 +194,7 @@ async fn a_forced_release_is_found_by_the_next_renewal() {
     let client = backend.client();
     let guard = client.lock("k").ttl_ms(TTL_MS).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(backend.memory().force_release("k"));
+    assert!(backend.memory().delete_key("k"));
     let forced_at = Instant::now();
     let lost = within_a_minute(guard.lost()).await;
     expect_lost(Err::<(), _>(lost), LossCause::NotOwner);
@@ -429,7 +429,7 @@ async fn a_lease_taken_while_a_renewal_round_hangs_is_renewed_and_guarded() {
 async fn swept_job(locks: &LockClient, backend: &Partitionable) -> Result<u32, LockError> {
     // An operator deletes the key (or Redis restarts without its data) before the first
     // renewal could notice.
-    assert!(backend.memory().force_release("swept"));
+    assert!(backend.memory().delete_key("swept"));
     Ok(7)
 }
 
@@ -438,7 +438,7 @@ async fn swept_job_continued(
     locks: &LockClient,
     backend: &Partitionable,
 ) -> Result<u32, LockError> {
-    assert!(backend.memory().force_release("swept"));
+    assert!(backend.memory().delete_key("swept"));
     Ok(7)
 }
 

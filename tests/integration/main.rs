@@ -3,6 +3,7 @@
 //! `global_client` (a process-wide client), `simulation`, `telemetry` (a global subscriber and
 //! metrics recorder) and `ui` are binaries of their own.
 
+mod admin;
 mod attribute;
 mod cluster;
 mod hand_off;

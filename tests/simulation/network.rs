@@ -121,7 +121,7 @@ impl World {
 
     /// Deletes `key` under its holder, if it has one (a store-side fault).
     pub fn delete(&self, key: &str) {
-        if self.memory.force_release(key) {
+        if self.memory.delete_key(key) {
             self.history().deleted(key);
         }
     }

@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::release_hub::{HandOff, ReleaseHub, owner_tag};
+use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::glob::Glob;
+use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -53,16 +55,18 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// Deletes `key` whoever holds it (an operator's forced release; as a `DEL` on Redis, it
-    /// hands the key to nobody); `true` if it was held. Its holder learns of the loss at its
-    /// next renewal; waiters in this process wake and try.
-    pub fn force_release(&self, key: &str) -> bool {
+    /// Deletes `key` whoever holds it, as a `DEL` by hand on Redis would (it hands the key
+    /// to nobody; for an operator's forced release, see [`LockBackend::force_release`]);
+    /// `true` if it was held. Its holder learns of the loss at its next renewal; waiters in
+    /// this process wake and try.
+    pub fn delete_key(&self, key: &str) -> bool {
         let now = Instant::now();
         let released = self.with_state(|state| {
             state.live_holder(key, now).is_some() && state.holders.remove(key).is_some()
         });
         if released {
-            self.releases.released(key, None);
+            self.releases
+                .announce(key, ReleaseEvent::Released { token: None });
         }
         released
     }
@@ -161,14 +165,14 @@ impl State {
     /// Grants the free `key` to the oldest waiter in line whose place lasts, for its lease or
     /// until the place would have lapsed, whichever is sooner, as the Redis release script
     /// does; `None` if nobody waits.
-    fn hand_off(&mut self, key: &str, now: Instant) -> Option<HandOff> {
+    fn hand_off(&mut self, key: &str, now: Instant) -> Option<ReleaseEvent> {
         let next = self.live_line(key, now)?.pop_front()?;
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
         let token = self.grant(key, &next.owner, next.lapses_at.min(now + next.ttl));
-        Some(HandOff {
-            owner: owner_tag(&next.owner),
+        Some(ReleaseEvent::HandedOver {
+            to: owner_tag(&next.owner),
             token,
         })
     }
@@ -216,10 +220,47 @@ impl State {
         }
     }
 
+    /// What `key` holds now, as an operator sees it. The store keeps no fencing counter per
+    /// key (one counter serves every key).
+    fn lock_state(&mut self, key: &str, now: Instant) -> LockState {
+        let holding = match self.live_holder(key, now) {
+            Some(holder) => holder.holding(now),
+            None => Holding::Free,
+        };
+        let queue: Vec<Waiter> = self
+            .live_line(key, now)
+            .map(|line| {
+                let shown = line.iter().take(QUEUE_SHOWN);
+                shown.map(|place| place.waiter(now)).collect()
+            })
+            .unwrap_or_default();
+        LockState {
+            holding,
+            waiters: self.lines.get(key).map_or(0, VecDeque::len),
+            queue,
+            ..LockState::free(key)
+        }
+    }
+
+    /// Releases `key` whoever holds it, hands it to the oldest waiter in line, and says what
+    /// held it and what to announce (nothing when nobody held it). No release is remembered:
+    /// the holder's next renewal or release finds its lease lost.
+    fn force_release(&mut self, key: &str) -> (Holding, Option<ReleaseEvent>) {
+        let now = Instant::now();
+        let Some(holder) = self.live_holder(key, now) else {
+            return (Holding::Free, None);
+        };
+        let released = holder.holding(now);
+        self.holders.remove(key);
+        let freed = ReleaseEvent::Released {
+            token: released.token(),
+        };
+        (released, Some(self.hand_off(key, now).unwrap_or(freed)))
+    }
+
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
-    /// out of the line. Also says whether waiters should hear of it, and to whom the key
-    /// went.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<Option<HandOff>>) {
+    /// out of the line. Also says what to announce, if anything.
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<ReleaseEvent>) {
         let now = Instant::now();
         let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
@@ -230,9 +271,13 @@ impl State {
             Some(holder) if holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
+                    let released = ReleaseEvent::Released {
+                        token: Some(holder.token),
+                    };
                     self.holders.remove(&lease.key);
                     self.remember_release(&lease.key, &lease.owner, now);
-                    (Release::Released, Some(self.hand_off(&lease.key, now)))
+                    let handed_over = self.hand_off(&lease.key, now);
+                    (Release::Released, Some(handed_over.unwrap_or(released)))
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
@@ -247,7 +292,10 @@ impl State {
             Some(_) => (Release::NotOwner, None),
             // A fair waiter that leaves a free key may have been the one whose turn it was:
             // the others try again.
-            None => (Release::NotOwner, left_line.then_some(None)),
+            None => (
+                Release::NotOwner,
+                left_line.then_some(ReleaseEvent::WaiterLeft),
+            ),
         }
     }
 
@@ -259,6 +307,35 @@ impl State {
         let until = now + RELEASE_MEMORY;
         self.released_by
             .insert(key.to_owned(), (owner.to_owned(), until));
+    }
+}
+
+impl Holder {
+    /// Who holds the key, owner by tag.
+    fn holding(&self, now: Instant) -> Holding {
+        let remaining = self.expires_at.saturating_duration_since(now);
+        match self.owner.strip_suffix(RELEASED) {
+            Some(owner) => Holding::Kept {
+                owner: owner_tag(owner),
+                remaining,
+            },
+            None => Holding::Held {
+                owner: owner_tag(&self.owner),
+                token: Some(self.token),
+                remaining,
+            },
+        }
+    }
+}
+
+impl Place {
+    /// The waiter at this place, owner by tag (a live place: the line keeps no other).
+    fn waiter(&self, now: Instant) -> Waiter {
+        Waiter {
+            owner: owner_tag(&self.owner),
+            lease: Some(self.ttl),
+            place_left: Some(self.lapses_at.saturating_duration_since(now)),
+        }
     }
 }
 
@@ -275,9 +352,12 @@ impl std::fmt::Debug for MemoryBackend {
 /// How long the last release of a key is remembered.
 const RELEASE_MEMORY: Duration = Duration::from_secs(30);
 
-/// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token.
+/// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token: the
+/// token followed by this.
+const RELEASED: &str = ":released";
+
 fn released_mark(owner: &str) -> String {
-    format!("{owner}:released")
+    format!("{owner}{RELEASED}")
 }
 
 impl LockBackend for MemoryBackend {
@@ -318,10 +398,51 @@ impl LockBackend for MemoryBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let (result, announce) = self.with_state(|state| state.release(lease, keep));
-        if let Some(next) = announce {
-            self.releases.released(&lease.key, next);
+        if let Some(event) = announce {
+            self.releases.announce(&lease.key, event);
         }
         Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        let listed = Glob::parse(pattern).map(|glob| {
+            let now = Instant::now();
+            self.with_state(|state| {
+                let keys: Vec<String> = state
+                    .holders
+                    .iter()
+                    .filter(|(key, holder)| holder.expires_at > now && glob.matches(key))
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                keys.iter().map(|key| state.lock_state(key, now)).collect()
+            })
+        });
+        Box::pin(std::future::ready(listed))
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        let now = Instant::now();
+        let state = self.with_state(|state| state.lock_state(key, now));
+        Box::pin(std::future::ready(Ok(state)))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        let (released, announced) = self.with_state(|state| state.force_release(key));
+        if let Some(event) = announced {
+            self.releases.announce(key, event);
+        }
+        let forced = ForcedRelease {
+            released,
+            announced,
+            ..ForcedRelease::not_held(key)
+        };
+        Box::pin(std::future::ready(Ok(forced)))
     }
 }
 

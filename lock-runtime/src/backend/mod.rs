@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::LockError;
+use crate::admin::{ForcedRelease, LockState};
 pub use crate::release_hub::ReleaseWatch;
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
@@ -188,4 +189,103 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         lease: &'a Lease,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>>;
+
+    /// For an operator: every held lock whose key matches `pattern` (a Redis glob over the
+    /// lock key text, checked by the caller), in any order, each read at once (see
+    /// [`LockAdmin::list`](crate::admin::LockAdmin::list)). Not offered by default.
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        let _ = pattern;
+        not_offered("listing locks")
+    }
+
+    /// For an operator: what `key` holds now, read at once. Not offered by default.
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        let _ = key;
+        not_offered("inspecting a lock")
+    }
+
+    /// For an operator: releases `key` whoever holds it, keeping its fencing counter, handing
+    /// it over and announcing it as [`release`](Self::release) does, but without remembering
+    /// a release of the holder's (whose renewal and release must then find the lease lost);
+    /// refuses foreign data with [`LockError::KeyInUse`]. Not safe to retry: a second call
+    /// releases the next holder. Not offered by default.
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        let _ = key;
+        not_offered("releasing a lock by force")
+    }
+}
+
+/// The answer of a backend that does not offer an operator's `what`.
+fn not_offered<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockError>> {
+    let refused = LockError::invalid_config(format!(
+        "this backend does not offer {what}: the Redis backend (one server, Sentinel, \
+         Cluster), Redlock and the memory backend do"
+    ));
+    Box::pin(std::future::ready(Err(refused)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockClient;
+
+    /// A backend with the required methods only (none of them called here).
+    #[derive(Debug)]
+    struct RequiredOnly;
+
+    impl LockBackend for RequiredOnly {
+        fn acquire<'a>(
+            &'a self,
+            _: &'a Lease,
+            _: Turn,
+        ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+            Box::pin(std::future::pending())
+        }
+
+        fn subscribe<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+            Box::pin(std::future::pending())
+        }
+
+        fn extend<'a>(&'a self, _: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+            Box::pin(std::future::pending())
+        }
+
+        fn release<'a>(
+            &'a self,
+            _: &'a Lease,
+            _: Duration,
+        ) -> BoxFuture<'a, Result<Release, LockError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backend_without_operator_methods_says_what_it_does_not_offer() {
+        let admin = LockClient::from_backend(RequiredOnly).admin();
+        let refusals = [
+            ("listing locks", admin.list("*").await.err()),
+            ("inspecting a lock", admin.inspect("k").await.err()),
+            (
+                "releasing a lock by force",
+                admin.force_release("k").await.err(),
+            ),
+        ];
+        for (what, refusal) in refusals {
+            match refusal {
+                Some(LockError::InvalidConfig { reason }) => {
+                    assert!(
+                        reason.contains(&format!("does not offer {what}")),
+                        "{reason}"
+                    )
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
 }

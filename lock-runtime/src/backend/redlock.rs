@@ -19,6 +19,7 @@
 //! line of waiters (a release on each master could hand the key to a different waiter), so
 //! a release wakes the waiters, which attempt again; fair mode is refused.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use futures_util::future::join_all;
 use super::redis::{RedisBackend, RedisSettings};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
+use crate::admin::{ForcedRelease, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
 
 /// The clock drift a Redlock lease allows for: this share of the lease, plus
 /// [`CLOCK_DRIFT_MIN`].
@@ -399,6 +401,119 @@ impl RedlockBackend {
     }
 }
 
+// The operator's view: every master asked, each lock merged over them.
+impl RedlockBackend {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let replies = self.on_every_master(|m| m.list_locks(pattern)).await;
+        let answers = self.majority_answered(None, "listing locks failed", replies)?;
+        let answered = answers.len();
+        let mut by_key: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
+        for state in answers.into_iter().flat_map(|(_, states)| states) {
+            by_key.entry(state.key.clone()).or_default().push(state);
+        }
+        Ok(by_key
+            .into_iter()
+            .map(|(key, states)| self.merge(&key, states, answered))
+            .collect())
+    }
+
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+        let replies = self.on_every_master(|m| m.inspect_lock(key)).await;
+        let answers = self.majority_answered(Some(key), "inspecting failed", replies)?;
+        let answered = answers.len();
+        let states = answers.into_iter().map(|(_, state)| state).collect();
+        Ok(self.merge(key, states, answered))
+    }
+
+    async fn force_release_held(&self, key: &str) -> Result<ForcedRelease, LockError> {
+        let replies = self.on_every_master(|m| m.force_release(key)).await;
+        let answers = self.majority_answered(Some(key), "releasing by force failed", replies)?;
+        let answered = answers.len();
+        let (released, masters) =
+            self.merge_holdings(answers.iter().map(|(_, forced)| &forced.released), answered);
+        // Masters keep no line: each announces that the key is free (waiters hear one).
+        let announced = answers
+            .iter()
+            .filter_map(|(_, forced)| forced.announced)
+            .max_by_key(|event| match event {
+                ReleaseEvent::Released { token } => *token,
+                _ => None,
+            });
+        Ok(ForcedRelease {
+            released,
+            announced,
+            masters: Some(masters),
+            ..ForcedRelease::not_held(key)
+        })
+    }
+
+    /// One lock's state over the masters that answered (`states`: those on which the key
+    /// holds anything; the others hold nothing there).
+    fn merge(&self, key: &str, states: Vec<LockState>, answered: usize) -> LockState {
+        let (holding, masters) =
+            self.merge_holdings(states.iter().map(|state| &state.holding), answered);
+        let fence = states.iter().filter_map(|state| state.fence).max();
+        // Masters keep no line of waiters; should one have some, the longest line is shown.
+        let line = states.into_iter().max_by_key(|state| state.waiters);
+        let (waiters, queue) = line.map_or((0, Vec::new()), |state| (state.waiters, state.queue));
+        LockState {
+            key: key.to_owned(),
+            holding,
+            waiters,
+            queue,
+            fence,
+            masters: Some(masters),
+        }
+    }
+
+    /// Who holds a key over the masters that answered: the owner holding it on the most of
+    /// them (of two, the one with the greater token), with the greatest token it holds and
+    /// the time until fewer than a majority hold it (on a minority: until the last lease
+    /// ends); foreign data when no owner holds it and a master has some.
+    fn merge_holdings<'h>(
+        &self,
+        holdings: impl Iterator<Item = &'h Holding> + Clone,
+        answered: usize,
+    ) -> (Holding, Masters) {
+        let mut by_owner: BTreeMap<OwnerTag, Vec<&Holding>> = BTreeMap::new();
+        for holding in holdings.clone() {
+            if let Some(owner) = holding.owner() {
+                by_owner.entry(owner).or_default().push(holding);
+            }
+        }
+        let top = by_owner
+            .into_values()
+            .max_by_key(|held| (held.len(), held.iter().filter_map(|h| h.token()).max()));
+        let masters = |holding| Masters {
+            holding,
+            answered,
+            of: self.masters.len(),
+        };
+        let Some(held) = top else {
+            let foreign = holdings.filter(|h| matches!(h, Holding::Foreign { .. }));
+            let holding = foreign.clone().next().cloned().unwrap_or(Holding::Free);
+            return (holding, masters(foreign.count()));
+        };
+        let mut remaining: Vec<Duration> = held.iter().filter_map(|h| h.remaining()).collect();
+        remaining.sort_unstable_by(|a, b| b.cmp(a));
+        let until = remaining[self.quorum().min(remaining.len()) - 1];
+        let token = held.iter().filter_map(|h| h.token()).max();
+        let merged = match held[0] {
+            Holding::Held { owner, .. } => Holding::Held {
+                owner: *owner,
+                token,
+                remaining: until,
+            },
+            Holding::Kept { owner, .. } => Holding::Kept {
+                owner: *owner,
+                remaining: until,
+            },
+            unowned => unowned.clone(),
+        };
+        (merged, masters(held.len()))
+    }
+}
+
 impl LockBackend for RedlockBackend {
     fn acquire<'a>(
         &'a self,
@@ -430,5 +545,23 @@ impl LockBackend for RedlockBackend {
 
     fn hands_off(&self) -> bool {
         false
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        Box::pin(self.list_held(pattern))
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_held(key))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        Box::pin(self.force_release_held(key))
     }
 }

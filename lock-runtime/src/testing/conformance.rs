@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admin::{Holding, ReleaseEvent};
 use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
-use crate::{LockClient, LockError, LossCause};
+use crate::{LockClient, LockError, LossCause, glob};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
 /// enough that a loaded machine does not expire a lease between two steps that need it.
@@ -30,6 +31,10 @@ pub async fn run(client: &LockClient, namespace: &str) {
     min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
     releases_are_announced(client, &format!("{namespace}:announce")).await;
     a_retry_by_the_holder_never_shortens_its_lease(client, &format!("{namespace}:retry")).await;
+    an_operator_lists_and_inspects_held_locks(client, &format!("{namespace}:admin")).await;
+    a_forced_release_ends_the_grant_and_wakes_the_line(client, &format!("{namespace}:forced"))
+        .await;
+    an_operator_watch_sees_every_announcement(client, &format!("{namespace}:watch")).await;
     if client.backend().hands_off() {
         a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off"))
             .await;
@@ -561,4 +566,193 @@ pub async fn bad_input_is_refused(client: &LockClient, key: &str) {
         .release()
         .await
         .expect("release");
+}
+
+/// An operator lists the held locks whose key matches a pattern (and no others), and
+/// inspects one: holder by tag (never the owner token), the grant's token, the lease left,
+/// the waiters in line and the next one; the fencing counter, where the store keeps one per
+/// key, is not behind the grant. A free key inspects as free, bad patterns and keys are
+/// refused.
+pub async fn an_operator_lists_and_inspects_held_locks(client: &LockClient, key: &str) {
+    let (backend, admin) = (client.backend(), client.admin());
+    let [first, second] = ["a", "b"].map(|name| owner(&format!("{key}:{name}"), "holder"));
+    let elsewhere = owner(&format!("{key}-elsewhere"), "holder");
+    let mut grants = Vec::new();
+    for lease in [&first, &second, &elsewhere] {
+        grants.push(
+            expect_granted(backend, lease, Turn::Once, "free")
+                .await
+                .token,
+        );
+    }
+    let waiter = owner(&first.key, "waiter");
+    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    let pattern = format!("{}:*", glob::escape(key));
+    let listed = admin.list(&pattern).await.expect("backend answers");
+    let keys: Vec<&str> = listed.iter().map(|state| state.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [&first.key, &second.key],
+        "the keys matching {pattern}, sorted"
+    );
+    let state = &listed[0];
+    match &state.holding {
+        Holding::Held {
+            owner,
+            token,
+            remaining,
+        } => {
+            assert_eq!(*owner, owner_tag(&first.owner), "the holder, by tag");
+            assert_eq!(*token, Some(grants[0]), "the grant's token");
+            assert!(
+                *remaining > Duration::ZERO && *remaining <= LONG,
+                "{remaining:?}"
+            );
+        }
+        other => panic!("a held key lists as held: {other:?}"),
+    }
+    assert!(
+        state.fence.is_none_or(|fence| fence >= grants[0]),
+        "{state:?}"
+    );
+    if backend.hands_off() {
+        assert_eq!(state.waiters, 1, "one waiter in line");
+        let next = state.next_waiter().expect("the waiter is next");
+        assert_eq!(next.owner, owner_tag(&waiter.owner));
+        assert!(next.place_left.is_some_and(|left| left <= LONG), "{next:?}");
+        assert_eq!(next.lease, Some(waiter.ttl));
+    }
+    let one = admin.list(&format!("{}:[a]", glob::escape(key))).await;
+    assert_eq!(
+        one.expect("backend answers").len(),
+        1,
+        "a set in the pattern"
+    );
+    let inspected = admin.inspect(&first.key).await.expect("backend answers");
+    // All but the times, which run on between the two reads.
+    let timeless = |state: &crate::admin::LockState| {
+        let queue: Vec<_> = state.queue.iter().map(|waiter| waiter.owner).collect();
+        let holding = (state.holding.owner(), state.holding.token());
+        (
+            state.key.clone(),
+            holding,
+            state.waiters,
+            queue,
+            state.fence,
+        )
+    };
+    assert_eq!(
+        timeless(&inspected),
+        timeless(state),
+        "inspect reads what list reads"
+    );
+    for lease in [&waiter, &first, &second, &elsewhere] {
+        release_now(backend, lease).await;
+    }
+    let free = admin.inspect(&first.key).await.expect("backend answers");
+    assert_eq!(free.holding, Holding::Free, "a released key is free");
+    assert!(
+        matches!(admin.list("").await, Err(LockError::InvalidKey { .. })),
+        "an empty pattern is refused"
+    );
+    for bad in ["", "a\nb"] {
+        let refused = admin.inspect(bad).await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidKey { .. })),
+            "{refused:?}"
+        );
+    }
+}
+
+/// An operator's forced release ends the grant whoever holds it: the holder's renewal and
+/// release find it lost (no release is remembered for it), the key goes to the oldest waiter
+/// with a greater token (the fencing counter is kept) or is announced free, and the release
+/// is announced as it is; a free key is left as it is.
+pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockClient, key: &str) {
+    let (backend, admin) = (client.backend(), client.admin());
+    let [holder, waiter] = ["holder", "waiter"].map(|name| owner(key, name));
+    let held = expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
+    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    let mut events = admin.watch(key).await.expect("subscribes");
+    let forced = admin.force_release(key).await.expect("backend answers");
+    assert_eq!(forced.released.owner(), Some(owner_tag(&holder.owner)));
+    assert_eq!(forced.released.token(), Some(held.token), "{forced:?}");
+    let announced = forced.announced.expect("a release is announced");
+    let heard = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+    let heard = heard.expect("the watch hears the forced release");
+    assert_eq!(heard.expect("backend answers"), announced, "as announced");
+    let extended = backend.extend(std::slice::from_ref(&held)).await;
+    assert_eq!(
+        extended.ok(),
+        Some(vec![false]),
+        "the holder's renewal finds it lost"
+    );
+    let released = backend.release(&holder, Duration::ZERO).await;
+    assert_eq!(released.ok(), Some(Release::NotOwner), "its release too");
+    let next = if backend.hands_off() {
+        let ReleaseEvent::HandedOver { to, token } = announced else {
+            panic!("the key goes to the waiter in line: {announced:?}");
+        };
+        assert_eq!(to, owner_tag(&waiter.owner));
+        let grant = expect_granted(backend, &waiter, Turn::Once, "handed to the waiter").await;
+        assert_eq!(grant.token, token, "with the announced grant");
+        grant
+    } else {
+        assert_eq!(
+            announced,
+            ReleaseEvent::Released {
+                token: Some(held.token)
+            }
+        );
+        expect_granted(backend, &waiter, Turn::Once, "the key is free").await
+    };
+    assert!(next.token > held.token, "tokens go on increasing");
+    // Nobody in line now: the key is announced free, and its fencing counter stays.
+    let before = admin.inspect(key).await.expect("backend answers");
+    let forced = admin.force_release(key).await.expect("backend answers");
+    let free = ReleaseEvent::Released {
+        token: Some(next.token),
+    };
+    assert_eq!(forced.announced, Some(free), "announced free");
+    let after = admin.inspect(key).await.expect("backend answers");
+    assert_eq!(after.holding, Holding::Free);
+    assert_eq!(after.fence, before.fence, "the fencing counter is kept");
+    let again = admin.force_release(key).await.expect("backend answers");
+    assert_eq!(
+        (again.released, again.announced),
+        (Holding::Free, None),
+        "nothing held"
+    );
+}
+
+/// An operator's watch sees every announcement in order, also those waiters would see only
+/// the last of: two releases in a row, and a waiter leaving a free key's line.
+pub async fn an_operator_watch_sees_every_announcement(client: &LockClient, key: &str) {
+    let (backend, admin) = (client.backend(), client.admin());
+    let mut events = admin.watch(key).await.expect("subscribes");
+    let mut expected = Vec::new();
+    for _ in 0..2 {
+        let guard = hold(client, key).await;
+        expected.push(ReleaseEvent::Released {
+            token: Some(guard.token()),
+        });
+        guard.release().await.expect("release");
+    }
+    if backend.hands_off() {
+        let [short_lived, waiter] = ["short-lived", "waiter"].map(|name| owner(key, name));
+        let mut short_lived = short_lived;
+        short_lived.ttl = Duration::from_millis(SHORT_TTL_MS);
+        expect_granted(backend, &short_lived, Turn::Once, "free").await;
+        expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
+        // The lease runs out (no release); the waiter gives up its place on a free key.
+        tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
+        release_now(backend, &waiter).await;
+        expected.push(ReleaseEvent::WaiterLeft);
+    }
+    let mut heard = Vec::new();
+    while heard.len() < expected.len() {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        heard.push(event.expect("each is heard").expect("backend answers"));
+    }
+    assert_eq!(heard, expected, "every announcement, in order");
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
+use crate::admin::{ForcedRelease, LockState};
 use crate::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
@@ -171,5 +172,26 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
             self.admit(Call::Release { lease, keep }).await?;
             self.backend.release(lease, keep).await
         })
+    }
+
+    /// Not put to the interceptor (an operator's call, not the client's).
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        self.backend.list_locks(pattern)
+    }
+
+    /// Not put to the interceptor (an operator's call, not the client's).
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        self.backend.inspect_lock(key)
+    }
+
+    /// Not put to the interceptor (an operator's call, not the client's).
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        self.backend.force_release(key)
     }
 }

@@ -16,12 +16,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{PushInfo, PushKind, RedisError, RedisResult, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::mpsc;
 
-use super::query_loading_extend;
+use super::{query_loading_extend, text};
 use crate::LockError;
 use crate::driver::Background;
 use crate::release_hub::{ReleaseHub, ReleaseWatch, parse_announcement};
@@ -171,6 +173,94 @@ impl ClusterLink {
     }
 }
 
+/// One node of the cluster, as a connection whose commands and pipelines all go to it (a
+/// `SCAN` walks the keys of one node).
+pub(crate) struct ClusterNode {
+    commands: ClusterConnection,
+    host: String,
+    port: u16,
+}
+
+impl ClusterNode {
+    fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+impl ConnectionLike for ClusterNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let routing = RoutingInfo::SingleNode(self.route());
+        Box::pin(self.commands.route_command(cmd.clone(), routing))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let route = self.route();
+        Box::pin(
+            self.commands
+                .route_pipeline(pipeline.clone(), offset, count, route),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl ClusterLink {
+    /// The masters, as the cluster names them now (`CLUSTER SLOTS`, from which the cluster
+    /// client learns the addresses it routes to): the first node of each slot range.
+    pub(crate) async fn masters(&self) -> RedisResult<Vec<ClusterNode>> {
+        let slots: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut self.commands())
+            .await?;
+        let Value::Array(ranges) = slots else {
+            return Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected CLUSTER SLOTS reply",
+            )));
+        };
+        let mut masters: Vec<(String, u16)> = ranges
+            .iter()
+            .filter_map(|range| match range {
+                Value::Array(range) => match range.get(2) {
+                    Some(Value::Array(master)) => {
+                        let host = text(master.first()?)?;
+                        let port = super::integer(master.get(1)?)?;
+                        Some((host, u16::try_from(port).ok()?))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        masters.sort();
+        masters.dedup();
+        Ok(masters
+            .into_iter()
+            .map(|(host, port)| ClusterNode {
+                commands: self.commands(),
+                host,
+                port,
+            })
+            .collect())
+    }
+}
+
 /// One extend script call, with the slot of its keys.
 pub(crate) struct ExtendCall {
     pub(crate) slot: u16,
@@ -200,14 +290,6 @@ async fn announce(mut pushes: mpsc::UnboundedReceiver<PushInfo>, hub: Weak<Relea
             }
             _ => {}
         }
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
     }
 }
 

@@ -1,20 +1,10 @@
-//! The Redis backend: one key per lock, Lua scripts for every step.
-//!
-//! Layout, for a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
-//! `<owner token>:<fencing token>` with the lease as its TTL; the fencing counter is
-//! `P{K}:fence`, which expires a minute after the server time its token stands for
-//! (`grant.lua`); waiters queue in `P{K}:queue` (a list of `<owner token> <lease ms>`) and
-//! `P{K}:queue:deadlines` (a sorted set of the same entries, scored by when each place
-//! lapses), which expire with their last waiter's place; `P{K}:released-by` names the owner
-//! of the last release for 30 s, so that a release sent again after its reply was lost knows
-//! it released. A release hands the key to the oldest waiter whose place lasts and publishes
-//! that on the channel `P{K}:released` (`release.lua`). The braces put every key in one
-//! Redis Cluster hash slot, and `K` stays readable for operators; a key starting with a brace
-//! gets one more `{` in front (`P{{}x}`), since Redis would hash the whole key for an empty
-//! tag.
+//! The Redis backend: one key per lock, Lua scripts for every step. Where each part of a
+//! lock lives is described in `src/backend/redis/layout.rs`.
 
 mod cluster;
 mod connection;
+mod layout;
+mod operator;
 mod pubsub;
 mod server;
 
@@ -30,6 +20,7 @@ use self::pubsub::Notifier;
 use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
+use crate::admin::{ForcedRelease, LockState};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -40,6 +31,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/grant.lua"),
+        include_str!("lua/hand_off.lua"),
         include_str!("lua/release.lua")
     ))
 });
@@ -171,7 +163,7 @@ impl RedisBackend {
     /// resharding and failover are followed by redis-rs's cluster client. Checked with
     /// `PING` on every master.
     pub async fn cluster(urls: &[String], settings: RedisSettings) -> Result<Self, LockError> {
-        check_prefix(&settings.prefix)?;
+        layout::check_prefix(&settings.prefix)?;
         if urls.iter().any(|url| url.starts_with("rediss://")) {
             check_tls_ready()?;
         }
@@ -194,7 +186,7 @@ impl RedisBackend {
             connect_timeout,
             response_timeout,
         } = settings;
-        check_prefix(&prefix)?;
+        layout::check_prefix(&prefix)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
@@ -289,32 +281,9 @@ impl RedisBackend {
     }
 }
 
-// Key layout: where each part of a lock lives (see the module notes).
 impl RedisBackend {
     fn lock_key(&self, key: &str) -> String {
-        lock_key(&self.prefix, key)
-    }
-
-    /// The keys of the waiters' queue next to `lock_key`.
-    fn queue_keys(lock_key: &str) -> [String; 2] {
-        [
-            format!("{lock_key}:queue"),
-            format!("{lock_key}:queue:deadlines"),
-        ]
-    }
-
-    fn release_channel(lock_key: &str) -> String {
-        format!("{lock_key}:released")
-    }
-
-    /// The fencing counter.
-    fn fence_key(lock_key: &str) -> String {
-        format!("{lock_key}:fence")
-    }
-
-    /// The owner of the last release, remembered for a release sent again.
-    fn released_by_key(lock_key: &str) -> String {
-        format!("{lock_key}:released-by")
+        layout::lock_key(&self.prefix, key)
     }
 }
 
@@ -387,10 +356,7 @@ impl RedisBackend {
         turn: Turn,
         floor: Option<u64>,
     ) -> Result<Acquire, LockError> {
-        let lock_key = self.lock_key(&lease.key);
-        let fence_key = Self::fence_key(&lock_key);
-        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-        let keys = [lock_key, fence_key, queue_key, deadlines_key];
+        let keys = layout::lock_keys(self.lock_key(&lease.key));
         let ttl_ms = lease.ttl.as_millis().to_string();
         let place_ms = turn
             .place()
@@ -607,7 +573,7 @@ impl RedisBackend {
         chosen: u64,
     ) -> Result<bool, LockError> {
         let lock_key = self.lock_key(&lease.key);
-        let fence_key = Self::fence_key(&lock_key);
+        let fence_key = layout::fence_key(&lock_key);
         let keys = [lock_key, fence_key];
         let args = [
             lease.owner.as_str(),
@@ -625,25 +591,27 @@ impl RedisBackend {
 impl RedisBackend {
     /// The keys and arguments of the release script for `lease`, keeping the key `keep`.
     fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], [String; 5]) {
-        let lock_key = self.lock_key(&lease.key);
-        let channel = Self::release_channel(&lock_key);
-        let fence_key = Self::fence_key(&lock_key);
-        let [queue_key, deadlines_key] = Self::queue_keys(&lock_key);
-        let released_by = Self::released_by_key(&lock_key);
+        let [lock_key, fence_key, queue_key, deadlines_key] =
+            layout::lock_keys(self.lock_key(&lease.key));
+        let channel = layout::release_channel(&lock_key);
+        let released_by = layout::released_by_key(&lock_key);
         let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
-        // On a cluster, a release is heard on its shard only.
-        let publish = match self.link {
-            Link::Server { .. } => "PUBLISH",
-            Link::Cluster(_) => "SPUBLISH",
-        };
         let args = [
             lease.owner.clone(),
             keep.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
-            publish.to_owned(),
+            self.publish_command().to_owned(),
         ];
         (keys, args)
+    }
+
+    /// How the scripts announce a release: on a cluster, on its shard only.
+    fn publish_command(&self) -> &'static str {
+        match self.link {
+            Link::Server { .. } => "PUBLISH",
+            Link::Cluster(_) => "SPUBLISH",
+        }
     }
 }
 
@@ -667,34 +635,12 @@ impl RedisBackend {
 impl RedisBackend {
     /// A watch of `key`'s release channel.
     async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
-        let channel = Self::release_channel(&self.lock_key(key));
+        let channel = layout::release_channel(&self.lock_key(key));
         match &self.link {
             Link::Server { notifier, .. } => notifier.subscribe(&channel).await,
             Link::Cluster(cluster) => cluster.subscribe(&channel).await,
         }
     }
-}
-
-/// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
-/// of the lock (`...:fence`, `...:queue`, `...:released-by`) lands in one Redis Cluster slot. Redis
-/// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
-/// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
-/// apart, does a key starting with `{`.
-fn lock_key(prefix: &str, key: &str) -> String {
-    let brace = if key.starts_with(['{', '}']) { "{" } else { "" };
-    format!("{prefix}{{{brace}{key}}}")
-}
-
-/// A prefix with a brace would move or empty the hash tag of every key.
-fn check_prefix(prefix: &str) -> Result<(), LockError> {
-    if prefix.contains(['{', '}']) {
-        return Err(LockError::invalid_config(format!(
-            "the key prefix {prefix:?} contains a brace: the lock key goes into a hash tag \
-             (`<prefix>{{<key>}}`), and a brace in the prefix would split a lock's keys over \
-             Redis Cluster slots; use a prefix without braces"
-        )));
-    }
-    Ok(())
 }
 
 /// Opens a client for `url`; for `rediss://`, trusting `tls_root` (PEM) instead of the
@@ -776,11 +722,6 @@ fn invocation<'a>(
 /// The values of `maxmemory-policy` in a `CONFIG GET` reply: one server's, or every node's
 /// (nested as the cluster client gathers them).
 fn eviction_policies(reply: &Value) -> Vec<String> {
-    let text = |value: &Value| match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    };
     match reply {
         Value::Array(items) => {
             let mut found = Vec::new();
@@ -816,6 +757,15 @@ fn unexpected(key: &str, what: &str, reply: &Value) -> LockError {
         format!("unexpected reply from the {what} script: {reply:?}"),
         None,
     )
+}
+
+/// The text of a string reply.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
 }
 
 fn integer(value: &Value) -> Option<i64> {
@@ -864,7 +814,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
-        let channel = Self::release_channel(&self.lock_key(key));
+        let channel = layout::release_channel(&self.lock_key(key));
         match &self.link {
             Link::Server { notifier, .. } => notifier.watch_if_subscribed(&channel),
             Link::Cluster(cluster) => cluster.watch_if_subscribed(&channel),
@@ -881,6 +831,24 @@ impl LockBackend for RedisBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(self.release_grant(lease, keep))
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        Box::pin(self.list_held(pattern))
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_held(key))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        Box::pin(self.force_release_held(key))
     }
 }
 

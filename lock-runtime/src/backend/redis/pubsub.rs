@@ -20,7 +20,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use super::server::Server;
 use crate::LockError;
 use crate::driver::Background;
-use crate::release_hub::{Announcement, ReleaseHub, ReleaseWatch, parse_announcement};
+use crate::release_hub::{ReleaseEvent, ReleaseHub, ReleaseWatch, parse_announcement};
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -202,11 +202,12 @@ async fn announce(
 }
 
 /// What a release message announces.
-fn announcement(message: &redis::Msg) -> Announcement {
+fn announcement(message: &redis::Msg) -> ReleaseEvent {
     message
         .get_payload::<String>()
-        .map(|payload| parse_announcement(&payload))
-        .unwrap_or_default()
+        .map_or(ReleaseEvent::Unrecognised, |payload| {
+            parse_announcement(&payload)
+        })
 }
 
 /// Unsubscribes channels nobody has waited for during `LINGER`.

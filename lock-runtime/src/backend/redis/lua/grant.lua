@@ -1,4 +1,4 @@
--- Shared by the acquire and release scripts, which are appended to this text.
+-- Shared by the scripts that read or grant locks, which are appended to this text.
 -- Fencing tokens travel as strings: Lua numbers are doubles, exact below 2^53, but Lua
 -- prints them with 14 significant digits.
 

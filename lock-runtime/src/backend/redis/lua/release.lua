@@ -22,40 +22,6 @@
 -- How long KEYS[5] remembers the last release: longer than a resend takes.
 local RELEASE_MEMORY_MS = 30000
 
--- Grants the free key to the oldest waiter whose place lasts, for its lease or until the place
--- would have lapsed, whichever is sooner (the waiter renews it from there; one that died holds
--- the key no longer than either); returns the message that names it, or nil when nobody waits (or the keys next
--- to the lock are not a lock's).
-local function hand_off()
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    return nil
-  end
-  local now_ms, now_us = server_time()
-  local lapsed, head = read_queue(KEYS[3], KEYS[4], now_ms)
-  if not lapsed or not head then
-    return nil
-  end
-  local last = read_fence(KEYS[2])
-  if not last then
-    return nil
-  end
-  head = prune_queue(KEYS[3], KEYS[4], lapsed, head)
-  while head do
-    redis.call('LPOP', KEYS[3])
-    local lapses_at = redis.call('ZSCORE', KEYS[4], head)
-    redis.call('ZREM', KEYS[4], head)
-    local owner, lease_ms = string.match(head, '^(.+) (%d+)$')
-    -- An entry without a live place (or of another version's shape) is skipped.
-    if owner and lapses_at and tonumber(lapses_at) > now_ms then
-      lease_ms = math.min(tonumber(lease_ms), tonumber(lapses_at) - now_ms)
-      local token = grant(KEYS[1], KEYS[2], owner, string.format('%.0f', lease_ms), last, now_us)
-      return 'granted ' .. redis.sha1hex(owner) .. ' ' .. token
-    end
-    head = redis.call('LINDEX', KEYS[3], 0)
-  end
-  return nil
-end
-
 local left = false
 local entry = queue_entry(ARGV[1], ARGV[4])
 local removed = redis.pcall('LREM', KEYS[3], 0, entry)
@@ -87,8 +53,7 @@ if ARGV[2] == '0' then
   if kind == 'none' or (kind == 'string' and redis.call('PTTL', KEYS[5]) > 0) then
     redis.call('SET', KEYS[5], ARGV[1], 'PX', RELEASE_MEMORY_MS)
   end
-  local released = 'released ' .. (string.match(holder, ':(%d+)$') or '')
-  redis.pcall(ARGV[5], ARGV[3], hand_off() or released)
+  announce_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], holder, ARGV[3], ARGV[5])
 else
   redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 end

@@ -1,0 +1,88 @@
+//! The command line.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Operate fencelock's locks: list the held ones, inspect one, release one by force, watch a
+/// key's hand-offs. Owners are shown by tag (the first 16 hex digits of the SHA-1 of their
+/// owner token, as release notifications name them), never by token.
+#[derive(Debug, Parser)]
+#[command(name = "fencelock", version)]
+pub struct Cli {
+    #[command(flatten)]
+    pub connection: Connection,
+    /// Print JSON for scripts (one document; for `watch`, one object per line).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the locks are.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// A Redis URL (`redis://[user:password@]host[:port][/db]`, `rediss://...`); give it several
+    /// times with --redlock, --cluster or --sentinel.
+    #[arg(
+        long = "url",
+        value_name = "URL",
+        env = "FENCELOCK_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        hide_env_values = true,
+        global = true
+    )]
+    pub urls: Vec<String>,
+    /// The key prefix the applications use.
+    #[arg(long, default_value = "lock:", global = true)]
+    pub prefix: String,
+    /// The URLs are nodes of one Redis Cluster.
+    #[arg(long, global = true, conflicts_with_all = ["sentinel", "redlock"])]
+    pub cluster: bool,
+    /// The URLs are Sentinels monitoring the master of SERVICE.
+    #[arg(
+        long,
+        value_name = "SERVICE",
+        global = true,
+        conflicts_with = "redlock"
+    )]
+    pub sentinel: Option<String>,
+    /// The URLs are independent masters, locked with Redlock.
+    #[arg(long, global = true)]
+    pub redlock: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the held locks whose key matches PATTERN, sorted by key.
+    List {
+        /// A Redis glob over the lock key (`*` any text, `?` one byte, `[a-z]`, `\` escapes).
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Show one lock: holder, token, lease left, fencing counter, the waiters in line.
+    Inspect {
+        /// The lock key, as the applications write it (`stock:42`).
+        key: String,
+    },
+    /// Release a lock whoever holds it (owner-unchecked; needs --force). The fencing counter
+    /// is kept, the oldest waiter in line gets the key, and the former holder's next renewal
+    /// or release reports the lock lost.
+    Release {
+        /// The lock key, as the applications write it.
+        key: String,
+        /// Confirm that the release is owner-unchecked.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask before releasing.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Print each release of KEY as it happens (released, handed over, waiter left) until
+    /// Ctrl-C.
+    Watch {
+        /// The lock key, as the applications write it.
+        key: String,
+        /// Stop after this many releases.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
+}

@@ -1,0 +1,42 @@
+//! The client for the topology the options name.
+
+use fencelock::{LockClient, LockClientBuilder};
+
+use crate::args::Connection;
+use crate::failure::Failure;
+
+/// Connects as the options say. A server that may evict keys is accepted: an operator must
+/// still reach the locks on it.
+pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
+    let builder = builder(connection)?
+        .key_prefix(&connection.prefix)
+        .allow_eviction(true);
+    builder
+        .connect()
+        .await
+        .map_err(|error| Failure::new("cannot connect", error))
+}
+
+fn builder(connection: &Connection) -> Result<LockClientBuilder, Failure> {
+    let urls = &connection.urls;
+    if connection.cluster {
+        return Ok(LockClient::cluster_builder(urls));
+    }
+    if let Some(service) = &connection.sentinel {
+        return Ok(LockClient::sentinel_builder(urls, service));
+    }
+    if connection.redlock {
+        return Ok(LockClient::redlock_builder(urls));
+    }
+    match urls.as_slice() {
+        [url] => Ok(LockClient::builder(url)),
+        _ => Err(Failure::message(
+            "cannot connect",
+            format!(
+                "{} URLs given for one server: add --redlock (independent masters), --cluster \
+                 (nodes of one cluster) or --sentinel SERVICE (Sentinels), or give one --url",
+                urls.len()
+            ),
+        )),
+    }
+}

@@ -1,0 +1,161 @@
+//! The key layout of the Redis backend: where each part of a lock lives. The scripts'
+//! callers and the operator's listing and inspection all name keys through this module.
+//!
+//! For a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
+//! `<owner token>:<fencing token>` with the lease as its TTL (`<owner token>:released` while
+//! `min_hold_ms` keeps it after its release); the fencing counter is `P{K}:fence`, which
+//! expires a minute after the server time its token stands for (`grant.lua`); waiters queue
+//! in `P{K}:queue` (a list of `<owner token> <lease ms>`) and `P{K}:queue:deadlines` (a sorted
+//! set of the same entries, scored by when each place lapses), which expire with their last
+//! waiter's place; `P{K}:released-by` names the owner of the last release for 30 s, so that a
+//! release sent again after its reply was lost knows it released. A release hands the key to
+//! the oldest waiter whose place lasts and publishes that on the channel `P{K}:released`
+//! (`release.lua`). The braces put every key in one Redis Cluster hash slot, and `K` stays
+//! readable for operators; a key starting with a brace gets one more `{` in front (`P{{}x}`),
+//! since Redis would hash the whole key for an empty tag.
+
+use crate::LockError;
+use crate::glob::{self, Glob, Start};
+
+/// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
+/// of the lock (`...:fence`, `...:queue`, `...:released-by`) lands in one Redis Cluster slot. Redis
+/// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
+/// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
+/// apart, does a key starting with `{`.
+pub(crate) fn lock_key(prefix: &str, key: &str) -> String {
+    let brace = if starts_with_brace(key) { "{" } else { "" };
+    format!("{prefix}{{{brace}{key}}}")
+}
+
+fn starts_with_brace(text: &str) -> bool {
+    text.starts_with(['{', '}'])
+}
+
+/// The lock key whose Redis key is `redis_key` (the inverse of [`lock_key`]), or `None` when
+/// no lock key has that Redis key (another program's key under the prefix).
+pub(crate) fn key_of(prefix: &str, redis_key: &str) -> Option<String> {
+    let tagged = redis_key.strip_prefix(prefix)?.strip_prefix('{')?;
+    let text = tagged.strip_suffix('}')?;
+    let key = match text.strip_prefix('{') {
+        Some(rest) => rest,
+        None => text,
+    };
+    (!key.is_empty() && lock_key(prefix, key) == redis_key).then(|| key.to_owned())
+}
+
+/// A `SCAN MATCH` pattern for the Redis keys of the lock keys that `pattern` matches. It may
+/// match more (a pattern starting with one byte of several cannot say whether a brace was put
+/// in front): filter what it finds with [`key_of`] and `pattern`. Only lock keys can match
+/// it, never the keys kept next to them, which end in a suffix after the `}`.
+pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> String {
+    let prefix = glob::escape(prefix);
+    match pattern.start() {
+        Start::Byte(b'{' | b'}') => {
+            format!("{prefix}{{{{{}}}", pattern.render())
+        }
+        Start::Byte(_) | Start::Any => format!("{prefix}{{{}}}", pattern.render()),
+        Start::OneOf => format!("{prefix}{{{}}}", pattern.render_with_any_first()),
+    }
+}
+
+/// The lock key, its fencing counter, its queue and the queue's deadlines: the keys of the
+/// acquire, inspect and forced-release scripts, in that order.
+pub(crate) fn lock_keys(lock_key: String) -> [String; 4] {
+    let fence_key = fence_key(&lock_key);
+    let [queue_key, deadlines_key] = queue_keys(&lock_key);
+    [lock_key, fence_key, queue_key, deadlines_key]
+}
+
+/// The keys of the waiters' queue next to `lock_key`.
+pub(crate) fn queue_keys(lock_key: &str) -> [String; 2] {
+    [
+        format!("{lock_key}:queue"),
+        format!("{lock_key}:queue:deadlines"),
+    ]
+}
+
+/// The channel on which the releases of `lock_key` are announced.
+pub(crate) fn release_channel(lock_key: &str) -> String {
+    format!("{lock_key}:released")
+}
+
+/// The fencing counter.
+pub(crate) fn fence_key(lock_key: &str) -> String {
+    format!("{lock_key}:fence")
+}
+
+/// The owner of the last release, remembered for a release sent again.
+pub(crate) fn released_by_key(lock_key: &str) -> String {
+    format!("{lock_key}:released-by")
+}
+
+/// A prefix with a brace would move or empty the hash tag of every key.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.contains(['{', '}']) {
+        return Err(LockError::invalid_config(format!(
+            "the key prefix {prefix:?} contains a brace: the lock key goes into a hash tag \
+             (`<prefix>{{<key>}}`), and a brace in the prefix would split a lock's keys over \
+             Redis Cluster slots; use a prefix without braces"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEYS: [&str; 8] = ["stock:42", "{a", "}x", "{", "}", "a}b", "{{", r"a\:b"];
+
+    #[test]
+    fn key_of_inverts_lock_key() {
+        for key in KEYS {
+            let redis_key = lock_key("lock:", key);
+            assert_eq!(
+                key_of("lock:", &redis_key).as_deref(),
+                Some(key),
+                "{redis_key}"
+            );
+        }
+        assert_eq!(lock_key("lock:", "}x"), "lock:{{}x}");
+        for foreign in [
+            "lock:{}",
+            "lock:{{a}",
+            "lock:{a",
+            "other:{a}",
+            "lock:{a}:fence",
+            "lock:{{}",
+        ] {
+            assert_eq!(key_of("lock:", foreign), None, "{foreign}");
+        }
+    }
+
+    /// The scan pattern finds every lock key the pattern matches, however it starts (a
+    /// pattern starting with a byte finds exactly those), and none of the keys kept next to
+    /// a lock.
+    #[test]
+    fn scan_patterns_find_every_matching_lock_key_and_no_kept_key() {
+        for (pattern, prefix) in [
+            ("*", "lock:"),
+            ("?", "l*ck:"),
+            ("[{}]*", "lock:"),
+            ("}*", "[x]:"),
+            ("{*", "lock:"),
+            ("stock:*", "lock:"),
+            ("*b", "lock:"),
+        ] {
+            let glob = Glob::parse(pattern).unwrap();
+            let scan = Glob::parse(&scan_pattern(prefix, &glob)).unwrap();
+            for key in KEYS {
+                let redis_key = lock_key(prefix, key);
+                if glob.matches(key) {
+                    assert!(scan.matches(&redis_key), "{pattern}: {redis_key} missed");
+                } else if matches!(glob.start(), Start::Byte(_)) {
+                    assert!(!scan.matches(&redis_key), "{pattern}: {redis_key} found");
+                }
+                let kept = fence_key(&redis_key);
+                assert!(!scan.matches(&kept), "{pattern}: {kept} found");
+            }
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The operator's side of the Redis backend: listing locks (`SCAN` with `MATCH` and `COUNT`,
+//! never `KEYS`; each page read in one pipeline; on a cluster, every master), inspecting one,
+//! and releasing one by force. Keys are named through [`layout`], what a lock holds is read
+//! by one read-only script per key (`inspect.lua`), and owners are named by tag.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, Script, Value};
+
+use super::connection::Route;
+use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
+use crate::LockError;
+use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::glob::Glob;
+use crate::release_hub::{OwnerTag, parse_announcement};
+
+/// The inspection script's text: sent with `SCRIPT LOAD` ahead of each page's pipeline, so
+/// that the page's `EVALSHA`s find it on whichever node the page came from.
+const INSPECT_SOURCE: &str = concat!(
+    include_str!("lua/grant.lua"),
+    include_str!("lua/operator.lua"),
+    include_str!("lua/inspect.lua")
+);
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SOURCE));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/hand_off.lua"),
+        include_str!("lua/operator.lua"),
+        include_str!("lua/force_release.lua")
+    ))
+});
+
+/// Keys a `SCAN` call looks at (its `COUNT`): a page of about this many, read in one
+/// pipeline, short enough not to hold the server up.
+const SCAN_COUNT: usize = 1_000;
+
+impl RedisBackend {
+    /// The held locks whose key matches `pattern`.
+    pub(super) async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let glob = Glob::parse(pattern)?;
+        let mut replies = Vec::new();
+        match &self.link {
+            Link::Server { connection, .. } => {
+                let live = connection
+                    .get(Route::here())
+                    .await
+                    .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
+                let read = self
+                    .read_matching(&mut live.connection(), &glob, &mut replies)
+                    .await;
+                if let Err(error) = read {
+                    connection.note_error(&live, &error);
+                    return Err(backend_error(None, "listing locks failed", error));
+                }
+            }
+            Link::Cluster(cluster) => {
+                let masters = cluster
+                    .masters()
+                    .await
+                    .map_err(|e| backend_error(None, "cannot list the cluster's masters", e))?;
+                for mut master in masters {
+                    let read = self.read_matching(&mut master, &glob, &mut replies).await;
+                    read.map_err(|e| {
+                        backend_error(None, &format!("listing locks on {master} failed"), e)
+                    })?;
+                }
+            }
+        }
+        // A key may come twice from a SCAN; one that was released since is left out.
+        let mut held = BTreeMap::new();
+        for (key, reply) in replies {
+            let state = parse_state(&key, &reply)?;
+            if state.holding != Holding::Free {
+                held.insert(key, state);
+            }
+        }
+        Ok(held.into_values().collect())
+    }
+
+    /// Walks the keys of one server (or cluster node) that may be locks matching `glob`, and
+    /// reads each page's locks with the inspection script in one pipeline; adds each lock key
+    /// with its script's reply to `replies`.
+    async fn read_matching(
+        &self,
+        node: &mut impl ConnectionLike,
+        glob: &Glob,
+        replies: &mut Vec<(String, Value)>,
+    ) -> Result<(), RedisError> {
+        let scan_pattern = layout::scan_pattern(&self.prefix, glob);
+        let mut cursor = 0_u64;
+        loop {
+            let (next, redis_keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&scan_pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(node)
+                .await?;
+            let keys: Vec<String> = redis_keys
+                .into_iter()
+                .filter_map(|redis_key| String::from_utf8(redis_key).ok())
+                .filter_map(|redis_key| layout::key_of(&self.prefix, &redis_key))
+                .filter(|key| glob.matches(key))
+                .collect();
+            if !keys.is_empty() {
+                let mut pipeline = redis::pipe();
+                pipeline
+                    .cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(INSPECT_SOURCE)
+                    .ignore();
+                for key in &keys {
+                    let (lock_keys, args) = self.inspect_call(key);
+                    pipeline.invoke_script(&invocation(&INSPECT, &lock_keys, &[args.as_str()]));
+                }
+                let page: Vec<Value> = pipeline.query_async(node).await?;
+                replies.extend(keys.into_iter().zip(page));
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// The keys and argument of the inspection script for `key`.
+    fn inspect_call(&self, key: &str) -> ([String; 4], String) {
+        let keys = layout::lock_keys(self.lock_key(key));
+        (keys, QUEUE_SHOWN.to_string())
+    }
+
+    /// What `key` holds now.
+    pub(super) async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+        let (keys, args) = self.inspect_call(key);
+        let reply = self.run(&INSPECT, &keys, &[args.as_str()], key).await?;
+        parse_state(key, &reply)
+    }
+
+    /// Releases `key` whoever holds it (`force_release.lua`).
+    pub(super) async fn force_release_held(&self, key: &str) -> Result<ForcedRelease, LockError> {
+        let keys = layout::lock_keys(self.lock_key(key));
+        let channel = layout::release_channel(&keys[0]);
+        let args = [channel.as_str(), self.publish_command()];
+        let reply = self.run(&FORCE_RELEASE, &keys, &args, key).await?;
+        let unexpected = || unexpected(key, "forced release", &reply);
+        let Value::Array(items) = &reply else {
+            return Err(unexpected());
+        };
+        match items.as_slice() {
+            [status] if integer(status) == Some(0) => Ok(ForcedRelease::not_held(key)),
+            [status, why] if integer(status) == Some(2) => Err(LockError::key_in_use(
+                key,
+                text(why).ok_or_else(unexpected)?,
+            )),
+            [status, state, tag, token, remaining, message] if integer(status) == Some(1) => {
+                let released =
+                    parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
+                let announced = text(message).map(|m| parse_announcement(&m));
+                Ok(ForcedRelease {
+                    released,
+                    announced,
+                    ..ForcedRelease::not_held(key)
+                })
+            }
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// A lock's state from the inspection script's reply.
+fn parse_state(key: &str, reply: &Value) -> Result<LockState, LockError> {
+    let unexpected = || unexpected(key, "inspection", reply);
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    if let [kind, why] = items.as_slice()
+        && text(kind).as_deref() == Some("foreign")
+    {
+        let reason = text(why).ok_or_else(unexpected)?;
+        return Ok(LockState {
+            holding: Holding::Foreign { reason },
+            ..LockState::free(key)
+        });
+    }
+    let [state, tag, token, remaining, fence, waiters, entries @ ..] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let queue = entries
+        .chunks(3)
+        .map(|entry| match entry {
+            [tag, lease, place_left] => Some(Waiter {
+                owner: OwnerTag::from_hex(&text(tag)?)?,
+                lease: text(lease)?.parse().ok().map(Duration::from_millis),
+                place_left: positive_ms(integer(place_left)?),
+            }),
+            _ => None,
+        })
+        .collect::<Option<Vec<Waiter>>>()
+        .ok_or_else(unexpected)?;
+    Ok(LockState {
+        key: key.to_owned(),
+        holding: parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?,
+        waiters: integer(waiters)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(unexpected)?,
+        queue,
+        fence: text(fence).and_then(|token| token.parse().ok()),
+        masters: None,
+    })
+}
+
+/// Who holds a key, from the scripts' `state, tag, token, remaining ms` (see
+/// `describe_holder` in `operator.lua`).
+fn parse_holding([state, tag, token, remaining]: [&Value; 4]) -> Option<Holding> {
+    let remaining = || positive_ms(integer(remaining)?).or(Some(Duration::ZERO));
+    let owner = || OwnerTag::from_hex(&text(tag)?);
+    match text(state)?.as_str() {
+        "free" => Some(Holding::Free),
+        "held" => Some(Holding::Held {
+            owner: owner()?,
+            token: text(token)?.parse().ok(),
+            remaining: remaining()?,
+        }),
+        "kept" => Some(Holding::Kept {
+            owner: owner()?,
+            remaining: remaining()?,
+        }),
+        _ => None,
+    }
+}
+
+/// `ms` as a duration, if it is above zero.
+fn positive_ms(ms: i64) -> Option<Duration> {
+    u64::try_from(ms)
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}

@@ -1,0 +1,256 @@
+//! Glob patterns over lock keys, as Redis reads them (`SCAN MATCH`, `KEYS`): `*` any text,
+//! `?` any one byte, `[abc]`, `[a-z]` and `[^abc]` one byte of (or not of) a set, `\x` the
+//! byte `x` itself. Matched over bytes, as Redis matches, so that every backend lists the
+//! same keys for a pattern.
+
+use crate::LockError;
+
+/// A parsed pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Glob {
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Byte(u8),
+    AnyOne,
+    Any,
+    /// One byte in (or, `negated`, not in) one of the inclusive ranges.
+    Class {
+        negated: bool,
+        ranges: Vec<(u8, u8)>,
+    },
+}
+
+/// Bytes with a meaning in a pattern outside a class.
+const SPECIAL: &[u8] = b"*?[]\\";
+/// Bytes with a meaning inside a class.
+const SPECIAL_IN_CLASS: &[u8] = b"]\\-^";
+
+impl Glob {
+    /// Parses `pattern`; refuses an empty one, control characters and an unclosed `[`.
+    pub(crate) fn parse(pattern: &str) -> Result<Glob, LockError> {
+        let refuse = |reason: &str| Err(LockError::invalid_key(pattern, reason));
+        if pattern.is_empty() {
+            return refuse("a key pattern must not be empty; `*` matches every key");
+        }
+        if pattern.chars().any(char::is_control) {
+            return refuse("a key pattern must not contain control characters");
+        }
+        let mut bytes = pattern.bytes().peekable();
+        let mut tokens = Vec::new();
+        while let Some(byte) = bytes.next() {
+            let token = match byte {
+                b'*' => Token::Any,
+                b'?' => Token::AnyOne,
+                // A trailing backslash stands for itself, as in Redis.
+                b'\\' => Token::Byte(bytes.next().unwrap_or(b'\\')),
+                b'[' => {
+                    let negated = bytes.next_if_eq(&b'^').is_some();
+                    let mut ranges = Vec::new();
+                    loop {
+                        let low = match bytes.next() {
+                            None => {
+                                return refuse(
+                                    "the pattern has an unclosed `[`; close the set with `]`, \
+                                     or match the character itself with `\\[`",
+                                );
+                            }
+                            Some(b']') => break,
+                            Some(b'\\') => bytes.next().unwrap_or(b'\\'),
+                            Some(low) => low,
+                        };
+                        let high = match bytes.next_if_eq(&b'-') {
+                            Some(_) => match bytes.next() {
+                                Some(b'\\') => bytes.next().unwrap_or(b'\\'),
+                                Some(high) => high,
+                                None => low,
+                            },
+                            None => low,
+                        };
+                        ranges.push((low.min(high), low.max(high)));
+                    }
+                    Token::Class { negated, ranges }
+                }
+                byte => Token::Byte(byte),
+            };
+            tokens.push(token);
+        }
+        Ok(Glob { tokens })
+    }
+
+    /// Whether `text` matches, over its bytes.
+    pub(crate) fn matches(&self, text: &str) -> bool {
+        let (tokens, text) = (&self.tokens, text.as_bytes());
+        let (mut t, mut p) = (0, 0);
+        // Where to resume after the last `*`: the token after it, and the text it took so far.
+        let mut star: Option<(usize, usize)> = None;
+        while t < text.len() {
+            match tokens.get(p) {
+                Some(Token::Any) => {
+                    star = Some((p + 1, t));
+                    p += 1;
+                }
+                Some(token) if token.matches_byte(text[t]) => {
+                    t += 1;
+                    p += 1;
+                }
+                _ => match star {
+                    Some((after, taken)) => {
+                        star = Some((after, taken + 1));
+                        p = after;
+                        t = taken + 1;
+                    }
+                    None => return false,
+                },
+            }
+        }
+        tokens[p..].iter().all(|token| *token == Token::Any)
+    }
+
+    /// The pattern as Redis reads it, for `SCAN MATCH`, from token `from` on.
+    fn render_from(&self, from: usize) -> String {
+        let mut rendered = Vec::new();
+        for token in self.tokens.iter().skip(from) {
+            match token {
+                Token::Byte(byte) => push_escaped(&mut rendered, *byte, SPECIAL),
+                Token::AnyOne => rendered.push(b'?'),
+                Token::Any => rendered.push(b'*'),
+                Token::Class { negated, ranges } => {
+                    rendered.push(b'[');
+                    if *negated {
+                        rendered.push(b'^');
+                    }
+                    for &(low, high) in ranges {
+                        push_escaped(&mut rendered, low, SPECIAL_IN_CLASS);
+                        if high != low {
+                            rendered.push(b'-');
+                            push_escaped(&mut rendered, high, SPECIAL_IN_CLASS);
+                        }
+                    }
+                    rendered.push(b']');
+                }
+            }
+        }
+        // Escapes only ever precede ASCII bytes: the pattern's UTF-8 sequences stay whole.
+        String::from_utf8_lossy(&rendered).into_owned()
+    }
+
+    /// The pattern as Redis reads it (a trailing backslash escaped).
+    pub(crate) fn render(&self) -> String {
+        self.render_from(0)
+    }
+
+    /// How the pattern begins.
+    pub(crate) fn start(&self) -> Start {
+        match self.tokens.first() {
+            Some(Token::Byte(byte)) => Start::Byte(*byte),
+            Some(Token::Any) | None => Start::Any,
+            Some(Token::AnyOne | Token::Class { .. }) => Start::OneOf,
+        }
+    }
+
+    /// The pattern as Redis reads it, with its first token (one byte of several) made `*`.
+    pub(crate) fn render_with_any_first(&self) -> String {
+        format!("*{}", self.render_from(1))
+    }
+}
+
+/// How a pattern begins: what a text it matches can start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// This byte.
+    Byte(u8),
+    /// Anything (`*`).
+    Any,
+    /// One byte of a set (`?`, `[...]`).
+    OneOf,
+}
+
+impl Token {
+    fn matches_byte(&self, byte: u8) -> bool {
+        match self {
+            Token::Byte(expected) => *expected == byte,
+            Token::AnyOne => true,
+            Token::Any => false,
+            Token::Class { negated, ranges } => {
+                let within = ranges
+                    .iter()
+                    .any(|&(low, high)| (low..=high).contains(&byte));
+                within != *negated
+            }
+        }
+    }
+}
+
+fn push_escaped(rendered: &mut Vec<u8>, byte: u8, special: &[u8]) {
+    if special.contains(&byte) {
+        rendered.push(b'\\');
+    }
+    rendered.push(byte);
+}
+
+/// `text` with every glob character escaped: a pattern matching exactly `text`.
+pub(crate) fn escape(text: &str) -> String {
+    let mut escaped = Vec::with_capacity(text.len());
+    for byte in text.bytes() {
+        push_escaped(&mut escaped, byte, SPECIAL);
+    }
+    String::from_utf8_lossy(&escaped).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matches(pattern: &str, text: &str) -> bool {
+        Glob::parse(pattern).unwrap().matches(text)
+    }
+
+    #[test]
+    fn patterns_match_as_in_redis() {
+        assert!(matches("*", "stock:42"));
+        assert!(matches("stock:*", "stock:42"));
+        assert!(!matches("stock:*", "order:42"));
+        assert!(matches("*:42", "stock:42"));
+        assert!(matches("s?ock:4[0-9]", "stock:42"));
+        assert!(!matches("stock:4[^0-9]", "stock:42"));
+        assert!(matches("stock:4[^a-z]", "stock:42"));
+        assert!(matches("a*b*c", "aXbYbZc"));
+        assert!(!matches("a*b*c", "aXbYbZ"));
+        assert!(matches(r"\*", "*"));
+        assert!(!matches(r"\*", "x"));
+        assert!(
+            matches(r"a\", r"a\"),
+            "a trailing backslash stands for itself"
+        );
+        assert!(matches("[z-a]", "m"), "a reversed range is the same range");
+        assert!(matches(r"[\]]", "]"));
+        assert!(!matches("?", "ü"), "`?` is one byte, as in Redis");
+        assert!(matches("??", "ü"));
+        assert!(matches("{*", "{a"));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused_with_the_fix() {
+        for (pattern, says) in [("", "`*`"), ("[ab", r"`\[`"), ("a\nb", "control")] {
+            match Glob::parse(pattern) {
+                Err(LockError::InvalidKey { reason, .. }) => {
+                    assert!(reason.contains(says), "{pattern:?}: {reason}")
+                }
+                other => panic!("{pattern:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn rendering_gives_back_what_redis_reads() {
+        for pattern in ["stock:*", r"a\*b", "[^a-c]x?", r"[\]\-]", "ü*"] {
+            let glob = Glob::parse(pattern).unwrap();
+            assert_eq!(Glob::parse(&glob.render()).unwrap(), glob, "{pattern}");
+        }
+        assert_eq!(Glob::parse(r"a\").unwrap().render(), r"a\\");
+        assert_eq!(escape("a*b?[c]\\"), r"a\*b\?\[c\]\\");
+    }
+}
