@@ -145,8 +145,9 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
     quote!(#krate::__private::render_key(&[#(#parts),*]))
 }
 
-/// `LockOptions::new()` (or the `options = EXPR` base) named after the key template (the
-/// `lock` of spans and metrics), plus one call per option the user wrote.
+/// `LockOptions::new()` (or the `options = EXPR` base, unless it names the lock) named after
+/// the key template (the `lock` of spans and metrics), plus one call per option the user
+/// wrote.
 fn lock_options(krate: &Path, options: &Options, template: &str) -> TokenStream {
     let Options {
         base,
@@ -194,16 +195,18 @@ fn lock_options(krate: &Path, options: &Options, template: &str) -> TokenStream 
         let setter = Ident::new(setter, Span::call_site());
         value.map(|value| quote!(.#setter(#value)))
     });
-    let base = match base {
-        // Typed where it is written, so that a value of another type is reported there.
+    let named = match base {
+        // Typed where it is written, so that a value of another type is reported there; a
+        // name the base gives is kept.
         Some(base) => {
             let span = Span::mixed_site().located_at(base.span());
             let options = Ident::new("__fencelock_base", span);
-            quote_spanned!(span=> { let #options: #krate::__private::LockOptions = #base; #options })
+            let base = quote_spanned!(span=> { let #options: #krate::__private::LockOptions = #base; #options });
+            quote!(#krate::__private::named(#base, #template))
         }
-        None => quote!(#krate::__private::LockOptions::new()),
+        None => quote!(#krate::__private::LockOptions::new().name(#template)),
     };
-    quote!(#base.name(#template) #(#calls)*)
+    quote!(#named #(#calls)*)
 }
 
 /// A numeric argument as the user wrote it: a literal without suffix at the user's literal,

@@ -261,7 +261,7 @@ impl Acquisition {
             }
             Some(Err(error)) => {
                 self.may_subscribe = false;
-                tracing::debug!(key = %self.pending.lease.key, error = %WithSources(&error), "no release notifications; polling");
+                tracing::debug!(target: "fencelock", key = %self.pending.lease.key, error = %WithSources(&error), "no release notifications; polling");
                 Subscribing::Skipped
             }
             None => Subscribing::Cut,
@@ -278,7 +278,7 @@ impl Acquisition {
             .options
             .pause(holder_remaining)
             .min(self.give_up_at.saturating_duration_since(Instant::now()));
-        tracing::debug!(key = %self.pending.lease.key, attempts = self.record.attempts(), ?pause, "lock not acquired; waiting");
+        tracing::debug!(target: "fencelock", key = %self.pending.lease.key, attempts = self.record.attempts(), ?pause, "lock not acquired; waiting");
         let owner = &self.pending.lease.owner;
         let latest_token = self.latest_token.unwrap_or(u64::MAX);
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {

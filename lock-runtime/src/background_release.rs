@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
-use crate::LockClient;
 use crate::backend::{Lease, LockBackend, Release};
-use crate::driver;
 use crate::error::WithSources;
+use crate::renewal::{LossCause, LossSignal};
+use crate::telemetry::LockSpan;
+use crate::{LockClient, driver};
 
 /// Releases `lease` without blocking the caller, retrying backend errors with backoff until
 /// the lease has certainly ended by itself. With `min_hold_ms`, the key is kept until
@@ -23,27 +24,29 @@ use crate::error::WithSources;
 /// overtake it; a second one follows on the client's background a little later, in case
 /// the caller's runtime ends before running the first.
 ///
-/// `held_in`: the span of the guard nobody released that held the lease. The first release
-/// runs in it, records how it ended there, and logs a warning if it finds the key gone or
-/// taken, the loss nobody else will hear of (a `#[redis_lock]` function whose output is not
-/// `Send` returns before its release).
+/// `held`: the span and the loss signal of the guard nobody released that held the lease.
+/// The first release runs in that span, records there how it ended, and reports the loss (a
+/// warning, the loss metric) if it finds the key gone or taken: the loss nobody else will
+/// hear of (a `#[redis_lock]` function whose output is not `Send` returns before its
+/// release). A cleanup of an acquisition has no span: its retries could keep the call's
+/// span open for a whole lease after the call returned.
 pub(crate) fn release_in_background(
     client: &LockClient,
     lease: Lease,
     hold_until: Instant,
     in_doubt: bool,
-    held_in: Option<Span>,
+    held: Option<Holder>,
 ) {
     let backend = client.backend().clone();
     let caller = in_doubt.then(driver::caller_runtime).flatten();
-    let mut held_in = held_in;
+    let mut held = held;
     if let Some(caller) = caller {
         caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),
             hold_until,
             Duration::ZERO,
-            held_in.take(),
+            held.take(),
         ));
     }
     let delay = if in_doubt {
@@ -51,62 +54,91 @@ pub(crate) fn release_in_background(
     } else {
         Duration::ZERO
     };
-    let release = release_with_retries(backend, lease, hold_until, delay, held_in);
-    let spawned = client.background().spawn(release);
-    if let Err(error) = spawned {
-        tracing::warn!(error = %WithSources(&error), "cannot release in the background; the lease ends by its TTL");
+    let span = held.as_ref().map(|held| held.span.clone());
+    let release = release_with_retries(backend, lease, hold_until, delay, held);
+    if let Err(error) = client.background().spawn(release) {
+        tracing::warn!(target: "fencelock", error = %WithSources(&error), "cannot release in the background; the lease ends by its TTL");
+        if let Some(span) = span {
+            span.released(Outcome::Failed.label());
+        }
     }
+}
+
+/// The guard that held a lease released in the background: its span, and its loss signal.
+pub(crate) struct Holder {
+    pub(crate) span: LockSpan,
+    pub(crate) signal: Arc<LossSignal>,
 }
 
 /// How long the background fallback of an in-doubt release waits for the caller's own.
 const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
 
+/// How a background release ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Released,
+    /// The key was gone or another owner's.
+    Lost,
+    /// It gave up: the lease ends by its TTL.
+    Failed,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Released => "released",
+            Outcome::Lost => "lost",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
 /// Sends the release after `delay`, retrying backend errors with backoff (20 ms doubling to
-/// 1 s) until the lease has certainly ended by itself; in the span of the guard that held
-/// the lease, if any, where it records how the release ended.
+/// 1 s) until the lease has certainly ended by itself; for a lease `held` by a guard, in its
+/// span, where it records how the release ended and reports a loss it finds.
 async fn release_with_retries(
     backend: Arc<dyn LockBackend>,
     lease: Lease,
     hold_until: Instant,
     delay: Duration,
-    held_in: Option<Span>,
+    held: Option<Holder>,
 ) {
-    let span = held_in.clone().unwrap_or_else(Span::none);
-    let released = retry_release(&*backend, &lease, hold_until, delay, held_in.is_some());
-    let how = released.instrument(span.clone()).await;
-    span.record("release", how);
+    let releasing = retry_release(&*backend, &lease, hold_until, delay);
+    let Some(Holder { span, signal }) = held else {
+        releasing.await;
+        return;
+    };
+    let released = releasing.instrument(span.span().clone()).await;
+    span.released(released.label());
+    let cause = LossCause::NotOwner;
+    if released == Outcome::Lost && signal.lose(cause) {
+        span.lost(&lease.key, cause);
+    }
 }
 
-/// [`release_with_retries`] itself; says how the release ended: `released`, `lost` (the key
-/// was gone or another owner's), or `failed`.
+/// [`release_with_retries`] itself.
 async fn retry_release(
     backend: &dyn LockBackend,
     lease: &Lease,
     hold_until: Instant,
     delay: Duration,
-    held: bool,
-) -> &'static str {
+) -> Outcome {
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
     let mut pause = Duration::from_millis(20);
     loop {
         let keep = hold_until.saturating_duration_since(Instant::now());
         match backend.release(lease, keep).await {
-            Ok(Release::Released) => return "released",
-            Ok(Release::NotOwner) => {
-                if held {
-                    tracing::warn!(key = %lease.key, "lock released in the background was gone or held by another owner: the work under it may have overlapped");
-                }
-                return "lost";
-            }
+            Ok(Release::Released) => return Outcome::Released,
+            Ok(Release::NotOwner) => return Outcome::Lost,
             Err(error) if Instant::now() + pause < deadline => {
-                tracing::debug!(key = %lease.key, error = %WithSources(&error), "background release failed; retrying");
+                tracing::debug!(target: "fencelock", key = %lease.key, error = %WithSources(&error), "background release failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
             Err(error) => {
-                tracing::warn!(key = %lease.key, error = %WithSources(&error), "background release gave up; the lease ends by its TTL");
-                return "failed";
+                tracing::warn!(target: "fencelock", key = %lease.key, error = %WithSources(&error), "background release gave up; the lease ends by its TTL");
+                return Outcome::Failed;
             }
         }
     }

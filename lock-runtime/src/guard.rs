@@ -4,7 +4,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Lease, Release, resend_once};
-use crate::background_release::release_in_background;
+use crate::background_release::{Holder, release_in_background};
 use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::telemetry::Holding;
 use crate::{LockClient, LockError};
@@ -180,7 +180,9 @@ impl LockGuard {
                     LossCause::NotOwner
                 };
                 let signal = self.tracking.signal();
-                signal.lose(cause);
+                if signal.lose(cause) {
+                    span.lost(&self.lease.key, cause);
+                }
                 Err(self.lost_error(signal.cause().unwrap_or(cause)))
             }
         }
@@ -210,7 +212,10 @@ impl Drop for LockGuard {
                 self.lease.clone(),
                 self.hold_until,
                 self.in_doubt,
-                (!self.released).then(|| self.span().clone()),
+                (!self.released).then(|| Holder {
+                    span: self.holding.span().clone(),
+                    signal: self.tracking.signal().clone(),
+                }),
             );
         }
     }

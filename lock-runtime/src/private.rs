@@ -15,6 +15,16 @@ pub use crate::options::{Action, LockOptions, OnLost};
 use crate::telemetry::LockSpan;
 use crate::{LockClient, LockError, LockGuard};
 
+/// `options` named after the key template `template` (the `lock` of spans and metrics),
+/// unless they name the lock already (an `options = EXPR` base with `LockOptions::name`).
+pub const fn named(options: LockOptions, template: &'static str) -> LockOptions {
+    if options.name.is_empty() {
+        options.name(template)
+    } else {
+        options
+    }
+}
+
 /// The client of the enclosing `with_client` scope, else the global one.
 pub fn scoped_client() -> Result<LockClient, LockError> {
     LockClient::in_scope()
@@ -149,7 +159,7 @@ impl AwaitRelease {
                     R::from_lock_error(lost)
                 }
                 Err(error) => {
-                    tracing::warn!(%key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
+                    tracing::warn!(target: "fencelock", %key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
                     output
                 }
             }

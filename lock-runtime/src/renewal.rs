@@ -79,8 +79,8 @@ pub(crate) struct LossSignal {
 }
 
 impl LossSignal {
-    /// Records the first loss; later ones keep the first cause.
-    pub(crate) fn lose(&self, cause: LossCause) {
+    /// Records the first loss, and says whether this was it; later ones keep the first cause.
+    pub(crate) fn lose(&self, cause: LossCause) -> bool {
         let first = {
             let mut current = lock_ignoring_poison(&self.cause);
             current.is_none() && current.replace(cause).is_none()
@@ -88,6 +88,7 @@ impl LossSignal {
         if first {
             self.lost.notify_waiters();
         }
+        first
     }
 
     pub(crate) fn cause(&self) -> Option<LossCause> {
@@ -261,10 +262,38 @@ impl Shared {
         lock_ignoring_poison(&self.registry)
     }
 
-    fn lose(&self, tracked: &Tracked, cause: LossCause) {
-        tracked.span.lost(&tracked.held.lease.key, cause);
+    /// Counts `tracked` lost, and adds what to tell of it to `reports`.
+    fn lose(&self, tracked: &Tracked, cause: LossCause, reports: &mut Vec<Report>) {
         self.losses.fetch_add(1, Ordering::Relaxed);
-        tracked.signal.lose(cause);
+        if tracked.signal.lose(cause) {
+            reports.push(Report::Lost(tracked.report_to(), cause));
+        }
+    }
+}
+
+/// What the loop tells the application of a lease (events under its span, metrics), told
+/// once the registry's lock is released: a subscriber may take its time, and every acquire
+/// and release of the client waits for that lock.
+enum Report {
+    RenewalFailed((LockSpan, String), LockError),
+    Lost((LockSpan, String), LossCause),
+}
+
+impl Report {
+    fn tell(reports: Vec<Report>) {
+        for report in reports {
+            match report {
+                Report::RenewalFailed((span, key), error) => span.renewal_failed(&key, &error),
+                Report::Lost((span, key), cause) => span.lost(&key, cause),
+            }
+        }
+    }
+}
+
+impl Tracked {
+    /// Where a report about this lease goes: its span, and its key.
+    fn report_to(&self) -> (LockSpan, String) {
+        (self.span.clone(), self.held.lease.key.clone())
     }
 }
 
@@ -355,6 +384,7 @@ async fn run(shared: Arc<Shared>) {
     let mut empty_since = None;
     loop {
         let now = Instant::now();
+        let mut reports = Vec::new();
         let sleep_until = {
             let mut registry = shared.registry();
             registry.asleep_until = None;
@@ -362,7 +392,7 @@ async fn run(shared: Arc<Shared>) {
                 .leases
                 .retain(|_, tracked| match tracked.loss_at(now) {
                     Some(cause) => {
-                        shared.lose(tracked, cause);
+                        shared.lose(tracked, cause, &mut reports);
                         false
                     }
                     None => true,
@@ -386,7 +416,7 @@ async fn run(shared: Arc<Shared>) {
             let sleep_until = match next_wake {
                 Some(next_wake) => {
                     empty_since = None;
-                    next_wake
+                    Some(next_wake)
                 }
                 None if rounds.is_empty() => {
                     let since = *empty_since.get_or_insert(now);
@@ -394,15 +424,20 @@ async fn run(shared: Arc<Shared>) {
                         // Under the registry's lock: a lease tracked after this starts a loop.
                         registry.loop_running = false;
                         running.ended_normally = true;
-                        return;
+                        None
+                    } else {
+                        Some(since + LINGER)
                     }
-                    since + LINGER
                 }
                 // Only rounds of released leases are out: wait for them to end.
-                None => now + LINGER,
+                None => Some(now + LINGER),
             };
-            registry.asleep_until = Some(sleep_until);
+            registry.asleep_until = sleep_until;
             sleep_until
+        };
+        Report::tell(reports);
+        let Some(sleep_until) = sleep_until else {
+            return;
         };
         tokio::select! {
             biased;
@@ -469,6 +504,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
         });
     let now = Instant::now();
     telemetry::renewal_round(outcome.is_err());
+    let mut reports = Vec::new();
     let mut registry = shared.registry();
     match outcome {
         Ok(extended) => {
@@ -481,16 +517,16 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
                         tracked.confirm(sent_at);
                     }
                 } else if let Some(tracked) = registry.leases.remove(id) {
-                    shared.lose(&tracked, LossCause::NotOwner);
+                    shared.lose(&tracked, LossCause::NotOwner, &mut reports);
                 }
             }
         }
         Err(error) => {
-            tracing::debug!(error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
+            tracing::debug!(target: "fencelock", error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
             for (id, _) in &due {
                 if let Some(tracked) = registry.leases.get_mut(id) {
                     if !std::mem::replace(&mut tracked.failing, true) {
-                        tracked.span.renewal_failed(&tracked.held.lease.key, &error);
+                        reports.push(Report::RenewalFailed(tracked.report_to(), error.clone()));
                     }
                     tracked.in_flight = false;
                     tracked.next_due = now + retry_pause(tracked.interval());
@@ -498,6 +534,8 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
             }
         }
     }
+    drop(registry);
+    Report::tell(reports);
 }
 
 /// The pause before retrying a failed renewal: a few tries fit before the lease ends.

@@ -20,7 +20,7 @@
 //! | `fencing_token` | the grant's fencing token |
 //! | `outcome` | `granted`, `reentered`, `not_acquired`, `backend_error`, `key_in_use`, `invalid`, `no_client`, `cancelled` (the caller dropped the call while it waited) |
 //! | `held_ms` | from the grant to the release (or the guard's drop) |
-//! | `release` | `released`, `lost` (the key was gone or another owner's), `failed` (retried in the background) |
+//! | `release` | `released`, `lost` (the key was gone or another owner's), `failed` (a release left to the background gave up after retrying until the lease would have ended anyway) |
 //! | `lost` | why the lease was lost while held: `not_owner`, `unconfirmed`, `expired`, `max_hold` |
 //!
 //! The owner token (whoever has it can release the lock) and the server's credentials are
@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::{LockError, LockOptions, LossCause};
+use crate::{LockError, LockOptions, LossCause, MAX_KEY_LEN};
 
 /// `fencelock_acquisitions_total`: lock calls by outcome.
 pub const ACQUISITIONS: &str = "fencelock_acquisitions_total";
@@ -122,9 +122,15 @@ pub(crate) struct LockSpan {
 }
 
 impl LockSpan {
-    /// Opens the span of a call for `key` with `options`, now.
+    /// Opens the span of a call for `key` with `options`, now. A key longer than any key
+    /// may be (it is refused next) is recorded cut at that length.
     pub(crate) fn new(key: &str, options: &LockOptions) -> Self {
         let name = options.name;
+        let cut = (0..=MAX_KEY_LEN.min(key.len()))
+            .rev()
+            .find(|&at| key.is_char_boundary(at))
+            .unwrap_or(0);
+        let key = &key[..cut];
         let span = tracing::info_span!(
             target: "fencelock",
             "fencelock.lock",
@@ -197,13 +203,14 @@ impl LockSpan {
         self.span.record("release", how);
     }
 
-    /// The lease of `key` was lost while held.
+    /// The lease of `key` was lost while held. The warning comes last: whoever hears it
+    /// finds the loss counted and on the span.
     pub(crate) fn lost(&self, key: &str, cause: LossCause) {
         let label = cause_label(cause);
-        self.span.record("lost", label);
-        tracing::warn!(target: "fencelock", parent: &self.span, key, %cause, "lock lost");
         #[cfg(feature = "metrics")]
         metrics::counter!(LOSSES, "lock" => self.name, "cause" => label).increment(1);
+        self.span.record("lost", label);
+        tracing::warn!(target: "fencelock", parent: &self.span, key, %cause, "lock lost");
     }
 
     /// A renewal of the lease of `key` failed, the first time in a row.

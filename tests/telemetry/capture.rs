@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, Once};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use metrics_util::MetricKind;
@@ -31,6 +31,9 @@ pub struct SpanRecord {
     pub parent: Option<u64>,
     pub fields: BTreeMap<String, String>,
     pub closed: bool,
+    /// Fields recorded more than once (a `fmt` subscriber prints each recording), with every
+    /// value they were given.
+    pub rerecorded: BTreeMap<String, Vec<String>>,
 }
 
 impl SpanRecord {
@@ -170,6 +173,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
             parent,
             fields: fields.0,
             closed: false,
+            rerecorded: BTreeMap::new(),
         });
         CHANGED.notify_waiters();
     }
@@ -179,7 +183,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
         let mut fields = Fields::default();
         values.record(&mut fields);
         if let Some(span) = records().spans.iter_mut().find(|s| s.seq == seq) {
-            span.fields.extend(fields.0);
+            for (name, value) in fields.0 {
+                if let Some(old) = span.fields.insert(name.clone(), value.clone()) {
+                    let values = span.rerecorded.entry(name).or_insert_with(|| vec![old]);
+                    values.push(value);
+                }
+            }
         }
         CHANGED.notify_waiters();
     }
@@ -190,6 +199,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
             .and_then(|span| span.extensions().get::<Seq>().map(|s| s.0));
         let mut fields = Fields::default();
         event.record(&mut fields);
+        hold_back_if_asked(&fields);
         records().events.push(EventRecord {
             level: *event.metadata().level(),
             parent,
@@ -296,4 +306,50 @@ pub fn histogram(name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
         .get(&id(MetricKind::Histogram, name, labels))
         .cloned()
         .unwrap_or_default()
+}
+
+/// Renewal warnings of keys starting with a prefix wait in the subscriber until let go, as
+/// they would in a subscriber that blocks; and whether one is waiting.
+static HELD_BACK: Mutex<(Option<String>, bool)> = Mutex::new((None, false));
+static LET_GO: Condvar = Condvar::new();
+
+/// From now on, `lock renewal failed` events whose key starts with `prefix` wait in the
+/// subscriber until [`let_go`].
+pub fn hold_back_renewal_warnings(prefix: &str) {
+    HELD_BACK.lock().unwrap().0 = Some(prefix.to_owned());
+}
+
+/// Whether a held-back event waits in the subscriber now.
+pub fn one_is_held_back() -> bool {
+    HELD_BACK.lock().unwrap().1
+}
+
+/// Lets held-back events through, and no more are held back.
+pub fn let_go() {
+    HELD_BACK.lock().unwrap().0 = None;
+    LET_GO.notify_all();
+}
+
+fn hold_back_if_asked(fields: &Fields) {
+    let renewal = |m: &String| m.starts_with("lock renewal failed");
+    if !fields.0.get("message").is_some_and(renewal) {
+        return;
+    }
+    let mut held = HELD_BACK.lock().unwrap();
+    let matches = |held: &(Option<String>, bool)| {
+        let key = fields.0.get("key");
+        held.0
+            .as_ref()
+            .is_some_and(|p| key.is_some_and(|k| k.starts_with(p)))
+    };
+    if !matches(&held) {
+        return;
+    }
+    held.1 = true;
+    CHANGED.notify_waiters();
+    // Bounded: a test that never lets go fails on its own, not by hanging here.
+    let (mut held, _) = LET_GO
+        .wait_timeout_while(held, Duration::from_secs(10), |held| matches(held))
+        .unwrap();
+    held.1 = false;
 }

@@ -3,4 +3,5 @@
 
 mod capture;
 mod metrics;
+mod paths;
 mod spans;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fencelock::backend::LockBackend;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::telemetry::{
     ACQUISITIONS, ATTEMPT_DURATION, HOLD, LOCKS_HELD, LOSSES, RENEWAL_FAILURES, RENEWAL_ROUNDS,
@@ -10,6 +11,7 @@ use fencelock::telemetry::{
 };
 use fencelock::testing::{Intercepted, RedisServer};
 use fencelock::{LockClient, LockError, LockOptions, redis_lock, with_client};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis::AsyncCommands;
 
 use crate::capture::{self, counter, gauge, histogram};
@@ -112,42 +114,60 @@ async fn losses_are_counted_by_cause() {
         .unwrap();
     let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
     assert!(lost.is_ok());
-    assert_eq!(
-        counter(LOSSES, &[("lock", "metrics:loss"), ("cause", "expired")]),
-        1
-    );
+    // Told once the renewal loop let go of its registry, after the loss signal.
+    let expired = [("lock", "metrics:loss"), ("cause", "expired")];
+    crate::capture::wait_for("the loss counted", || {
+        (counter(LOSSES, &expired) > 0).then_some(())
+    })
+    .await;
+    assert_eq!(counter(LOSSES, &expired), 1);
     assert_eq!(
         counter(LOSSES, &[("lock", "metrics:loss"), ("cause", "not_owner")]),
         0
     );
 }
 
-#[tokio::test]
-async fn failed_renewal_rounds_are_counted() {
-    capture::install();
-    let rounds_before = counter(RENEWAL_ROUNDS, &[]);
-    let failures_before = counter(RENEWAL_FAILURES, &[]);
-    let locks = LockClient::from_backend(Intercepted::new(MemoryBackend::new(), NoRenewals));
-    let guard = locks.lock("renewals").ttl_ms(300).acquire().await.unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
-    assert!(lost.is_ok());
-    let failed = locks.renewal_stats().rounds;
-    assert!(failed >= 2);
-    // Other tests renew too, concurrently: these are lower bounds.
-    assert!(counter(RENEWAL_ROUNDS, &[]) >= rounds_before + failed);
-    assert!(counter(RENEWAL_FAILURES, &[]) >= failures_before + failed);
+/// Counts of renewal rounds and failed rounds, exact: a client whose background runs on this
+/// current-thread runtime records into a recorder of this thread alone.
+async fn renewal_counts(backend: impl LockBackend, ttl_ms: u64, run_for: Duration) -> (u64, u64) {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let locks = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());
+    let guard = locks
+        .lock("renewed")
+        .ttl_ms(ttl_ms)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(run_for).await;
+    drop(guard);
+    // One snapshot: each drains every counter.
+    let counters: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(n) => Some((key.key().name().to_owned(), n)),
+            _ => None,
+        })
+        .collect();
+    let count = |name: &str| counters.iter().find(|(n, _)| n == name).map_or(0, |c| c.1);
+    (count(RENEWAL_ROUNDS), count(RENEWAL_FAILURES))
 }
 
 #[tokio::test(start_paused = true)]
 async fn renewal_rounds_are_counted() {
-    capture::install();
-    let rounds_before = counter(RENEWAL_ROUNDS, &[]);
-    let locks = LockClient::memory_on(tokio::runtime::Handle::current());
-    let guard = locks.lock("renewed").ttl_ms(300).acquire().await.unwrap();
     // Renewed every 100 ms.
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let stats = locks.renewal_stats();
-    assert_eq!((stats.rounds, stats.leases_extended), (3, 3));
-    assert!(counter(RENEWAL_ROUNDS, &[]) >= rounds_before + 3);
-    guard.release().await.unwrap();
+    let counts = renewal_counts(MemoryBackend::new(), 300, Duration::from_millis(350)).await;
+    assert_eq!(counts, (3, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_renewal_rounds_are_counted() {
+    // Due at 100 ms, then retried every 25 ms until the lease's deadline (294 ms).
+    let failing = Intercepted::new(MemoryBackend::new(), NoRenewals);
+    let (rounds, failures) = renewal_counts(failing, 300, Duration::from_millis(400)).await;
+    assert_eq!(rounds, failures);
+    assert_eq!(rounds, 8);
 }

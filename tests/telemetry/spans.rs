@@ -223,14 +223,15 @@ async fn a_manual_guard_keeps_its_span_until_released_and_lends_it_to_work() {
     );
 }
 
-/// Holds the key, then waits until the guard's span records the loss.
+/// Waits until the guard's lease is lost and its span has the warning (told last).
 async fn lost_span(key: &str, guard: &LockGuard) -> SpanRecord {
     let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
     assert!(lost.is_ok(), "the lease of {key} was not lost");
-    wait_for("the loss on the span", || {
-        lock_spans(key)
-            .into_iter()
-            .find(|s| s.field("lost").is_some())
+    wait_for("the loss warned under the span", || {
+        lock_spans(key).into_iter().find(|span| {
+            let events = events_under(span.seq);
+            events.iter().any(|e| e.message() == "lock lost")
+        })
     })
     .await
 }

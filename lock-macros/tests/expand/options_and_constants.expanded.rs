@@ -9,11 +9,13 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
             ::fencelock::__private::KeyPart::value(&day),
         ],
     );
-    let __fencelock_options = {
-        let __fencelock_base: ::fencelock::__private::LockOptions = REPORT_LOCK;
-        __fencelock_base
-    }
-        .name("report:{day}")
+    let __fencelock_options = ::fencelock::__private::named(
+            {
+                let __fencelock_base: ::fencelock::__private::LockOptions = REPORT_LOCK;
+                __fencelock_base
+            },
+            "report:{day}",
+        )
         .ttl_ms(config::TTL_MS)
         .retry(2);
     let __fencelock_ending = {

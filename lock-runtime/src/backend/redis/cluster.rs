@@ -84,7 +84,7 @@ impl ClusterLink {
             Box::pin(unsubscribing),
         ] {
             if let Err(error) = Background::Driver.spawn(task) {
-                tracing::warn!(%error, "Redis Cluster release notifications will not work");
+                tracing::warn!(target: "fencelock", %error, "Redis Cluster release notifications will not work");
             }
         }
         let nodes = urls

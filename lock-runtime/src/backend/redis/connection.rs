@@ -291,7 +291,7 @@ impl Connection {
 
     fn cannot_settle(&self, command: &str, error: &RedisError) {
         if self.can_settle.swap(false, Ordering::Relaxed) {
-            tracing::warn!(
+            tracing::warn!(target: "fencelock",
                 %error,
                 "the Redis user may not run {command}: a command whose reply was lost may \
                  still run after later ones (allow `+client|id +client|kill` to close that gap)"

@@ -73,7 +73,7 @@ impl Notifier {
             response_timeout,
         );
         if let Err(error) = Background::Driver.spawn(unsubscriber) {
-            tracing::warn!(%error, "release notifications will not unsubscribe idle channels");
+            tracing::warn!(target: "fencelock", %error, "release notifications will not unsubscribe idle channels");
         }
         Notifier {
             server,
