@@ -40,8 +40,8 @@ pub use fencelock_macros::redis_lock;
 pub use fencelock_runtime::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient,
     LockClientBuilder, LockError, LockGuard, LockOptions, LockRequest, LossCause, MAX_KEY_LEN,
-    MAX_TTL_MS, OnLost, RenewalStats, admin, backend, current_token, escape_into, is_lost, lost,
-    telemetry, with_client,
+    MAX_TTL_MS, OnLost, RenewalStats, WithSources, admin, backend, current_token, escape_into,
+    is_lost, lost, telemetry, with_client,
 };
 
 /// Test support: private `redis-server` processes and the backend conformance suite.

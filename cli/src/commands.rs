@@ -3,11 +3,11 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use fencelock::LockError;
-use fencelock::admin::{LockAdmin, ReleaseEvent};
+use fencelock::admin::{Holding, LockAdmin, ReleaseEvent};
 
 use crate::args::{Cli, Command};
 use crate::connect::connect;
-use crate::failure::Failure;
+use crate::failure::{Failure, print};
 use crate::output::{self, EventView, LockView, ReleaseView};
 
 /// Runs the command of `cli`.
@@ -39,11 +39,10 @@ async fn list(admin: &LockAdmin, pattern: &str, json: bool) -> Result<(), Failur
         .map_err(|error| Failure::new("listing locks failed", error))?;
     if json {
         let views: Vec<LockView> = locks.iter().map(LockView::from).collect();
-        println!("{}", output::json(&views));
+        print(&output::json(&views))
     } else {
-        print!("{}", output::lock_table(&locks, pattern));
+        print(&output::lock_table(&locks, pattern))
     }
-    Ok(())
 }
 
 async fn inspect(admin: &LockAdmin, key: &str, json: bool) -> Result<(), Failure> {
@@ -52,28 +51,49 @@ async fn inspect(admin: &LockAdmin, key: &str, json: bool) -> Result<(), Failure
         .await
         .map_err(|error| Failure::new(format!("inspecting `{key}` failed"), error))?;
     if json {
-        println!("{}", output::json(&LockView::from(&state)));
+        print(&output::json(&LockView::from(&state)))
     } else {
-        print!("{}", output::lock_details(&state));
+        print(&output::lock_details(&state))
     }
-    Ok(())
 }
 
+/// Reads the key, shows what holds it and asks (unless `yes`), then releases that grant only:
+/// one that took its place meanwhile is left alone, and the command fails saying so.
 async fn release(admin: &LockAdmin, key: &str, yes: bool, json: bool) -> Result<(), Failure> {
     let failed = |error: LockError| Failure::new(format!("releasing `{key}` failed"), error);
-    if !yes {
-        let state = admin.inspect(key).await.map_err(failed)?;
-        if state.holding.is_held() {
-            confirm(key, &output::release_plan(&state))?;
+    let refused = |why: String| Failure::message(format!("refusing to release `{key}`"), why);
+    let state = admin.inspect(key).await.map_err(failed)?;
+    let holder = match &state.holding {
+        Holding::Foreign { reason } => {
+            return Err(refused(format!(
+                "it holds something that is not a lock's ({reason}); no lock can be taken \
+                 there, so there is nothing to release"
+            )));
         }
+        holding => holding.owner(),
+    };
+    let Some(holder) = holder else {
+        let view = ReleaseView::not_held(key);
+        return match json {
+            true => print(&output::json(&view)),
+            false => print(&output::not_held(key)),
+        };
+    };
+    if !yes {
+        confirm(key, &output::release_plan(&state))?;
     }
-    let forced = admin.force_release(key).await.map_err(failed)?;
-    if json {
-        println!("{}", output::json(&ReleaseView::from(&forced)));
-    } else {
-        print!("{}", output::release_outcome(&forced));
+    let forced = admin.force_release_of(key, holder).await.map_err(failed)?;
+    if !forced.released && forced.found.is_held() {
+        return Err(refused(format!(
+            "it changed hands since it was read: {}, not by {holder} any more; run the \
+             command again to release that grant",
+            output::holder_words(&forced.found)
+        )));
     }
-    Ok(())
+    match json {
+        true => print(&output::json(&ReleaseView::from(&forced))),
+        false => print(&output::release_outcome(&forced)),
+    }
 }
 
 /// Shows `plan` and asks for a yes on the terminal; refuses without one, and without a
@@ -107,14 +127,14 @@ async fn watch(
 ) -> Result<(), Failure> {
     let failed = |error: LockError| Failure::new(format!("watching `{key}` failed"), error);
     let mut events = admin.watch(key).await.map_err(failed)?;
-    println!("{}", output::watch_line(key, EventView::watching(), json));
+    print(&output::watch_line(key, EventView::watching(), json))?;
     let mut seen = 0;
     while count.is_none_or(|count| seen < count) {
         let event = tokio::select! {
             event = events.next() => event.map_err(failed)?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
-        println!("{}", output::watch_line(key, EventView::from(event), json));
+        print(&output::watch_line(key, EventView::from(event), json))?;
         if event != ReleaseEvent::Interrupted {
             seen += 1;
         }

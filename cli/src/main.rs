@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Err(error) => Err(failure::Failure::new("cannot start", error)),
     };
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(failure::Failure::OutputClosed) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("fencelock: {failure}");
             ExitCode::FAILURE

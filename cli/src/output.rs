@@ -50,9 +50,24 @@ pub struct MastersView {
 #[derive(Debug, Serialize)]
 pub struct ReleaseView {
     key: String,
-    released: HoldingView,
+    /// What held the key when the release ran.
+    found: HoldingView,
+    released: bool,
     announced: Option<EventView>,
     masters: Option<MastersView>,
+}
+
+impl ReleaseView {
+    /// Nothing held `key`: nothing was released.
+    pub fn not_held(key: &str) -> ReleaseView {
+        ReleaseView {
+            key: key.to_owned(),
+            found: HoldingView::from(&Holding::Free),
+            released: false,
+            announced: None,
+            masters: None,
+        }
+    }
 }
 
 /// A release announcement, as JSON.
@@ -137,7 +152,8 @@ impl From<&ForcedRelease> for ReleaseView {
     fn from(forced: &ForcedRelease) -> Self {
         ReleaseView {
             key: forced.key.clone(),
-            released: HoldingView::from(&forced.released),
+            found: HoldingView::from(&forced.found),
+            released: forced.released,
             announced: forced.announced.map(EventView::from),
             masters: forced.masters.as_ref().map(MastersView::from),
         }
@@ -353,7 +369,7 @@ pub fn lock_details(state: &LockState) -> String {
 }
 
 /// Who holds a key, in words: `held by TAG (token N, 12.3s left)`.
-fn holder_words(holding: &Holding) -> String {
+pub fn holder_words(holding: &Holding) -> String {
     let left = or_dash(holding.remaining().map(human));
     match holding {
         Holding::Kept { owner, .. } => {
@@ -381,11 +397,16 @@ pub fn release_plan(state: &LockState) -> String {
     )
 }
 
+/// What a forced release of a key nobody held did.
+pub fn not_held(key: &str) -> String {
+    format!("`{key}` was not held: nothing released\n")
+}
+
 /// What a forced release did.
 pub fn release_outcome(forced: &ForcedRelease) -> String {
-    let holding = &forced.released;
-    if !holding.is_held() {
-        return format!("`{}` was not held: nothing released\n", forced.key);
+    let holding = &forced.found;
+    if !forced.released {
+        return not_held(&forced.key);
     }
     let after = match forced.announced {
         Some(ReleaseEvent::HandedOver { to, token }) => {

@@ -174,8 +174,9 @@ async fn a_forced_release_hands_the_key_to_the_waiter_and_the_holder_loses_it() 
     let forced = on(&server, &["--json", "release", "job", "--force", "--yes"])
         .await
         .json();
+    assert_eq!(forced["released"], true, "{forced}");
     assert_eq!(
-        forced["released"]["token"].as_u64(),
+        forced["found"]["token"].as_u64(),
         Some(renewed.token()),
         "{forced}"
     );
@@ -229,7 +230,8 @@ async fn keys_starting_with_a_brace_are_found_by_their_text() {
     let released = on(&server, &["--json", "release", "}odd", "--force", "--yes"])
         .await
         .json();
-    assert_eq!(released["released"]["state"], "held", "{released}");
+    assert_eq!(released["found"]["state"], "held", "{released}");
+    assert_eq!(released["released"], true, "{released}");
     let left = on(&server, &["--json", "list", "?odd"]).await.json();
     assert_eq!(keys(left), ["{odd"]);
 }

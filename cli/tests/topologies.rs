@@ -42,8 +42,9 @@ async fn list_and_force_release(locks: &LockClient, topology: &[&str], keys: &[&
     )
     .await
     .json();
+    assert_eq!(forced["released"], true, "{forced}");
     assert_eq!(
-        forced["released"]["token"].as_u64(),
+        forced["found"]["token"].as_u64(),
         Some(guards[0].token()),
         "{forced}"
     );

@@ -38,7 +38,7 @@ pub const QUEUE_SHOWN: usize = 100;
 ///
 /// // Owner-unchecked: the holder learns of it at its next renewal or release.
 /// let forced = admin.force_release("stock:42").await?;
-/// assert!(forced.released.is_held());
+/// assert!(forced.released && forced.found.is_held());
 /// assert!(guard.release().await.unwrap_err().is_lost());
 /// # Ok(())
 /// # }
@@ -84,13 +84,32 @@ impl LockAdmin {
     /// Releases `key` whoever holds it (no owner check), keeping its fencing counter: the
     /// oldest waiter whose place lasts gets the key with a greater token, as after a release,
     /// or waiters hear that it is free. The former holder is not told; its next renewal or
-    /// release reports [`LockError::Lost`]. Foreign data in the key is refused with
-    /// [`LockError::KeyInUse`] and left alone. Not resent after a lost reply (the second
-    /// send would release the next holder): an error means the outcome is unknown, and
-    /// [`inspect`](Self::inspect) tells.
+    /// release reports [`LockError::Lost`]. Reads the key first and releases only the grant
+    /// it found there ([`force_release_of`](Self::force_release_of)): if another grant took
+    /// its place meanwhile, nothing is released. Foreign data in the key (or next to it) is
+    /// refused with [`LockError::KeyInUse`] and left alone.
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease, LockError> {
+        let state = self.inspect(key).await?;
+        match state.holding {
+            Holding::Foreign { reason } => Err(LockError::key_in_use(key, reason)),
+            holding => match holding.owner() {
+                Some(holder) => self.force_release_of(key, holder).await,
+                None => Ok(ForcedRelease::not_held(key)),
+            },
+        }
+    }
+
+    /// Releases `key` by force, as [`force_release`](Self::force_release) does, if and only if
+    /// `holder` holds it (a grant, or a key kept after its release by `min_hold_ms`): the
+    /// grant an operator was shown, never one that took its place since. Safe to send again:
+    /// once released, the key is no longer `holder`'s.
+    pub async fn force_release_of(
+        &self,
+        key: &str,
+        holder: OwnerTag,
+    ) -> Result<ForcedRelease, LockError> {
         key::validate(key)?;
-        self.backend().force_release(key).await
+        self.backend().force_release(key, holder).await
     }
 
     /// Every release announcement of `key` from now on, in order (returned once the backend
@@ -274,8 +293,10 @@ pub struct Masters {
 pub struct ForcedRelease {
     /// The lock key.
     pub key: String,
-    /// What held the key just before ([`Holding::Free`]: nothing was released).
-    pub released: Holding,
+    /// What held the key when the release ran ([`Holding::Free`]: nothing).
+    pub found: Holding,
+    /// Whether `found` was released: it was the holder the release was for.
+    pub released: bool,
     /// What the release announced to waiters: the key handed to the oldest waiter in line,
     /// or free; `None` when nothing was released.
     pub announced: Option<ReleaseEvent>,
@@ -286,9 +307,15 @@ pub struct ForcedRelease {
 impl ForcedRelease {
     /// Nothing held the key: nothing was released.
     pub(crate) fn not_held(key: &str) -> ForcedRelease {
+        ForcedRelease::of(key, Holding::Free)
+    }
+
+    /// `found` held the key, and was not released.
+    pub(crate) fn of(key: &str, found: Holding) -> ForcedRelease {
         ForcedRelease {
             key: key.to_owned(),
-            released: Holding::Free,
+            found,
+            released: false,
             announced: None,
             masters: None,
         }

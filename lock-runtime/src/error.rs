@@ -214,15 +214,34 @@ impl LockError {
 }
 
 /// Shows an error followed by each of its sources, joined with ": " (as `anyhow` prints
-/// with `{:#}`): for log lines, where nobody walks `source()` afterwards.
-pub(crate) struct WithSources<'a>(pub(crate) &'a (dyn StdError + 'static));
+/// with `{:#}`), each cause once: a source that says what the error before it said (redis-rs
+/// errors show their I/O error and also return it as their source) is left out. For log
+/// lines and one-line messages, where nobody walks `source()` afterwards.
+///
+/// ```
+/// use fencelock::{LockError, WithSources};
+///
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let error = LockError::backend(None, "cannot connect", Some(std::sync::Arc::new(refused)));
+/// assert_eq!(
+///     WithSources(&error).to_string(),
+///     "lock backend failed: cannot connect: refused"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct WithSources<'a>(pub &'a (dyn StdError + 'static));
 
 impl std::fmt::Display for WithSources<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut said = self.0.to_string();
+        f.write_str(&said)?;
         let mut source = self.0.source();
         while let Some(cause) = source {
-            write!(f, ": {cause}")?;
+            let says = cause.to_string();
+            if says != said {
+                write!(f, ": {says}")?;
+            }
+            said = says;
             source = cause.source();
         }
         Ok(())

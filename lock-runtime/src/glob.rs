@@ -110,7 +110,7 @@ impl Glob {
     }
 
     /// The pattern as Redis reads it, for `SCAN MATCH`, from token `from` on.
-    fn render_from(&self, from: usize) -> String {
+    fn render_from(&self, from: usize) -> Vec<u8> {
         let mut rendered = Vec::new();
         for token in self.tokens.iter().skip(from) {
             match token {
@@ -133,12 +133,12 @@ impl Glob {
                 }
             }
         }
-        // Escapes only ever precede ASCII bytes: the pattern's UTF-8 sequences stay whole.
-        String::from_utf8_lossy(&rendered).into_owned()
+        // Bytes, as Redis matches them: a class over bytes of a UTF-8 sequence stays as written.
+        rendered
     }
 
     /// The pattern as Redis reads it (a trailing backslash escaped).
-    pub(crate) fn render(&self) -> String {
+    pub(crate) fn render(&self) -> Vec<u8> {
         self.render_from(0)
     }
 
@@ -152,8 +152,8 @@ impl Glob {
     }
 
     /// The pattern as Redis reads it, with its first token (one byte of several) made `*`.
-    pub(crate) fn render_with_any_first(&self) -> String {
-        format!("*{}", self.render_from(1))
+    pub(crate) fn render_with_any_first(&self) -> Vec<u8> {
+        [b"*".as_slice(), &self.render_from(1)].concat()
     }
 }
 
@@ -248,9 +248,10 @@ mod tests {
     fn rendering_gives_back_what_redis_reads() {
         for pattern in ["stock:*", r"a\*b", "[^a-c]x?", r"[\]\-]", "ü*"] {
             let glob = Glob::parse(pattern).unwrap();
-            assert_eq!(Glob::parse(&glob.render()).unwrap(), glob, "{pattern}");
+            let rendered = String::from_utf8(glob.render()).unwrap();
+            assert_eq!(Glob::parse(&rendered).unwrap(), glob, "{pattern}");
         }
-        assert_eq!(Glob::parse(r"a\").unwrap().render(), r"a\\");
+        assert_eq!(Glob::parse(r"a\").unwrap().render(), br"a\\");
         assert_eq!(escape("a*b?[c]\\"), r"a\*b\?\[c\]\\");
     }
 }

@@ -35,7 +35,7 @@ pub use admin::LockAdmin;
 pub use ambient::with_client;
 pub use body_locks::{current_token, is_lost, lost};
 pub use client::{LockClient, LockClientBuilder};
-pub use error::LockError;
+pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
 pub use options::{

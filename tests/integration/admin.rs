@@ -8,8 +8,9 @@ use redis::AsyncCommands;
 
 use crate::support::{client, inspector, redis_server};
 
-/// Another program's data under the prefix lists as foreign, with what was found, and a
-/// forced release refuses it without touching it.
+/// Another program's data under the prefix, or next to a held lock, lists as foreign, with
+/// what was found, and a forced release refuses it without touching it (nor the grant next
+/// to it).
 #[tokio::test]
 async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
     let server = redis_server();
@@ -29,7 +30,7 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
         };
         assert!(!reason.is_empty(), "{}", state.key);
     }
-    for key in ["plain", "hash"] {
+    for key in ["plain", "hash", "queued"] {
         match admin.force_release(key).await {
             Err(LockError::KeyInUse { .. }) => {}
             other => panic!("{key}: expected KeyInUse, got {other:?}"),
@@ -37,6 +38,11 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
     }
     let kept: String = redis.get("lock:{plain}").await.unwrap();
     assert_eq!(kept, "not a lock", "left as it was");
+    let grant: Option<String> = redis.get("lock:{queued}").await.unwrap();
+    assert!(
+        grant.is_some(),
+        "the grant next to the foreign queue is kept"
+    );
     drop(guard);
 }
 

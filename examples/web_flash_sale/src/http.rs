@@ -1,6 +1,5 @@
 //! The web service: `POST /deduct_stock/{sku}` and how each outcome maps to a status.
 
-use std::error::Error;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -8,7 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use fencelock::LockClient;
+use fencelock::{LockClient, WithSources};
 use serde_json::json;
 
 use crate::service::{AppState, Sale, SaleError, sell};
@@ -26,7 +25,7 @@ pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), Strin
             .map_err(|e| format!("cannot connect to the stock store: {e}"))?,
         locks: LockClient::connect(redis_url)
             .await
-            .map_err(|e| with_sources(&e))?,
+            .map_err(|e| WithSources(&e).to_string())?,
         locked,
     };
     let router = Router::new()
@@ -85,19 +84,8 @@ fn error_response(sku: &str, error: SaleError) -> Response {
         let retry_after = [(header::RETRY_AFTER, RETRY_AFTER_SECONDS)];
         return (status, retry_after, body).into_response();
     }
-    eprintln!("{sku}: {status}: {}", with_sources(&error));
+    eprintln!("{sku}: {status}: {}", WithSources(&error));
     (status, body).into_response()
-}
-
-/// The error and each of its sources, for the log.
-fn with_sources(error: &dyn Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

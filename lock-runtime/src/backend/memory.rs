@@ -13,7 +13,7 @@ use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseW
 use crate::LockError;
 use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
-use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
+use crate::release_hub::{OwnerTag, ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -242,20 +242,26 @@ impl State {
         }
     }
 
-    /// Releases `key` whoever holds it, hands it to the oldest waiter in line, and says what
-    /// held it and what to announce (nothing when nobody held it). No release is remembered:
-    /// the holder's next renewal or release finds its lease lost.
-    fn force_release(&mut self, key: &str) -> (Holding, Option<ReleaseEvent>) {
+    /// Releases `key` if `expected` holds it, hands it to the oldest waiter in line, and says
+    /// what held it and what to announce (nothing when nothing was released). No release is
+    /// remembered: the holder's next renewal or release finds its lease lost.
+    fn force_release(&mut self, key: &str, expected: OwnerTag) -> ForcedRelease {
         let now = Instant::now();
         let Some(holder) = self.live_holder(key, now) else {
-            return (Holding::Free, None);
+            return ForcedRelease::not_held(key);
         };
-        let released = holder.holding(now);
+        let (found, token) = (holder.holding(now), holder.token);
+        if found.owner() != Some(expected) {
+            return ForcedRelease::of(key, found);
+        }
         self.holders.remove(key);
-        let freed = ReleaseEvent::Released {
-            token: released.token(),
-        };
-        (released, Some(self.hand_off(key, now).unwrap_or(freed)))
+        // A kept key's grant too, as the Redis scripts name it.
+        let freed = ReleaseEvent::Released { token: Some(token) };
+        ForcedRelease {
+            released: true,
+            announced: Some(self.hand_off(key, now).unwrap_or(freed)),
+            ..ForcedRelease::of(key, found)
+        }
     }
 
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
@@ -432,16 +438,12 @@ impl LockBackend for MemoryBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
+        holder: OwnerTag,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let (released, announced) = self.with_state(|state| state.force_release(key));
-        if let Some(event) = announced {
+        let forced = self.with_state(|state| state.force_release(key, holder));
+        if let Some(event) = forced.announced {
             self.releases.announce(key, event);
         }
-        let forced = ForcedRelease {
-            released,
-            announced,
-            ..ForcedRelease::not_held(key)
-        };
         Box::pin(std::future::ready(Ok(forced)))
     }
 }

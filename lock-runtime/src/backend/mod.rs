@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::admin::{ForcedRelease, LockState};
+use crate::admin::{ForcedRelease, LockState, OwnerTag};
 pub use crate::release_hub::ReleaseWatch;
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
@@ -207,16 +207,18 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         not_offered("inspecting a lock")
     }
 
-    /// For an operator: releases `key` whoever holds it, keeping its fencing counter, handing
-    /// it over and announcing it as [`release`](Self::release) does, but without remembering
-    /// a release of the holder's (whose renewal and release must then find the lease lost);
-    /// refuses foreign data with [`LockError::KeyInUse`]. Not safe to retry: a second call
-    /// releases the next holder. Not offered by default.
+    /// For an operator: releases `key` if `holder` holds it (a grant, or a key kept after its
+    /// release), whatever its lease, keeping its fencing counter, handing it over and
+    /// announcing it as [`release`](Self::release) does, but without remembering a release
+    /// of the holder's (whose renewal and release must then find the lease lost); refuses
+    /// foreign data in the key with [`LockError::KeyInUse`]. Says what held the key. Safe to
+    /// retry: once released, the key is no longer `holder`'s. Not offered by default.
     fn force_release<'a>(
         &'a self,
         key: &'a str,
+        holder: OwnerTag,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let _ = key;
+        let _ = (key, holder);
         not_offered("releasing a lock by force")
     }
 }
@@ -234,6 +236,7 @@ fn not_offered<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockErro
 mod tests {
     use super::*;
     use crate::LockClient;
+    use crate::release_hub::owner_tag;
 
     /// A backend with the required methods only (none of them called here).
     #[derive(Debug)]
@@ -273,7 +276,7 @@ mod tests {
             ("inspecting a lock", admin.inspect("k").await.err()),
             (
                 "releasing a lock by force",
-                admin.force_release("k").await.err(),
+                admin.force_release_of("k", owner_tag("o")).await.err(),
             ),
         ];
         for (what, refusal) in refusals {

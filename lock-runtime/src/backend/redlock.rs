@@ -425,12 +425,17 @@ impl RedlockBackend {
         Ok(self.merge(key, states, answered))
     }
 
-    async fn force_release_held(&self, key: &str) -> Result<ForcedRelease, LockError> {
-        let replies = self.on_every_master(|m| m.force_release(key)).await;
+    async fn force_release_held(
+        &self,
+        key: &str,
+        holder: OwnerTag,
+    ) -> Result<ForcedRelease, LockError> {
+        let replies = self.on_every_master(|m| m.force_release(key, holder)).await;
         let answers = self.majority_answered(Some(key), "releasing by force failed", replies)?;
         let answered = answers.len();
-        let (released, masters) =
-            self.merge_holdings(answers.iter().map(|(_, forced)| &forced.released), answered);
+        let (found, _) =
+            self.merge_holdings(answers.iter().map(|(_, forced)| &forced.found), answered);
+        let released_on = answers.iter().filter(|(_, forced)| forced.released).count();
         // Masters keep no line: each announces that the key is free (waiters hear one).
         let announced = answers
             .iter()
@@ -440,10 +445,14 @@ impl RedlockBackend {
                 _ => None,
             });
         Ok(ForcedRelease {
-            released,
+            released: released_on > 0,
             announced,
-            masters: Some(masters),
-            ..ForcedRelease::not_held(key)
+            masters: Some(Masters {
+                holding: released_on,
+                answered,
+                of: self.masters.len(),
+            }),
+            ..ForcedRelease::of(key, found)
         })
     }
 
@@ -496,7 +505,10 @@ impl RedlockBackend {
         };
         let mut remaining: Vec<Duration> = held.iter().filter_map(|h| h.remaining()).collect();
         remaining.sort_unstable_by(|a, b| b.cmp(a));
-        let until = remaining[self.quorum().min(remaining.len()) - 1];
+        let until = match remaining.get(self.quorum() - 1) {
+            Some(&majority_holds_until) => majority_holds_until,
+            None => remaining[0],
+        };
         let token = held.iter().filter_map(|h| h.token()).max();
         let merged = match held[0] {
             Holding::Held { owner, .. } => Holding::Held {
@@ -561,7 +573,8 @@ impl LockBackend for RedlockBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
+        holder: OwnerTag,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key))
+        Box::pin(self.force_release_held(key, holder))
     }
 }

@@ -664,20 +664,36 @@ pub async fn an_operator_lists_and_inspects_held_locks(client: &LockClient, key:
     }
 }
 
-/// An operator's forced release ends the grant whoever holds it: the holder's renewal and
-/// release find it lost (no release is remembered for it), the key goes to the oldest waiter
-/// with a greater token (the fencing counter is kept) or is announced free, and the release
-/// is announced as it is; a free key is left as it is.
+/// An operator's forced release ends the grant it found, whoever holds it: the holder's
+/// renewal and release find it lost (no release is remembered for it), the key goes to the
+/// oldest waiter with a greater token (the fencing counter is kept) or is announced free, and
+/// the release is announced as it is; sent again, or for another holder than the one there,
+/// it releases nothing; a free key is left as it is.
 pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockClient, key: &str) {
     let (backend, admin) = (client.backend(), client.admin());
     let [holder, waiter] = ["holder", "waiter"].map(|name| owner(key, name));
     let held = expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
     expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
     let mut events = admin.watch(key).await.expect("subscribes");
+    let holder_tag = owner_tag(&holder.owner);
+    let not_its = admin.force_release_of(key, owner_tag(&waiter.owner)).await;
+    let not_its = not_its.expect("backend answers");
+    assert!(
+        !not_its.released,
+        "another holder's grant is left: {not_its:?}"
+    );
+    assert_eq!(not_its.found.owner(), Some(holder_tag), "and named");
     let forced = admin.force_release(key).await.expect("backend answers");
-    assert_eq!(forced.released.owner(), Some(owner_tag(&holder.owner)));
-    assert_eq!(forced.released.token(), Some(held.token), "{forced:?}");
+    assert!(forced.released, "{forced:?}");
+    assert_eq!(forced.found.owner(), Some(holder_tag));
+    assert_eq!(forced.found.token(), Some(held.token), "{forced:?}");
     let announced = forced.announced.expect("a release is announced");
+    let again = admin.force_release_of(key, holder_tag).await;
+    let again = again.expect("backend answers");
+    assert!(
+        !again.released,
+        "sent again, it releases nothing: {again:?}"
+    );
     let heard = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
     let heard = heard.expect("the watch hears the forced release");
     assert_eq!(heard.expect("backend answers"), announced, "as announced");
@@ -719,8 +735,8 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
     assert_eq!(after.fence, before.fence, "the fencing counter is kept");
     let again = admin.force_release(key).await.expect("backend answers");
     assert_eq!(
-        (again.released, again.announced),
-        (Holding::Free, None),
+        (again.found, again.released, again.announced),
+        (Holding::Free, false, None),
         "nothing held"
     );
 }

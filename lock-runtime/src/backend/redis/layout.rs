@@ -47,15 +47,14 @@ pub(crate) fn key_of(prefix: &str, redis_key: &str) -> Option<String> {
 /// match more (a pattern starting with one byte of several cannot say whether a brace was put
 /// in front): filter what it finds with [`key_of`] and `pattern`. Only lock keys can match
 /// it, never the keys kept next to them, which end in a suffix after the `}`.
-pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> String {
+pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> Vec<u8> {
+    let (open, rendered) = match pattern.start() {
+        Start::Byte(b'{' | b'}') => ("{{", pattern.render()),
+        Start::Byte(_) | Start::Any => ("{", pattern.render()),
+        Start::OneOf => ("{", pattern.render_with_any_first()),
+    };
     let prefix = glob::escape(prefix);
-    match pattern.start() {
-        Start::Byte(b'{' | b'}') => {
-            format!("{prefix}{{{{{}}}", pattern.render())
-        }
-        Start::Byte(_) | Start::Any => format!("{prefix}{{{}}}", pattern.render()),
-        Start::OneOf => format!("{prefix}{{{}}}", pattern.render_with_any_first()),
-    }
+    [prefix.as_bytes(), open.as_bytes(), &rendered, b"}"].concat()
 }
 
 /// The lock key, its fencing counter, its queue and the queue's deadlines: the keys of the
@@ -145,7 +144,8 @@ mod tests {
             ("*b", "lock:"),
         ] {
             let glob = Glob::parse(pattern).unwrap();
-            let scan = Glob::parse(&scan_pattern(prefix, &glob)).unwrap();
+            let scan = String::from_utf8(scan_pattern(prefix, &glob)).unwrap();
+            let scan = Glob::parse(&scan).unwrap();
             for key in KEYS {
                 let redis_key = lock_key(prefix, key);
                 if glob.matches(key) {

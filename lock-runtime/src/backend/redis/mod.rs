@@ -20,7 +20,7 @@ use self::pubsub::Notifier;
 use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::admin::{ForcedRelease, LockState};
+use crate::admin::{ForcedRelease, LockState, OwnerTag};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -221,7 +221,35 @@ impl RedisBackend {
                 &format!("cannot connect to Redis at {}", self.addr()),
                 e,
             )
-        })
+        })?;
+        self.check_not_a_cluster_node().await
+    }
+
+    /// Refuses a node of a Redis Cluster reached as one server: it answers `MOVED` for every
+    /// key outside its own slots, and an operator's listing would silently show a part. A
+    /// server that hides `INFO cluster` passes.
+    async fn check_not_a_cluster_node(&self) -> Result<(), LockError> {
+        let Link::Server { connection, .. } = &self.link else {
+            return Ok(());
+        };
+        let Ok(live) = connection.get(Route::here()).await else {
+            return Ok(());
+        };
+        let info: Result<String, _> = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut live.connection())
+            .await;
+        let clustered =
+            info.is_ok_and(|info| info.lines().any(|l| l.trim_end() == "cluster_enabled:1"));
+        if clustered {
+            return Err(LockError::invalid_config(format!(
+                "the server at {} is a node of a Redis Cluster: connect with \
+                 `LockClient::cluster(urls)` (the `fencelock` command: `--cluster`), or keys \
+                 outside its slots fail with MOVED",
+                self.addr()
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a server whose `maxmemory-policy` may evict keys: every policy but
@@ -847,8 +875,9 @@ impl LockBackend for RedisBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
+        holder: OwnerTag,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key))
+        Box::pin(self.force_release_held(key, holder))
     }
 }
 

@@ -12,10 +12,10 @@ use redis::{RedisError, Script, Value};
 
 use super::connection::Route;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
-use crate::LockError;
 use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
+use crate::{LockError, key};
 
 /// The inspection script's text: sent with `SCRIPT LOAD` ahead of each page's pipeline, so
 /// that the page's `EVALSHA`s find it on whichever node the page came from.
@@ -105,7 +105,9 @@ impl RedisBackend {
                 .into_iter()
                 .filter_map(|redis_key| String::from_utf8(redis_key).ok())
                 .filter_map(|redis_key| layout::key_of(&self.prefix, &redis_key))
-                .filter(|key| glob.matches(key))
+                // A key no request could name (control characters, too long) is no lock of
+                // this library, and must not reach an operator's terminal.
+                .filter(|key| key::validate(key).is_ok() && glob.matches(key))
                 .collect();
             if !keys.is_empty() {
                 let mut pipeline = redis::pipe();
@@ -141,11 +143,16 @@ impl RedisBackend {
         parse_state(key, &reply)
     }
 
-    /// Releases `key` whoever holds it (`force_release.lua`).
-    pub(super) async fn force_release_held(&self, key: &str) -> Result<ForcedRelease, LockError> {
+    /// Releases `key` if `holder` holds it (`force_release.lua`).
+    pub(super) async fn force_release_held(
+        &self,
+        key: &str,
+        holder: OwnerTag,
+    ) -> Result<ForcedRelease, LockError> {
         let keys = layout::lock_keys(self.lock_key(key));
         let channel = layout::release_channel(&keys[0]);
-        let args = [channel.as_str(), self.publish_command()];
+        let holder = holder.to_string();
+        let args = [channel.as_str(), self.publish_command(), holder.as_str()];
         let reply = self.run(&FORCE_RELEASE, &keys, &args, key).await?;
         let unexpected = || unexpected(key, "forced release", &reply);
         let Value::Array(items) = &reply else {
@@ -157,15 +164,17 @@ impl RedisBackend {
                 key,
                 text(why).ok_or_else(unexpected)?,
             )),
-            [status, state, tag, token, remaining, message] if integer(status) == Some(1) => {
-                let released =
-                    parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
-                let announced = text(message).map(|m| parse_announcement(&m));
-                Ok(ForcedRelease {
-                    released,
-                    announced,
-                    ..ForcedRelease::not_held(key)
-                })
+            [status, state, tag, token, remaining, rest @ ..] => {
+                let found = parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
+                match (integer(status), rest) {
+                    (Some(3), []) => Ok(ForcedRelease::of(key, found)),
+                    (Some(1), [message]) => Ok(ForcedRelease {
+                        released: true,
+                        announced: text(message).map(|m| parse_announcement(&m)),
+                        ..ForcedRelease::of(key, found)
+                    }),
+                    _ => Err(unexpected()),
+                }
             }
             _ => Err(unexpected()),
         }

@@ -3,9 +3,9 @@
 //! The release script publishes on `<lock key>:released`. A channel is subscribed while some
 //! waiter of this client waits for its key, and for a second after the last one left (so a
 //! busy key is not subscribed and unsubscribed at every hand-off). When the connection fails
-//! (an error, a timeout, or its end), it is closed for good, every waiter wakes to try again,
-//! and the next wait subscribes on a new one: correctness never depends on a notification
-//! arriving, only the speed of the hand-off does.
+//! (an error, a timeout, its end, or no answer to a `PING` when quiet), it is closed for good,
+//! every waiter wakes to try again, and the next wait subscribes on a new one: correctness
+//! never depends on a notification arriving, only the speed of the hand-off does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -24,6 +24,11 @@ use crate::release_hub::{ReleaseEvent, ReleaseHub, ReleaseWatch, parse_announcem
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// How often a quiet subscription connection is asked for a `PING`: a connection that went
+/// silent (a partition that keeps the socket open) announces nothing, and would otherwise
+/// never be found out.
+const KEEPALIVE: Duration = Duration::from_secs(5);
 
 pub(crate) struct Notifier {
     server: Server,
@@ -152,6 +157,10 @@ impl Notifier {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         let reading = announce(
             messages,
+            Keepalive {
+                sink: sink.clone(),
+                response_timeout: self.response_timeout,
+            },
             Arc::downgrade(&self.hub),
             Arc::downgrade(&self.current),
             generation,
@@ -184,15 +193,40 @@ impl Drop for Notifier {
     }
 }
 
-/// Wakes the waiters of each channel a message arrives on; when its connection ends,
-/// closes it (if it is still the current one).
+/// How the reading task checks that a quiet connection still answers.
+struct Keepalive {
+    sink: PubSubSink,
+    response_timeout: Duration,
+}
+
+impl Keepalive {
+    /// Whether the connection answers a `PING` within the response timeout.
+    async fn answers(&mut self) -> bool {
+        let ping = self.sink.ping::<redis::Value>();
+        matches!(
+            tokio::time::timeout(self.response_timeout, ping).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// Wakes the waiters of each channel a message arrives on; when its connection ends, or
+/// does not answer a `PING` after `KEEPALIVE` without a message, closes it (if it is still the
+/// current one), which wakes every waiter.
 async fn announce(
     mut messages: redis::aio::PubSubStream,
+    mut keepalive: Keepalive,
     hub: Weak<ReleaseHub>,
     current: Weak<Mutex<Option<Subscriptions>>>,
     generation: u64,
 ) {
-    while let Some(message) = messages.next().await {
+    loop {
+        let message = match tokio::time::timeout(KEEPALIVE, messages.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(_quiet) if keepalive.answers().await => continue,
+            Err(_quiet) => break,
+        };
         let Some(hub) = hub.upgrade() else { return };
         hub.announce(message.get_channel_name(), announcement(&message));
     }

@@ -1,13 +1,16 @@
--- An operator's forced release: deletes the lock key whoever holds it (no owner check), keeps
--- the fencing counter (the next grant's token is greater), hands the key to the oldest waiter
--- whose place lasts as a release does, and announces what happened, so that waiters wake.
--- Unlike a release it leaves no `:released-by`: the holder did not release, and its next
--- renewal or release must find its lease lost. Foreign data in the lock key is not touched.
+-- An operator's forced release: deletes the lock key if the owner named by its tag holds it,
+-- whatever its lease (no owner token needed), keeps the fencing counter (the next grant's token
+-- is greater), hands the key to the oldest waiter whose place lasts as a release does, and
+-- announces what happened, so that waiters wake. Unlike a release it leaves no `:released-by`:
+-- the holder did not release, and its next renewal or release must find its lease lost.
+-- Foreign data in the lock key is not touched; nor is a grant of another owner (one that took
+-- the key since the operator looked, or the one a first run of this script handed it to).
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines
 -- ARGV[1] the channel of the key's releases, ARGV[2] `PUBLISH`, or `SPUBLISH` on a Redis
--- Cluster
+-- Cluster, ARGV[3] the tag of the owner to release (see owner_tag)
 -- Returns {0} when nobody holds the key; {2, why} when it holds something that is not a
--- lock's; else {1, state, holder's tag, fencing token, remaining ms of its lease, the message
+-- lock's; {3, state, holder's tag, fencing token, remaining ms of its lease} when another
+-- owner holds it (nothing changed); else {1, state, tag, token, remaining ms, the message
 -- published} (see describe_holder and announce_release).
 local holder = redis.pcall('GET', KEYS[1])
 local foreign = foreign_holder(KEYS[1], holder)
@@ -19,6 +22,9 @@ if not holder then
 end
 local state, tag, token = describe_holder(holder)
 local remaining = redis.call('PTTL', KEYS[1])
+if tag ~= ARGV[3] then
+  return {3, state, tag, token, remaining}
+end
 redis.call('DEL', KEYS[1])
 local message = announce_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], holder, ARGV[1], ARGV[2])
 return {1, state, tag, token, remaining, message}

@@ -39,7 +39,9 @@ end
 -- whose place lasts, and announces on `channel` with `publish` (`PUBLISH`, or `SPUBLISH` on a
 -- Redis Cluster) what happened: `granted <sha1 of the new owner's token> <fencing token>`
 -- (never the token: whoever has it can release the lock), else `released <fencing token of the
--- grant released>` (`released` alone when the value names no grant). Through pcall: a user
+-- grant released>`: the value's, or for a key kept after its release (`<owner>:released`) the
+-- fencing counter's, which is that grant's (one token on every Redlock master, so that its
+-- waiters hear one release), `released` alone when neither names it. Through pcall: a user
 -- whose ACL grants no channels (Redis 7's default) must still release; its waiters poll.
 -- Returns the message.
 local function announce_release(lock_key, fence_key, queue_key, deadlines_key, holder, channel,
@@ -47,6 +49,10 @@ local function announce_release(lock_key, fence_key, queue_key, deadlines_key, h
   local message = hand_off(lock_key, fence_key, queue_key, deadlines_key)
   if not message then
     local token = string.match(holder, ':(%d+)$')
+    if not token then
+      local last = read_fence(fence_key)
+      token = last and last > 0 and string.format('%.0f', last) or nil
+    end
     message = token and ('released ' .. token) or 'released'
   end
   redis.pcall(publish, channel, message)
