@@ -63,16 +63,16 @@ async fn release(admin: &LockAdmin, key: &str, yes: bool, json: bool) -> Result<
     let failed = |error: LockError| Failure::new(format!("releasing `{key}` failed"), error);
     let refused = |why: String| Failure::message(format!("refusing to release `{key}`"), why);
     let state = admin.inspect(key).await.map_err(failed)?;
-    let holder = match &state.holding {
+    let grant = match &state.holding {
         Holding::Foreign { reason } => {
             return Err(refused(format!(
                 "it holds something that is not a lock's ({reason}); no lock can be taken \
                  there, so there is nothing to release"
             )));
         }
-        holding => holding.owner(),
+        holding => holding.grant(),
     };
-    let Some(holder) = holder else {
+    let Some(grant) = grant else {
         let view = ReleaseView::not_held(key);
         return match json {
             true => print(&output::json(&view)),
@@ -82,11 +82,11 @@ async fn release(admin: &LockAdmin, key: &str, yes: bool, json: bool) -> Result<
     if !yes {
         confirm(key, &output::release_plan(&state))?;
     }
-    let forced = admin.force_release_of(key, holder).await.map_err(failed)?;
+    let forced = admin.force_release_of(key, grant).await.map_err(failed)?;
     if !forced.released && forced.found.is_held() {
         return Err(refused(format!(
-            "it changed hands since it was read: {}, not by {holder} any more; run the \
-             command again to release that grant",
+            "it changed hands since it was read: {}, not the grant shown; run the command \
+             again to release that one",
             output::holder_words(&forced.found)
         )));
     }

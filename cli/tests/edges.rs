@@ -216,11 +216,11 @@ async fn on_redlock_a_forced_release_is_heard_once() {
     assert_eq!(heard, [once], "one forced release, heard once");
 }
 
-/// A node of a Redis Cluster given as one server would answer for its own slots only: the
-/// connection is refused with the flag to use.
+/// A node of a Redis Cluster of several nodes given as one server would answer for its own
+/// slots only: the connection is refused with the flag to use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_given_as_one_server_is_refused() {
-    let cluster = RedisCluster::start(1, 0).await.expect("a Redis Cluster");
+    let cluster = RedisCluster::start(2, 0).await.expect("a Redis Cluster");
     let urls = cluster.urls();
     let refusal = fencelock(&["--url", &urls[0], "list"])
         .await

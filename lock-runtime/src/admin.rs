@@ -92,24 +92,27 @@ impl LockAdmin {
         let state = self.inspect(key).await?;
         match state.holding {
             Holding::Foreign { reason } => Err(LockError::key_in_use(key, reason)),
-            holding => match holding.owner() {
-                Some(holder) => self.force_release_of(key, holder).await,
+            holding => match holding.grant() {
+                Some(grant) => self.force_release_of(key, grant).await,
                 None => Ok(ForcedRelease::not_held(key)),
             },
         }
     }
 
     /// Releases `key` by force, as [`force_release`](Self::force_release) does, if and only if
-    /// `holder` holds it (a grant, or a key kept after its release by `min_hold_ms`): the
-    /// grant an operator was shown, never one that took its place since. Safe to send again:
-    /// once released, the key is no longer `holder`'s.
+    /// it holds `grant` (as [`Holding::grant`] gave it: that grant, or the key it keeps after
+    /// its release by `min_hold_ms`), never one that took its place since, also of the same
+    /// owner (a later grant carries a greater token). Safe to send again: once released, the
+    /// key no longer holds `grant` (so a second send after a lost reply says nothing was
+    /// released; [`inspect`](Self::inspect) tells what holds the key). Unlike
+    /// `force_release`, it does not look for foreign data next to the key first.
     pub async fn force_release_of(
         &self,
         key: &str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
         key::validate(key)?;
-        self.backend().force_release(key, holder).await
+        self.backend().force_release(key, grant).await
     }
 
     /// Every release announcement of `key` from now on, in order (returned once the backend
@@ -258,6 +261,39 @@ impl Holding {
             Holding::Held { token, .. } => *token,
             _ => None,
         }
+    }
+
+    /// The grant, for a key someone holds: what [`LockAdmin::force_release_of`] releases.
+    pub fn grant(&self) -> Option<Grant> {
+        let owner = self.owner()?;
+        Some(Grant {
+            owner,
+            token: self.token(),
+        })
+    }
+}
+
+/// One grant of a key, as a forced release names it: its owner, and its fencing token (when
+/// the key names one). A later grant of the key, also to the same owner, has a greater token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Grant {
+    /// Its owner.
+    pub owner: OwnerTag,
+    /// Its fencing token; `None` for a key kept after its release, or written by a version
+    /// before tokens were kept in the key (the owner alone names the grant then).
+    pub token: Option<u64>,
+}
+
+impl Grant {
+    /// Whether a key holding `owner`'s grant with `token` holds this grant: the same owner,
+    /// and no later grant (a token not above this one's, or none to compare).
+    pub(crate) fn is(&self, owner: OwnerTag, token: Option<u64>) -> bool {
+        owner == self.owner
+            && self
+                .token
+                .zip(token)
+                .is_none_or(|(shown, now)| now <= shown)
     }
 }
 

@@ -58,12 +58,25 @@ impl Glob {
                                 );
                             }
                             Some(b']') => break,
-                            Some(b'\\') => bytes.next().unwrap_or(b'\\'),
+                            // An escaped byte is that byte alone, never a range's start.
+                            Some(b'\\') => {
+                                let byte = bytes.next().unwrap_or(b'\\');
+                                ranges.push((byte, byte));
+                                continue;
+                            }
                             Some(low) => low,
                         };
+                        // Redis takes the byte after `-` as it is: a backslash there ends the
+                        // range, and escapes nothing.
                         let high = match bytes.next_if_eq(&b'-') {
                             Some(_) => match bytes.next() {
-                                Some(b'\\') => bytes.next().unwrap_or(b'\\'),
+                                Some(b'\\') => {
+                                    return refuse(
+                                        "a range in `[...]` cannot end in an escaped \
+                                         character (Redis reads the backslash as the end): \
+                                         write the end unescaped, or list the characters",
+                                    );
+                                }
                                 Some(high) => high,
                                 None => low,
                             },
@@ -118,22 +131,10 @@ impl Glob {
                 Token::AnyOne => rendered.push(b'?'),
                 Token::Any => rendered.push(b'*'),
                 Token::Class { negated, ranges } => {
-                    rendered.push(b'[');
-                    if *negated {
-                        rendered.push(b'^');
-                    }
-                    for &(low, high) in ranges {
-                        push_escaped(&mut rendered, low, SPECIAL_IN_CLASS);
-                        if high != low {
-                            rendered.push(b'-');
-                            push_escaped(&mut rendered, high, SPECIAL_IN_CLASS);
-                        }
-                    }
-                    rendered.push(b']');
+                    rendered.extend(render_class(*negated, ranges));
                 }
             }
         }
-        // Bytes, as Redis matches them: a class over bytes of a UTF-8 sequence stays as written.
         rendered
     }
 
@@ -182,6 +183,33 @@ impl Token {
             }
         }
     }
+}
+
+/// A class as Redis reads it: single bytes escaped, a range's ends as they are (Redis takes
+/// them so). Where Redis would read it otherwise, `?`, wider, for the caller to filter: a byte
+/// of a UTF-8 sequence (Redis compares range ends as signed bytes), a range starting with `^`
+/// in first place (a negation to Redis) or with `]` (the class's end to Redis).
+fn render_class(negated: bool, ranges: &[(u8, u8)]) -> Vec<u8> {
+    let beyond_ascii = ranges.iter().any(|&(_, high)| !high.is_ascii());
+    let is_range = |&(low, high): &(u8, u8)| low != high;
+    let caret_first = !negated && ranges.first().is_some_and(|r| is_range(r) && r.0 == b'^');
+    let bracket = ranges.iter().any(|r| is_range(r) && r.0 == b']');
+    if beyond_ascii || caret_first || bracket {
+        return b"?".to_vec();
+    }
+    let mut rendered = vec![b'['];
+    if negated {
+        rendered.push(b'^');
+    }
+    for &(low, high) in ranges {
+        if high == low {
+            push_escaped(&mut rendered, low, SPECIAL_IN_CLASS);
+        } else {
+            rendered.extend([low, b'-', high]);
+        }
+    }
+    rendered.push(b']');
+    rendered
 }
 
 fn push_escaped(rendered: &mut Vec<u8>, byte: u8, special: &[u8]) {
@@ -242,6 +270,29 @@ mod tests {
                 other => panic!("{pattern:?}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn escapes_and_range_ends_are_read_as_redis_reads_them() {
+        // `\]` is one byte, not a range's start: `[\]-a]` is `]`, `-` and `a`.
+        assert!(matches(r"x[\]-a]", "x]") && matches(r"x[\]-a]", "x-"));
+        assert!(!matches(r"x[\]-a]", "x_"), "`_` lies between `]` and `a`");
+        let refused = Glob::parse(r"x[a-\]]");
+        assert!(
+            matches!(refused, Err(LockError::InvalidKey { .. })),
+            "{refused:?}"
+        );
+        // Sent to SCAN as `?` where Redis would read the class otherwise; filtered here.
+        for (pattern, sent) in [
+            ("x[a-é]", "x?"),
+            ("x[a-]]", "x?"),
+            ("x[^-a]", r"x[^\-a]"),
+            ("x[b^-c]", "x[b^-c]"),
+        ] {
+            let rendered = Glob::parse(pattern).unwrap().render();
+            assert_eq!(String::from_utf8(rendered).unwrap(), sent, "{pattern}");
+        }
+        assert!(matches("x[a-é]", "xb"));
     }
 
     #[test]

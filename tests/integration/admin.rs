@@ -3,6 +3,7 @@
 //! shows is in the conformance suite.
 
 use fencelock::admin::Holding;
+use fencelock::testing::{RedisCluster, RedisServer};
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
 
@@ -91,4 +92,119 @@ async fn the_memory_backend_lists_only_live_leases() {
     let listed = locks.admin().list("*").await.unwrap();
     let keys: Vec<&str> = listed.iter().map(|state| state.key.as_str()).collect();
     assert_eq!(keys, ["long"], "an expired lease is not listed");
+}
+
+/// Sets `key` to `value` with a minute's lease, as a grant of this library leaves it.
+async fn grant_by_hand(server: &RedisServer, key: &str, value: &str) {
+    let mut redis = inspector(server).await;
+    let minute = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
+    let _: () = redis.set_options(key, value, minute).await.unwrap();
+}
+
+/// A forced release of the grant shown leaves a later grant of the same owner (a resent or
+/// retried acquisition keeps its owner token; its grant carries a greater token).
+#[tokio::test]
+async fn a_forced_release_ends_only_the_grant_shown() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    grant_by_hand(&server, "lock:{k}", "x-owner:5").await;
+    let shown = locks.admin().inspect("k").await.unwrap().holding;
+    grant_by_hand(&server, "lock:{k}", "x-owner:9").await;
+    let grant = shown.grant().unwrap();
+    let forced = locks.admin().force_release_of("k", grant).await.unwrap();
+    assert!(!forced.released, "grant 9 was never shown: {forced:?}");
+    assert_eq!(forced.found.token(), Some(9));
+}
+
+/// Redlock: the owner shown holds a copy on one master, another owner the key on the other
+/// two; the forced release ends that copy, and says it is the one it ended.
+#[tokio::test]
+async fn on_redlock_a_forced_release_names_the_grant_it_ended() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| redis_server()).collect();
+    for (master, value) in masters.iter().zip(["x-owner:5", "y-owner:7", "y-owner:7"]) {
+        grant_by_hand(master, "lock:{k}", value).await;
+    }
+    let one = client(&masters[0]).await;
+    let x = one
+        .admin()
+        .inspect("k")
+        .await
+        .unwrap()
+        .holding
+        .grant()
+        .unwrap();
+    let locks = LockClient::redlock(masters.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let forced = locks.admin().force_release_of("k", x).await.unwrap();
+    assert!(forced.released, "{forced:?}");
+    assert_eq!(forced.found.grant(), Some(x), "{forced:?}");
+    assert_eq!(forced.masters.map(|m| m.holding), Some(1));
+}
+
+/// A kept key and a value written before tokens were kept in keys (a bare owner) are
+/// released by their owner's tag.
+#[tokio::test]
+async fn kept_and_legacy_values_are_released_by_their_owner() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    grant_by_hand(&server, "lock:{legacy}", "0123456789abcdef0123456789ABCDEF").await;
+    let forced = locks.admin().force_release("legacy").await.unwrap();
+    assert!(forced.released, "{forced:?}");
+    let kept = locks.lock("kept").min_hold_ms(60_000).acquire().await;
+    kept.unwrap().release().await.unwrap();
+    let forced = locks.admin().force_release("kept").await.unwrap();
+    assert!(forced.released, "{forced:?}");
+    assert!(matches!(forced.found, Holding::Kept { .. }), "{forced:?}");
+}
+
+/// A one-node cluster serves every slot: a client for one server may use it, and a cluster
+/// client lists it (its node names itself without a host). A node of a cluster of several
+/// is refused as one server, also as one of Redlock's masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nodes_are_refused_as_one_server_unless_alone() {
+    let alone = RedisCluster::start(1, 0).await.expect("a Redis Cluster");
+    let single = LockClient::connect(&alone.urls()[0]).await.unwrap();
+    let _held = single.lock("k").acquire().await.unwrap();
+    let cluster = LockClient::cluster(alone.urls()).await.unwrap();
+    let listed = cluster.admin().list("*").await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+
+    let two = RedisCluster::start(2, 0).await.expect("a Redis Cluster");
+    let refused = LockClient::connect(&two.urls()[0]).await;
+    assert!(
+        matches!(&refused, Err(LockError::InvalidConfig { reason, .. }) if reason.contains("cluster")),
+        "{refused:?}"
+    );
+    let masters: Vec<RedisServer> = (0..2).map(|_| redis_server()).collect();
+    let mut urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    urls.push(two.urls()[0].clone());
+    let refused = LockClient::redlock(&urls).await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidConfig { .. })),
+        "a minority of cluster nodes among the masters: {refused:?}"
+    );
+}
+
+/// For one pattern, every backend lists the same keys: Redis reads an escaped byte in `[...]`
+/// alone, and compares range ends as signed bytes; the pattern sent to `SCAN` is widened
+/// where Redis would read it otherwise, and what it finds filtered here.
+#[tokio::test]
+async fn redis_and_memory_list_the_same_keys_for_a_pattern() {
+    let server = redis_server();
+    let (on_redis, in_memory) = (client(&server).await, LockClient::memory());
+    let mut guards = Vec::new();
+    for locks in [&on_redis, &in_memory] {
+        for key in ["x_", "xb", "xa", "x]", "x-"] {
+            guards.push(locks.lock(key).acquire().await.unwrap());
+        }
+    }
+    let keys = |states: Vec<fencelock::admin::LockState>| -> Vec<String> {
+        states.into_iter().map(|state| state.key).collect()
+    };
+    for pattern in ["x[a-é]", r"x[\]-a]", "x[a-]]"] {
+        let redis = keys(on_redis.admin().list(pattern).await.unwrap());
+        let memory = keys(in_memory.admin().list(pattern).await.unwrap());
+        assert_eq!(redis, memory, "{pattern}");
+    }
 }

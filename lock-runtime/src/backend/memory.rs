@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
-use crate::release_hub::{OwnerTag, ReleaseEvent, ReleaseHub, owner_tag};
+use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 
 /// Locks held in this process's memory.
@@ -245,13 +245,16 @@ impl State {
     /// Releases `key` if `expected` holds it, hands it to the oldest waiter in line, and says
     /// what held it and what to announce (nothing when nothing was released). No release is
     /// remembered: the holder's next renewal or release finds its lease lost.
-    fn force_release(&mut self, key: &str, expected: OwnerTag) -> ForcedRelease {
+    fn force_release(&mut self, key: &str, grant: Grant) -> ForcedRelease {
         let now = Instant::now();
         let Some(holder) = self.live_holder(key, now) else {
             return ForcedRelease::not_held(key);
         };
         let (found, token) = (holder.holding(now), holder.token);
-        if found.owner() != Some(expected) {
+        if !found
+            .owner()
+            .is_some_and(|owner| grant.is(owner, Some(token)))
+        {
             return ForcedRelease::of(key, found);
         }
         self.holders.remove(key);
@@ -438,9 +441,9 @@ impl LockBackend for MemoryBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let forced = self.with_state(|state| state.force_release(key, holder));
+        let forced = self.with_state(|state| state.force_release(key, grant));
         if let Some(event) = forced.announced {
             self.releases.announce(key, event);
         }

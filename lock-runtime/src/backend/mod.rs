@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::admin::{ForcedRelease, LockState, OwnerTag};
+use crate::admin::{ForcedRelease, Grant, LockState};
 pub use crate::release_hub::ReleaseWatch;
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
@@ -207,18 +207,19 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         not_offered("inspecting a lock")
     }
 
-    /// For an operator: releases `key` if `holder` holds it (a grant, or a key kept after its
-    /// release), whatever its lease, keeping its fencing counter, handing it over and
-    /// announcing it as [`release`](Self::release) does, but without remembering a release
-    /// of the holder's (whose renewal and release must then find the lease lost); refuses
-    /// foreign data in the key with [`LockError::KeyInUse`]. Says what held the key. Safe to
-    /// retry: once released, the key is no longer `holder`'s. Not offered by default.
+    /// For an operator: releases `key` if it holds `grant` (see [`Grant`]: that grant, or the
+    /// key it keeps after its release), whatever its lease, keeping its fencing counter,
+    /// handing it over and announcing it as [`release`](Self::release) does, but without
+    /// remembering a release of the holder's (whose renewal and release must then find the
+    /// lease lost); refuses foreign data in the key with [`LockError::KeyInUse`]. Says what
+    /// held the key. Safe to retry: once released, the key no longer holds `grant`. Not
+    /// offered by default.
     fn force_release<'a>(
         &'a self,
         key: &'a str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let _ = (key, holder);
+        let _ = (key, grant);
         not_offered("releasing a lock by force")
     }
 }
@@ -271,12 +272,16 @@ mod tests {
     #[tokio::test]
     async fn a_backend_without_operator_methods_says_what_it_does_not_offer() {
         let admin = LockClient::from_backend(RequiredOnly).admin();
+        let grant = Grant {
+            owner: owner_tag("o"),
+            token: Some(1),
+        };
         let refusals = [
             ("listing locks", admin.list("*").await.err()),
             ("inspecting a lock", admin.inspect("k").await.err()),
             (
                 "releasing a lock by force",
-                admin.force_release_of("k", owner_tag("o")).await.err(),
+                admin.force_release_of("k", grant).await.err(),
             ),
         ];
         for (what, refusal) in refusals {

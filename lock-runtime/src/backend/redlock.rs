@@ -30,7 +30,7 @@ use futures_util::future::join_all;
 use super::redis::{RedisBackend, RedisSettings};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::admin::{ForcedRelease, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
 
 /// The clock drift a Redlock lease allows for: this share of the lease, plus
 /// [`CLOCK_DRIFT_MIN`].
@@ -84,6 +84,15 @@ impl RedlockBackend {
             .collect::<Result<Vec<_>, _>>()?;
         let backend = RedlockBackend::new(masters, node_timeout)?;
         let reachable = backend.on_every_master(RedisBackend::check_reachable).await;
+        // A master that answers but cannot serve (a cluster node) is a mistake to fix, not an
+        // outage that a majority rides out.
+        let misconfigured = reachable.iter().find_map(|checked| match checked {
+            Err(error @ LockError::InvalidConfig { .. }) => Some(error.clone()),
+            _ => None,
+        });
+        if let Some(error) = misconfigured {
+            return Err(error);
+        }
         backend.majority_answered(None, "cannot connect to Redlock's masters", reachable)?;
         Ok(backend)
     }
@@ -428,14 +437,18 @@ impl RedlockBackend {
     async fn force_release_held(
         &self,
         key: &str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
-        let replies = self.on_every_master(|m| m.force_release(key, holder)).await;
+        let replies = self.on_every_master(|m| m.force_release(key, grant)).await;
         let answers = self.majority_answered(Some(key), "releasing by force failed", replies)?;
         let answered = answers.len();
-        let (found, _) =
-            self.merge_holdings(answers.iter().map(|(_, forced)| &forced.found), answered);
         let released_on = answers.iter().filter(|(_, forced)| forced.released).count();
+        // What was released, where anything was; else what holds the key.
+        let found = answers
+            .iter()
+            .filter(|(_, forced)| forced.released || released_on == 0)
+            .map(|(_, forced)| &forced.found);
+        let (found, _) = self.merge_holdings(found, answered);
         // Masters keep no line: each announces that the key is free (waiters hear one).
         let announced = answers
             .iter()
@@ -573,8 +586,8 @@ impl LockBackend for RedlockBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key, holder))
+        Box::pin(self.force_release_held(key, grant))
     }
 }

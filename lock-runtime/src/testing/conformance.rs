@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::{Holding, ReleaseEvent};
+use crate::admin::{Grant, Holding, ReleaseEvent};
 use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LossCause, glob};
@@ -676,19 +676,37 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
     expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
     let mut events = admin.watch(key).await.expect("subscribes");
     let holder_tag = owner_tag(&holder.owner);
-    let not_its = admin.force_release_of(key, owner_tag(&waiter.owner)).await;
-    let not_its = not_its.expect("backend answers");
-    assert!(
-        !not_its.released,
-        "another holder's grant is left: {not_its:?}"
-    );
-    assert_eq!(not_its.found.owner(), Some(holder_tag), "and named");
+    let grant = |owner, token| Grant {
+        owner,
+        token: Some(token),
+    };
+    let others = [
+        (
+            grant(owner_tag(&waiter.owner), held.token),
+            "another owner's",
+        ),
+        (
+            grant(holder_tag, held.token - 1),
+            "an earlier grant of the holder's",
+        ),
+    ];
+    for (other, whose) in others {
+        let not_its = admin.force_release_of(key, other).await;
+        let not_its = not_its.expect("backend answers");
+        assert!(
+            !not_its.released,
+            "a release of {whose} leaves the grant: {not_its:?}"
+        );
+        assert_eq!(not_its.found.owner(), Some(holder_tag), "and names it");
+    }
     let forced = admin.force_release(key).await.expect("backend answers");
     assert!(forced.released, "{forced:?}");
     assert_eq!(forced.found.owner(), Some(holder_tag));
     assert_eq!(forced.found.token(), Some(held.token), "{forced:?}");
     let announced = forced.announced.expect("a release is announced");
-    let again = admin.force_release_of(key, holder_tag).await;
+    let again = admin
+        .force_release_of(key, grant(holder_tag, held.token))
+        .await;
     let again = again.expect("backend answers");
     assert!(
         !again.released,

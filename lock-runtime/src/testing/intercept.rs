@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::admin::{ForcedRelease, LockState, OwnerTag};
+use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
@@ -191,8 +191,8 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        self.backend.force_release(key, holder)
+        self.backend.force_release(key, grant)
     }
 }

@@ -46,6 +46,9 @@ pub(crate) struct ClusterLink {
     response_timeout: Duration,
     /// The nodes it was given, without credentials.
     nodes: String,
+    /// The first node given: `CLUSTER SLOTS` is asked there, and a master it names without a
+    /// host (a one-node cluster's node, which never met another) is that node's host.
+    seed: Option<(String, u16)>,
 }
 
 impl ClusterLink {
@@ -87,19 +90,25 @@ impl ClusterLink {
                 tracing::warn!(target: "fencelock", %error, "Redis Cluster release notifications will not work");
             }
         }
-        let nodes = urls
+        let addrs: Vec<redis::ConnectionAddr> = urls
             .iter()
             .filter_map(|url| redis::Client::open(url.as_str()).ok())
-            .map(|client| client.get_connection_info().addr().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+            .map(|client| client.get_connection_info().addr().clone())
+            .collect();
+        let nodes = addrs.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let seed = addrs.first().and_then(|addr| match addr {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        });
         Ok(ClusterLink {
             commands,
             subscriptions,
             hub,
             subscribing,
             response_timeout,
-            nodes,
+            nodes: nodes.join(", "),
+            seed,
         })
     }
 
@@ -224,10 +233,25 @@ impl ClusterLink {
     /// The masters, as the cluster names them now (`CLUSTER SLOTS`, from which the cluster
     /// client learns the addresses it routes to): the first node of each slot range.
     pub(crate) async fn masters(&self) -> RedisResult<Vec<ClusterNode>> {
-        let slots: Value = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut self.commands())
-            .await?;
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let slots: Value = match &self.seed {
+            Some((host, port)) => {
+                let seed = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                let to_seed = RoutingInfo::SingleNode(seed);
+                self.commands().route_command(slots, to_seed).await?
+            }
+            None => slots.query_async(&mut self.commands()).await?,
+        };
+        // As redis-rs reads it: an empty or wildcard host is the answering node's.
+        let answering = self.seed.as_ref().map_or("", |(host, _)| host.as_str());
+        let host_of = |named: String| match named.as_str() {
+            "" | "0.0.0.0" | "::" => answering.to_owned(),
+            _ => named,
+        };
         let Value::Array(ranges) = slots else {
             return Err(RedisError::from((
                 redis::ErrorKind::Parse,
@@ -239,7 +263,7 @@ impl ClusterLink {
             .filter_map(|range| match range {
                 Value::Array(range) => match range.get(2) {
                     Some(Value::Array(master)) => {
-                        let host = text(master.first()?)?;
+                        let host = host_of(text(master.first()?)?);
                         let port = super::integer(master.get(1)?)?;
                         Some((host, u16::try_from(port).ok()?))
                     }

@@ -20,7 +20,7 @@ use self::pubsub::Notifier;
 use self::server::Server;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::LockError;
-use crate::admin::{ForcedRelease, LockState, OwnerTag};
+use crate::admin::{ForcedRelease, Grant, LockState};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -225,9 +225,10 @@ impl RedisBackend {
         self.check_not_a_cluster_node().await
     }
 
-    /// Refuses a node of a Redis Cluster reached as one server: it answers `MOVED` for every
-    /// key outside its own slots, and an operator's listing would silently show a part. A
-    /// server that hides `INFO cluster` passes.
+    /// Refuses a node of a Redis Cluster of several nodes reached as one server: it answers
+    /// `MOVED` for every key outside its own slots, and an operator's listing would silently
+    /// show a part. A one-node cluster serves every slot, as a server does. A server that
+    /// hides `INFO` or `CLUSTER INFO` passes.
     async fn check_not_a_cluster_node(&self) -> Result<(), LockError> {
         let Link::Server { connection, .. } = &self.link else {
             return Ok(());
@@ -235,13 +236,26 @@ impl RedisBackend {
         let Ok(live) = connection.get(Route::here()).await else {
             return Ok(());
         };
+        let field = |info: &str, name: &str| -> Option<u64> {
+            info.lines()
+                .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|value| value.parse().ok())
+        };
         let info: Result<String, _> = redis::cmd("INFO")
             .arg("cluster")
             .query_async(&mut live.connection())
             .await;
-        let clustered =
-            info.is_ok_and(|info| info.lines().any(|l| l.trim_end() == "cluster_enabled:1"));
-        if clustered {
+        if info.ok().and_then(|info| field(&info, "cluster_enabled")) != Some(1) {
+            return Ok(());
+        }
+        let cluster: Result<String, _> = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut live.connection())
+            .await;
+        let nodes = cluster
+            .ok()
+            .and_then(|info| field(&info, "cluster_known_nodes"));
+        if nodes.is_some_and(|nodes| nodes > 1) {
             return Err(LockError::invalid_config(format!(
                 "the server at {} is a node of a Redis Cluster: connect with \
                  `LockClient::cluster(urls)` (the `fencelock` command: `--cluster`), or keys \
@@ -875,9 +889,9 @@ impl LockBackend for RedisBackend {
     fn force_release<'a>(
         &'a self,
         key: &'a str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key, holder))
+        Box::pin(self.force_release_held(key, grant))
     }
 }
 

@@ -12,7 +12,7 @@ use redis::{RedisError, Script, Value};
 
 use super::connection::Route;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
-use crate::admin::{ForcedRelease, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
 use crate::{LockError, key};
@@ -143,16 +143,17 @@ impl RedisBackend {
         parse_state(key, &reply)
     }
 
-    /// Releases `key` if `holder` holds it (`force_release.lua`).
+    /// Releases `key` if it holds `grant` (`force_release.lua`).
     pub(super) async fn force_release_held(
         &self,
         key: &str,
-        holder: OwnerTag,
+        grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
         let keys = layout::lock_keys(self.lock_key(key));
         let channel = layout::release_channel(&keys[0]);
-        let holder = holder.to_string();
-        let args = [channel.as_str(), self.publish_command(), holder.as_str()];
+        let (owner, token) = (grant.owner.to_string(), grant.token.map(|t| t.to_string()));
+        let token = token.as_deref().unwrap_or_default();
+        let args = [channel.as_str(), self.publish_command(), &owner, token];
         let reply = self.run(&FORCE_RELEASE, &keys, &args, key).await?;
         let unexpected = || unexpected(key, "forced release", &reply);
         let Value::Array(items) = &reply else {
