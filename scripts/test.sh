@@ -50,7 +50,7 @@ echo "== cargo package (each published library built from its package: no file l
 # unpacked copies and what was built from them (in a target directory of this step's own,
 # whose other crates stay built).
 verify=target/package-verify
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/fencelock-{options,macros,runtime}-[0-9]* \
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/fencelock-{options-,macros-,runtime-,}[0-9]* \
   "$verify"/debug/.fingerprint/fencelock-* "$verify"/debug/deps/*fencelock*
 cargo package --workspace --exclude fencelock-bench --exclude fencelock-web-flash-sale \
   --allow-dirty --target-dir "$verify"
