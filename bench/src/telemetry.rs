@@ -1,6 +1,7 @@
 //! What fencelock's telemetry costs on W1: the same sequential acquire + release with
 //! nothing listening, with a tracing subscriber (the `fmt` layer at INFO, written to a sink),
-//! with a Prometheus recorder, and with both. Each run has a thread and a current-thread
+//! with a Prometheus recorder, and with both; on Redis, and on the memory backend, where no
+//! round trip (and its noise) hides the cost. Each run has a thread and a current-thread
 //! runtime of its own, where the subscriber and the recorder are installed for that thread
 //! only (spans and metrics of W1 are all made on the calling thread); the variants take turns
 //! over several rounds, so that a machine that speeds up or slows down affects them alike.
@@ -50,29 +51,42 @@ impl Listener {
 /// Rounds of the four variants.
 const ROUNDS: usize = 5;
 
-/// W1 under each listener: the mean of each round, per listener; and the PING floor of the
-/// same rounds.
+/// W1 under each listener, on Redis and on the memory backend (where no round trip hides
+/// what the telemetry costs): the mean of each round, per listener; and the PING floor of
+/// the same rounds.
 pub struct Overhead {
     pub ping_means: Vec<Duration>,
-    pub means: Vec<(Listener, Vec<Duration>)>,
+    pub means: Vec<(Listener, Means)>,
     pub iterations: usize,
 }
 
+/// The means of one listener's rounds.
+#[derive(Default)]
+pub struct Means {
+    pub redis: Vec<Duration>,
+    pub memory: Vec<Duration>,
+}
+
 pub async fn overhead(url: &str, iterations: usize) -> Result<Overhead, BoxError> {
-    let client = LockClient::connect(url).await?;
+    let on_redis = LockClient::connect(url).await?;
+    let in_memory = LockClient::memory();
     let redis = workloads::connect(url).await?;
     let mut overhead = Overhead {
         ping_means: Vec::new(),
-        means: Listener::ALL.iter().map(|&l| (l, Vec::new())).collect(),
+        means: Listener::ALL
+            .iter()
+            .map(|&l| (l, Means::default()))
+            .collect(),
         iterations,
     };
     for _ in 0..ROUNDS {
         let ping = workloads::ping(&redis, iterations).await;
         overhead.ping_means.push(ping.summary.mean);
         for (listener, means) in &mut overhead.means {
-            let locker = Locker::fencelock(client.clone());
-            let w1 = run_with(*listener, locker, iterations).await?;
-            means.push(w1.summary.mean);
+            let w1 = run_with(*listener, Locker::fencelock(on_redis.clone()), iterations).await?;
+            means.redis.push(w1.summary.mean);
+            let w1 = run_with(*listener, Locker::fencelock(in_memory.clone()), iterations).await?;
+            means.memory.push(w1.summary.mean);
         }
     }
     Ok(overhead)

@@ -19,38 +19,52 @@ pub fn telemetry(overhead: &Overhead) -> Value {
     let rounds = overhead.ping_means.len();
     println!(
         "\nTelemetry on W1 ({} sequential pairs per run, {rounds} rounds taking turns; the \
-         median of the rounds' means); floor: PING {:.1} µs",
+         median of the rounds' means), on Redis and on the memory backend; floor: PING {:.1} µs",
         overhead.iterations,
         us(ping)
     );
-    let baseline = median(&overhead.means[0].1);
-    let rows: Vec<(&str, Duration)> = overhead
+    let medians: Vec<(&str, Duration, Duration)> = overhead
         .means
         .iter()
-        .map(|(listener, means)| (listener.label(), median(means)))
+        .map(|(listener, means)| {
+            (
+                listener.label(),
+                median(&means.redis),
+                median(&means.memory),
+            )
+        })
         .collect();
-    let printed: Vec<Vec<String>> = rows
+    let (_, redis_base, memory_base) = medians[0];
+    let rows: Vec<Vec<String>> = medians
         .iter()
-        .map(|(label, mean)| {
+        .map(|&(label, redis, memory)| {
             vec![
-                (*label).to_owned(),
-                format!("{:.1}", us(*mean)),
-                format!("{:+.1}", us(*mean) - us(baseline)),
-                format!("{:.3}x", mean.as_secs_f64() / baseline.as_secs_f64()),
-                format!("{:.2}x", mean.as_secs_f64() / ping.as_secs_f64()),
+                label.to_owned(),
+                format!("{:.1}", us(redis)),
+                format!("{:+.1}", us(redis) - us(redis_base)),
+                format!("{:.2}x", redis.as_secs_f64() / ping.as_secs_f64()),
+                format!("{:.2}", us(memory)),
+                format!("{:+.2}", us(memory) - us(memory_base)),
             ]
         })
         .collect();
     table(
-        &["listening", "W1 mean µs", "Δ µs", "/ nothing", "/ PING"],
-        &printed,
+        &[
+            "listening",
+            "Redis µs",
+            "Δ µs",
+            "/ PING",
+            "memory µs",
+            "Δ µs",
+        ],
+        &rows,
     );
     json!({
         "ping_mean_us": us(ping),
-        "rows": rows.iter().map(|(label, mean)| json!({
+        "rows": medians.iter().map(|&(label, redis, memory)| json!({
             "listening": label,
-            "w1_mean_us": us(*mean),
-            "vs_nothing": mean.as_secs_f64() / baseline.as_secs_f64(),
+            "w1_redis_mean_us": us(redis),
+            "w1_memory_mean_us": us(memory),
         })).collect::<Vec<_>>(),
     })
 }
