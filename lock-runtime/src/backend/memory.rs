@@ -242,7 +242,7 @@ impl State {
         }
     }
 
-    /// Releases `key` if `expected` holds it, hands it to the oldest waiter in line, and says
+    /// Releases `key` if it holds `grant`, hands it to the oldest waiter in line, and says
     /// what held it and what to announce (nothing when nothing was released). No release is
     /// remembered: the holder's next renewal or release finds its lease lost.
     fn force_release(&mut self, key: &str, grant: Grant) -> ForcedRelease {
