@@ -39,9 +39,9 @@
 pub use fencelock_macros::redis_lock;
 pub use fencelock_runtime::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient,
-    LockClientBuilder, LockError, LockGuard, LockOptions, LockRequest, LossCause, MAX_KEY_LEN,
-    MAX_TTL_MS, OnLost, RenewalStats, WithSources, admin, backend, current_token, escape_into,
-    is_lost, lost, telemetry, with_client,
+    LockClientBuilder, LockError, LockGuard, LockKind, LockOptions, LockRequest, LossCause,
+    MAX_KEY_LEN, MAX_PERMITS, MAX_SHARDS, MAX_TTL_MS, OnLost, RenewalStats, WithSources, admin,
+    backend, current_shard, current_token, escape_into, is_lost, lost, telemetry, with_client,
 };
 
 /// Test support: private `redis-server` processes and the backend conformance suite.

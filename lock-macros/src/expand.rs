@@ -75,7 +75,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     let run_locked = run_locked(
         &spec.return_type,
         &ending_var,
-        quote!(#client_var, #key_var, #options_var, #body),
+        quote!(#client_var, #key_var, #krate::__private::LockKind::Mutex, #options_var, #body),
     );
     let mut locked_body = TokenStream::new();
     brace.surround(&mut locked_body, |tokens| {

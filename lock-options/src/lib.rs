@@ -20,6 +20,59 @@ pub const DEFAULT_RETRY: u32 = 5;
 /// Longest pause between attempts when none is given.
 pub const DEFAULT_SLEEP_MS: u64 = 200;
 
+/// The most permits a semaphore (`permits`) may have. Every acquisition reads the holders
+/// of its key; beyond this, a pool or a rate limiter serves better than a lock.
+pub const MAX_PERMITS: u32 = 1_024;
+/// The most shards a segmented lock (`shards`) may have, for the same reason.
+pub const MAX_SHARDS: u32 = 1_024;
+
+/// A count that sizes a lock kind, by the name the attribute gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// `permits`: how many holders a semaphore lets in at once.
+    Permits,
+    /// `shards`: how many shards a segmented lock has.
+    Shards,
+}
+
+impl Count {
+    /// The name as written in the attribute.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Count::Permits => "permits",
+            Count::Shards => "shards",
+        }
+    }
+
+    /// The greatest accepted value.
+    pub const fn max(self) -> u32 {
+        match self {
+            Count::Permits => MAX_PERMITS,
+            Count::Shards => MAX_SHARDS,
+        }
+    }
+}
+
+/// Checks a count on its own: at least 1 and at most [`Count::max`]. The error names the
+/// count, the limit and the fix.
+pub fn check_count(count: Count, value: u64) -> Result<u32, String> {
+    let (name, max) = (count.name(), count.max());
+    if value == 0 {
+        let why = match count {
+            Count::Permits => "a semaphore without permits lets nobody in",
+            Count::Shards => "a segmented lock without shards has nothing to lock",
+        };
+        return Err(format!("`{name}` must be at least 1: {why}"));
+    }
+    match u32::try_from(value) {
+        Ok(value) if value <= max => Ok(value),
+        _ => Err(format!(
+            "`{name}` must be at most {}, the most accepted; use a smaller value",
+            digit_grouped(u64::from(max))
+        )),
+    }
+}
+
 /// A duration setting, by the name the attribute and the builders give it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
@@ -374,6 +427,18 @@ mod tests {
         for give_up in [Value::Given(true), Value::Unknown] {
             assert!(messages(Settings { give_up, ..both }).is_empty());
         }
+    }
+
+    #[test]
+    fn counts_are_between_one_and_their_limit() {
+        assert_eq!(check_count(Count::Permits, 1), Ok(1));
+        assert_eq!(check_count(Count::Shards, 1_024), Ok(1_024));
+        let zero = check_count(Count::Permits, 0).unwrap_err();
+        assert!(zero.contains("`permits` must be at least 1"), "{zero}");
+        let over = check_count(Count::Shards, 1_025).unwrap_err();
+        assert!(over.contains("`shards` must be at most 1_024"), "{over}");
+        let huge = check_count(Count::Permits, u64::MAX).unwrap_err();
+        assert!(huge.contains("at most 1_024"), "{huge}");
     }
 
     #[test]

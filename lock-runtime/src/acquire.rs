@@ -16,7 +16,7 @@ use crate::background_release::release_in_background;
 use crate::error::WithSources;
 use crate::release_hub::owner_tag;
 use crate::telemetry::{AcquireRecord, Holding, LockSpan};
-use crate::{LockClient, LockError, LockGuard, LockOptions, key, random};
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key, random};
 
 /// One request's way to a guard: what its attempts found so far, and its bounds.
 pub(crate) struct Acquisition {
@@ -54,12 +54,11 @@ pub(crate) struct Acquisition {
 enum Attempt {
     Granted {
         token: u64,
+        shard: Option<u32>,
         sent_at: Instant,
     },
     /// The key was held, or the backend failed: worth another attempt.
-    Refused {
-        holder_remaining: Option<Duration>,
-    },
+    Refused { holder_remaining: Option<Duration> },
     /// An error no retry changes.
     Failed(LockError),
     /// The deadline came first.
@@ -81,10 +80,14 @@ impl Acquisition {
     pub(crate) fn start(
         client: LockClient,
         key: String,
+        kind: LockKind,
         options: LockOptions,
         span: LockSpan,
     ) -> Result<Self, LockError> {
-        if let Err(error) = key::validate(&key).and_then(|()| options.validate()) {
+        let valid = key::validate(&key)
+            .and_then(|()| kind.validate())
+            .and_then(|()| options.validate());
+        if let Err(error) = valid {
             span.acquired(Err(&error), 0);
             return Err(error);
         }
@@ -102,6 +105,7 @@ impl Acquisition {
                     owner: random::owner_token(),
                     ttl: options.ttl(),
                     replicas: options.min_replicas,
+                    kind,
                 },
                 client,
                 leaves_traces: false,
@@ -137,9 +141,14 @@ impl Acquisition {
                 return Err(self.give_up().await);
             }
             let holder_remaining = match self.attempt().await {
-                Attempt::Granted { token, sent_at } => {
+                Attempt::Granted {
+                    token,
+                    shard,
+                    sent_at,
+                } => {
                     return Ok(Granted {
                         token,
+                        shard,
                         sent_at,
                         lease: self.options.ttl(),
                         acquired_at: sent_at,
@@ -180,7 +189,11 @@ impl Acquisition {
         self.reply_lost |= resent;
         self.record.span().attempted(sent_at.elapsed());
         match outcome {
-            Ok(Acquire::Granted { token }) => Attempt::Granted { token, sent_at },
+            Ok(Acquire::Granted { token, shard }) => Attempt::Granted {
+                token,
+                shard,
+                sent_at,
+            },
             Ok(Acquire::Held {
                 remaining,
                 latest_token,
@@ -213,13 +226,15 @@ impl Acquisition {
     /// How the attempt competes: a request that will not wait leaves no place in line; a
     /// fair one waits for its turn in line even when the key is free; a default-mode one
     /// takes a place only while it can hear of releases (a key handed to a waiter that polls
-    /// stays unused until its next attempt: polling waiters compete for a free key instead).
+    /// stays unused until its next attempt: polling waiters compete for a free key instead),
+    /// except a writer, whose place is what holds back the readers that arrive after it.
     fn turn(&self) -> Turn {
         let waits = !self.options.give_up && self.options.unnotified_retries() > 0;
         let place = self.options.queue_timeout();
+        let writer = self.pending.lease.kind == LockKind::Write;
         if self.options.fair {
             Turn::Queue(if waits { place } else { Duration::ZERO })
-        } else if waits && self.may_subscribe {
+        } else if waits && (self.may_subscribe || writer) {
             Turn::Wait(place)
         } else {
             Turn::Once
@@ -286,10 +301,13 @@ impl Acquisition {
                 let lease = self.handed_over_lease();
                 let placed_at = self.placed_at?;
                 let lasts = lease >= MIN_HANDED_OVER_LEASE && placed_at.elapsed() < lease / 3;
-                // With `min_replicas`, only an attempt of its own confirms the replicas.
-                let confirmed = self.options.min_replicas == 0;
+                // With `min_replicas`, only an attempt of its own confirms the replicas; a
+                // segmented lock's learns its shard, which announcements do not name.
+                let confirmed = self.options.min_replicas == 0
+                    && !matches!(self.pending.lease.kind, LockKind::Segmented { .. });
                 (lasts && confirmed && self.options.renew).then(|| Granted {
                     token,
+                    shard: None,
                     sent_at: placed_at,
                     lease,
                     acquired_at: Instant::now(),
@@ -344,6 +362,8 @@ const MIN_HANDED_OVER_LEASE: Duration = Duration::from_millis(500);
 /// A grant, as far as the request knows it.
 struct Granted {
     token: u64,
+    /// The shard of a segmented lock.
+    shard: Option<u32>,
     /// The server holds the grant for at least `lease` after this.
     sent_at: Instant,
     lease: Duration,
@@ -421,6 +441,7 @@ impl PendingAcquire {
     ) -> Result<LockGuard, LockError> {
         let Granted {
             token,
+            shard,
             sent_at,
             lease,
             acquired_at,
@@ -440,6 +461,7 @@ impl PendingAcquire {
             self.client.clone(),
             self.lease.clone(),
             token,
+            shard,
             acquired_at + options.min_hold(),
             tracking,
             reply_lost,
@@ -602,6 +624,7 @@ mod tests {
             owner: owner.into(),
             ttl: Duration::from_secs(10),
             replicas: 0,
+            kind: LockKind::Mutex,
         };
         let holder = lease("holder");
         backend.inner.acquire(&holder, Turn::Once).await.unwrap();

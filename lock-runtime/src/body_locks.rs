@@ -9,8 +9,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::LockError;
 use crate::renewal::LossSignal;
+use crate::{LockError, LockKind};
 
 tokio::task_local! {
     static HELD: Vec<Held>;
@@ -21,7 +21,9 @@ tokio::task_local! {
 pub(crate) struct Held {
     pub(crate) client_id: u64,
     pub(crate) key: String,
+    pub(crate) kind: LockKind,
     pub(crate) token: u64,
+    pub(crate) shard: Option<u32>,
     pub(crate) signal: Arc<LossSignal>,
 }
 
@@ -61,6 +63,32 @@ fn innermost() -> Option<Held> {
 /// ```
 pub fn current_token() -> Option<u64> {
     innermost().map(|held| held.token)
+}
+
+/// Inside the body of a `#[redis_lock]` function, the shard of the innermost segmented lock
+/// held (`#[redis_lock(shards = N)]`), `0..N`; `None` elsewhere. The body uses it to pick
+/// the part of the resource its shard guards, e.g. one of N stock counters.
+///
+/// ```
+/// use fencelock::{LockClient, LockError, current_shard, redis_lock, with_client};
+///
+/// #[redis_lock(key = "stock:{sku}", shards = 8)]
+/// async fn take_one(sku: &str) -> Result<u32, LockError> {
+///     Ok(current_shard().expect("runs under a segmented lock"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let shard = with_client(LockClient::memory(), take_one("tea")).await?;
+/// assert!(shard < 8);
+/// assert_eq!(current_shard(), None);
+/// # Ok(())
+/// # }
+/// ```
+pub fn current_shard() -> Option<u32> {
+    HELD.try_with(|held| held.iter().rev().find_map(|h| h.shard))
+        .ok()
+        .flatten()
 }
 
 /// Inside the body of a `#[redis_lock]` function, whether the innermost lock held has been

@@ -10,7 +10,7 @@ use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::driver::Background;
 use crate::renewal::{RenewalStats, Renewer};
-use crate::{LockError, LockRequest};
+use crate::{LockError, LockKind, LockRequest};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
 /// A connection to a lock backend. Cheap to clone: clones share the backend, its connection
@@ -187,7 +187,84 @@ impl LockClient {
     /// # }
     /// ```
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), key.into())
+        self.request(key, LockKind::Mutex)
+    }
+
+    /// A request for a read lock of `key` ([`LockKind::Read`]): readers hold it together,
+    /// never with a writer; a reader that arrives while a writer waits queues behind it.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let first = locks.read_lock("catalog").acquire().await?;
+    /// let second = locks.read_lock("catalog").give_up().acquire().await?;
+    /// let writer = locks.write_lock("catalog").give_up().acquire().await;
+    /// assert!(writer.unwrap_err().is_not_acquired());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// let writer = locks.write_lock("catalog").give_up().acquire().await?;
+    /// assert!(writer.token() > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
+        self.request(key, LockKind::Read)
+    }
+
+    /// A request for the write lock of `key` ([`LockKind::Write`]): one writer and no
+    /// reader at a time; its fencing token exceeds every earlier reader's and writer's.
+    pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
+        self.request(key, LockKind::Write)
+    }
+
+    /// A request for one of `permits` permits of `key` ([`LockKind::Semaphore`]): at most
+    /// `permits` holders at once, each with its own lease.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let a = locks.semaphore("exports", 2).acquire().await?;
+    /// let b = locks.semaphore("exports", 2).acquire().await?;
+    /// let third = locks.semaphore("exports", 2).give_up().acquire().await;
+    /// assert!(third.unwrap_err().is_not_acquired());
+    /// # drop((a, b));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        self.request(key, LockKind::Semaphore { permits })
+    }
+
+    /// A request for one free shard of the `shards` shards of `key` ([`LockKind::Segmented`]):
+    /// each shard is held by one owner at a time; the guard says which
+    /// ([`LockGuard::shard`](crate::LockGuard::shard)).
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let a = locks.segmented("stock:42", 4).acquire().await?;
+    /// let b = locks.segmented("stock:42", 4).acquire().await?;
+    /// assert_ne!(a.shard(), b.shard());
+    /// assert!(a.shard().is_some_and(|shard| shard < 4));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn segmented(&self, key: impl Into<String>, shards: u32) -> LockRequest {
+        self.request(key, LockKind::Segmented { shards })
+    }
+
+    /// A request for a `kind` lock of `key`.
+    pub fn request(&self, key: impl Into<String>, kind: LockKind) -> LockRequest {
+        LockRequest::new(self.clone(), key.into(), kind)
     }
 
     /// Counters of this client's renewal loop.

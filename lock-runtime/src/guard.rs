@@ -7,7 +7,7 @@ use crate::backend::{Lease, Release, resend_once};
 use crate::background_release::{Holder, release_in_background};
 use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::telemetry::Holding;
-use crate::{LockClient, LockError};
+use crate::{LockClient, LockError, LockKind};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
 /// releases it in the background (also when a body panics or its future is dropped).
@@ -16,6 +16,7 @@ pub struct LockGuard {
     client: LockClient,
     lease: Lease,
     token: u64,
+    shard: Option<u32>,
     /// Until when `min_hold_ms` keeps the key taken.
     hold_until: Instant,
     tracking: Tracking,
@@ -31,6 +32,7 @@ impl LockGuard {
         client: LockClient,
         lease: Lease,
         token: u64,
+        shard: Option<u32>,
         hold_until: Instant,
         tracking: Tracking,
         in_doubt: bool,
@@ -40,6 +42,7 @@ impl LockGuard {
             client,
             lease,
             token,
+            shard,
             hold_until,
             tracking,
             released: false,
@@ -57,6 +60,17 @@ impl LockGuard {
     /// key. Pass it to the protected resource and let it refuse writes with older tokens.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The kind of lock held.
+    pub fn kind(&self) -> LockKind {
+        self.lease.kind
+    }
+
+    /// The shard held, `0..shards`, for a segmented lock ([`LockClient::segmented`]); `None`
+    /// for other kinds.
+    pub fn shard(&self) -> Option<u32> {
+        self.shard
     }
 
     /// Completes when the lease is lost (at once if it already was), with the
@@ -195,6 +209,8 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("key", &self.lease.key)
             .field("token", &self.token)
+            .field("kind", &self.lease.kind)
+            .field("shard", &self.shard)
             .field("ttl", &self.lease.ttl)
             .field("lost", &self.tracking.signal().cause())
             .finish_non_exhaustive()

@@ -17,6 +17,7 @@ mod error;
 mod glob;
 mod guard;
 mod key;
+mod kind;
 mod options;
 mod random;
 mod release_hub;
@@ -33,11 +34,12 @@ pub mod __private;
 
 pub use admin::LockAdmin;
 pub use ambient::with_client;
-pub use body_locks::{current_token, is_lost, lost};
+pub use body_locks::{current_shard, current_token, is_lost, lost};
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
+pub use kind::{LockKind, MAX_PERMITS, MAX_SHARDS};
 pub use options::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,
 };

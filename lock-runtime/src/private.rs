@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
+pub use crate::LockKind;
 use crate::body_locks::{self, Held};
 use crate::error::WithSources;
 pub use crate::key::{KeyPart, KeyValue, render_key};
@@ -142,13 +143,14 @@ impl AwaitRelease {
         self,
         client: Result<LockClient, LockError>,
         key: Result<String, LockError>,
+        kind: LockKind,
         options: LockOptions,
         body: F,
     ) -> R {
-        let span = call_span(&key, &options);
+        let span = call_span(&key, kind, &options);
         let scope = span.span().clone();
         let call = async move {
-            let (output, guard) = match enter(client, key, options, body, span).await {
+            let (output, guard) = match enter(client, key, kind, options, body, span).await {
                 Ran::Done(output) => return output,
                 Ran::Held(output, guard) => (output, guard),
             };
@@ -174,13 +176,14 @@ impl ReleaseInBackground {
         self,
         client: Result<LockClient, LockError>,
         key: Result<String, LockError>,
+        kind: LockKind,
         options: LockOptions,
         body: F,
     ) -> R {
-        let span = call_span(&key, &options);
+        let span = call_span(&key, kind, &options);
         let scope = span.span().clone();
         let call = async move {
-            match enter(client, key, options, body, span).await {
+            match enter(client, key, kind, options, body, span).await {
                 Ran::Done(output) => output,
                 // Dropping the guard hands its release to the background.
                 Ran::Held(output, _guard) => output,
@@ -191,8 +194,8 @@ impl ReleaseInBackground {
 }
 
 /// The span of a `#[redis_lock]` call: its wait, body and release run in it.
-fn call_span(key: &Result<String, LockError>, options: &LockOptions) -> LockSpan {
-    LockSpan::new(key.as_deref().unwrap_or_default(), options)
+fn call_span(key: &Result<String, LockError>, kind: LockKind, options: &LockOptions) -> LockSpan {
+    LockSpan::new(key.as_deref().unwrap_or_default(), kind, options)
 }
 
 /// How the body ran: to an output that needs no release (a failed acquisition, a reentrant
@@ -211,13 +214,15 @@ enum Ran<R> {
 /// - Failing to acquire returns the error without running `body`.
 /// - If the body already runs under `key` through the same client (a nested call), it is
 ///   re-entered: no round trip, the holder's token and loss signal, and only the outermost
-///   holder releases.
+///   holder releases. A read re-enters a write of the key; other mixes are refused (see
+///   `LockKind::reenters`).
 /// - With `OnLost::Abort`, a lost lease drops `body` at its next `.await` and returns
 ///   `LockError::Lost`.
 /// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
 async fn enter<R: LockResult, F: Future<Output = R>>(
     client: Result<LockClient, LockError>,
     key: Result<String, LockError>,
+    kind: LockKind,
     options: LockOptions,
     body: F,
     span: LockSpan,
@@ -232,7 +237,11 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
     if let Some(held) = body_locks::held(client.id(), &key) {
         // Reentering sends nothing, so nothing else checks the options (which expressions may
         // have made invalid); `acquire` does on the other path.
-        if let Err(error) = options.validate() {
+        let valid = kind
+            .validate()
+            .and_then(|()| kind.reenters(held.kind, &key))
+            .and_then(|()| options.validate());
+        if let Err(error) = valid {
             span.acquired(Err(&error), 0);
             return Ran::Done(R::from_lock_error(error));
         }
@@ -240,7 +249,7 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
         return Ran::Done(output);
     }
-    let request = client.lock(key.clone()).options(options);
+    let request = client.request(key.clone(), kind).options(options);
     let guard = match request.acquire_in(span).await {
         Ok(guard) => guard,
         Err(error) => return Ran::Done(R::from_lock_error(error)),
@@ -248,7 +257,9 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
     let held = Held {
         client_id: client.id(),
         key,
+        kind,
         token: guard.token(),
+        shard: guard.shard(),
         signal: guard.loss_signal(),
     };
     match under(held, options.on_lost, body).await {

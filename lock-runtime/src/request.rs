@@ -4,22 +4,27 @@ use tracing::Instrument;
 
 use crate::acquire::Acquisition;
 use crate::telemetry::LockSpan;
-use crate::{LockClient, LockError, LockGuard, LockOptions};
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 
-/// A request for one lock. Configure it, then `.acquire().await`.
+/// A request for one lock of any [`LockKind`] (from [`LockClient::lock`],
+/// [`read_lock`](LockClient::read_lock), [`write_lock`](LockClient::write_lock),
+/// [`semaphore`](LockClient::semaphore) or [`segmented`](LockClient::segmented)). Configure
+/// it, then `.acquire().await`.
 #[must_use = "a lock request does nothing until `.acquire().await`"]
 #[derive(Debug, Clone)]
 pub struct LockRequest {
     client: LockClient,
     key: String,
+    kind: LockKind,
     options: LockOptions,
 }
 
 impl LockRequest {
-    pub(crate) fn new(client: LockClient, key: String) -> Self {
+    pub(crate) fn new(client: LockClient, key: String, kind: LockKind) -> Self {
         LockRequest {
             client,
             key,
+            kind,
             options: LockOptions::new(),
         }
     }
@@ -77,7 +82,7 @@ impl LockRequest {
     /// # }
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let span = LockSpan::new(&self.key, &self.options);
+        let span = LockSpan::new(&self.key, self.kind, &self.options);
         let scope = span.span().clone();
         self.acquire_in(span).instrument(scope).await
     }
@@ -85,7 +90,7 @@ impl LockRequest {
     /// [`acquire`](Self::acquire), recording in `span` (a `#[redis_lock]` call's, which
     /// also covers its body and release).
     pub(crate) async fn acquire_in(self, span: LockSpan) -> Result<LockGuard, LockError> {
-        Acquisition::start(self.client, self.key, self.options, span)?
+        Acquisition::start(self.client, self.key, self.kind, self.options, span)?
             .run()
             .await
     }

@@ -14,7 +14,7 @@
 //! | --- | --- |
 //! | `lock` | the key template of a `#[redis_lock]` function (`stock:{sku}`), or the name given with `LockOptions::name`; empty otherwise |
 //! | `key` | the lock key (`stock:42`) |
-//! | `mode` | `exclusive` |
+//! | `mode` | the kind of lock: `exclusive` (a mutex), `read`, `write`, `semaphore`, `segmented` |
 //! | `attempts` | acquire attempts sent (0 for a reentrant call) |
 //! | `waited_ms` | from the call to the grant, or to giving up |
 //! | `fencing_token` | the grant's fencing token |
@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::{LockError, LockOptions, LossCause, MAX_KEY_LEN};
+use crate::{LockError, LockKind, LockOptions, LossCause, MAX_KEY_LEN};
 
 /// `fencelock_acquisitions_total`: lock calls by outcome.
 pub const ACQUISITIONS: &str = "fencelock_acquisitions_total";
@@ -122,9 +122,9 @@ pub(crate) struct LockSpan {
 }
 
 impl LockSpan {
-    /// Opens the span of a call for `key` with `options`, now. A key longer than any key
-    /// may be (it is refused next) is recorded cut at that length.
-    pub(crate) fn new(key: &str, options: &LockOptions) -> Self {
+    /// Opens the span of a call for a `kind` lock of `key` with `options`, now. A key longer
+    /// than any key may be (it is refused next) is recorded cut at that length.
+    pub(crate) fn new(key: &str, kind: LockKind, options: &LockOptions) -> Self {
         let name = options.name;
         let cut = (0..=MAX_KEY_LEN.min(key.len()))
             .rev()
@@ -136,7 +136,7 @@ impl LockSpan {
             "fencelock.lock",
             lock = name,
             key,
-            mode = "exclusive",
+            mode = kind.name(),
             attempts = Empty,
             waited_ms = Empty,
             fencing_token = Empty,

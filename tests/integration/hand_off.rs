@@ -4,10 +4,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fencelock::LockClient;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
 use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
+use fencelock::{LockClient, LockKind};
 use tokio::time::Instant;
 
 /// Counts the acquire attempts of the client under test (attempts made by hand on the
@@ -32,6 +32,7 @@ fn lease(owner: &str, ttl: Duration) -> Lease {
         owner: owner.into(),
         ttl,
         replicas: 0,
+        kind: LockKind::Mutex,
     }
 }
 
@@ -43,7 +44,10 @@ async fn a_waiter_handed_the_key_holds_it_without_another_attempt() {
     let client = LockClient::from_backend_on(backend.clone(), tokio::runtime::Handle::current());
     let holder = lease("holder", Duration::from_secs(60));
     let held = backend.backend.acquire(&holder, Turn::Once).await.unwrap();
-    let Acquire::Granted { token: held_token } = held else {
+    let Acquire::Granted {
+        token: held_token, ..
+    } = held
+    else {
         panic!("{held:?}")
     };
     let waiter = tokio::spawn({
@@ -101,7 +105,7 @@ impl OnRedis {
             .unwrap();
         let holder = lease("holder", Duration::from_secs(60));
         let granted = backend.acquire(&holder, Turn::Once).await;
-        let Ok(Acquire::Granted { token }) = granted else {
+        let Ok(Acquire::Granted { token, .. }) = granted else {
             panic!("the free key is granted: {granted:?}");
         };
         OnRedis {
@@ -183,7 +187,8 @@ async fn on_redis_the_release_grants_the_oldest_live_waiter_and_names_it_by_hash
     assert_eq!(
         again,
         Acquire::Granted {
-            token: token.parse().unwrap()
+            token: token.parse().unwrap(),
+            shard: None,
         }
     );
 }

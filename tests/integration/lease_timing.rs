@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Turn};
 use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
-use fencelock::{LockClient, LockError, LossCause, redis_lock};
+use fencelock::{LockClient, LockError, LockKind, LossCause, redis_lock};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -77,6 +77,7 @@ impl Partitionable {
             owner: "intruder".into(),
             ttl: Duration::from_secs(1),
             replicas: 0,
+            kind: LockKind::Mutex,
         };
         let attempt = self.memory().acquire(&intruder, Turn::Once).await.unwrap();
         assert!(

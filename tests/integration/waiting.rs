@@ -9,7 +9,7 @@ use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
 use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
 use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
-use fencelock::{LockClient, LockError, LockGuard};
+use fencelock::{LockClient, LockError, LockGuard, LockKind};
 use redis::AsyncCommands;
 
 use crate::support::{self, client, eventually, inspector, redis_server};
@@ -286,6 +286,7 @@ async fn a_dead_waiter_handed_the_key_holds_it_no_longer_than_its_place() {
         owner: "dead".into(),
         ttl: Duration::from_secs(60),
         replicas: 0,
+        kind: LockKind::Mutex,
     };
     let place = Duration::from_millis(3 * SLEEP_MS);
     let queued_at = tokio::time::Instant::now();
@@ -435,6 +436,7 @@ async fn wait_ms_bounds_the_call_while_the_backend_is_slow() {
             owner: "holder".into(),
             ttl: Duration::from_secs(60),
             replicas: 0,
+            kind: LockKind::Mutex,
         };
         backend.backend.acquire(&holder, Turn::Once).await.unwrap();
         let client = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());

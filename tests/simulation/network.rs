@@ -420,7 +420,7 @@ impl LockBackend for SimBackend {
             let run = Box::new(move || {
                 let outcome = world.memory.acquire(&lease, turn).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
-                if let Ok(Acquire::Granted { token }) = outcome {
+                if let Ok(Acquire::Granted { token, .. }) = outcome {
                     // The README's one gap: without settling, a request delivered more than
                     // the delayed cleanup's second after the client gave up on it may keep
                     // the key for one lease.

@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
-use crate::LockError;
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
+use crate::{LockError, LockKind};
 
 /// Locks held in this process's memory.
 #[derive(Default)]
@@ -185,6 +185,7 @@ impl State {
                 holder.expires_at = holder.expires_at.max(now + lease.ttl);
                 return Acquire::Granted {
                     token: holder.token,
+                    shard: None,
                 };
             }
             Some(holder) => Some(holder.expires_at.saturating_duration_since(now)),
@@ -206,7 +207,7 @@ impl State {
         }
         self.leave_line(&lease.key, &lease.owner);
         let token = self.grant(&lease.key, &lease.owner, now + lease.ttl);
-        Acquire::Granted { token }
+        Acquire::Granted { token, shard: None }
     }
 
     fn extend(&mut self, held: &HeldLease) -> bool {
@@ -461,6 +462,7 @@ mod tests {
             owner: owner.into(),
             ttl: Duration::from_millis(ttl_ms),
             replicas: 0,
+            kind: LockKind::Mutex,
         }
     }
 
@@ -468,7 +470,7 @@ mod tests {
     async fn leases_expire_on_the_tokio_clock() {
         let backend = MemoryBackend::new();
         let first = backend.acquire(&lease("a", 100), Turn::Once).await.unwrap();
-        assert!(matches!(first, Acquire::Granted { token: 1 }));
+        assert!(matches!(first, Acquire::Granted { token: 1, .. }));
         tokio::time::advance(Duration::from_millis(99)).await;
         assert!(matches!(
             backend.acquire(&lease("b", 100), Turn::Once).await.unwrap(),
@@ -477,7 +479,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
             backend.acquire(&lease("b", 100), Turn::Once).await.unwrap(),
-            Acquire::Granted { token: 2 }
+            Acquire::Granted { token: 2, .. }
         ));
         assert_eq!(
             backend

@@ -23,9 +23,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::LockError;
 use crate::admin::{ForcedRelease, Grant, LockState};
 pub use crate::release_hub::ReleaseWatch;
+use crate::{LockError, LockKind};
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
 /// objects).
@@ -43,6 +43,10 @@ pub struct Lease {
     /// How many replicas must have the grant before an acquire counts it granted
     /// (`min_replicas`; 0: none). A backend without replicas refuses a non-zero count.
     pub replicas: u32,
+    /// The kind of lock: who else may hold the key beside this owner. Every method gets
+    /// it, so that a backend keeps each kind in its own structure; a backend that does not
+    /// offer a kind refuses it with [`LockError::InvalidConfig`].
+    pub kind: LockKind,
 }
 
 // The owner token stays out of Debug output: whoever has it can release the lock.
@@ -52,6 +56,7 @@ impl std::fmt::Debug for Lease {
             .field("key", &self.key)
             .field("ttl", &self.ttl)
             .field("replicas", &self.replicas)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
@@ -76,6 +81,8 @@ pub enum Acquire {
     Granted {
         /// The fencing token of this grant.
         token: u64,
+        /// The shard granted, for a [`LockKind::Segmented`] lease; `None` for other kinds.
+        shard: Option<u32>,
     },
     /// Another owner holds the key, or it is an earlier waiter's turn.
     Held {

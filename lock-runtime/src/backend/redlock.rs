@@ -247,7 +247,7 @@ impl RedlockBackend {
         let mut answered = Vec::with_capacity(replies.len());
         for (master, reply) in replies.into_iter().enumerate() {
             match &reply {
-                Ok(Acquire::Granted { token }) => granted.push((master, *token)),
+                Ok(Acquire::Granted { token, .. }) => granted.push((master, *token)),
                 Ok(Acquire::Held {
                     remaining: left,
                     latest_token: latest,
@@ -266,7 +266,7 @@ impl RedlockBackend {
             && validity(lease.ttl, started).is_some()
             && let Some(token) = self.settle_token(lease, &granted, started).await
         {
-            return Ok(Acquire::Granted { token });
+            return Ok(Acquire::Granted { token, shard: None });
         }
         // Not ours: take back the grants, and whatever a master whose reply was lost may
         // have granted, silently (a release would wake every waiter into another attempt).
@@ -290,7 +290,7 @@ impl RedlockBackend {
         latest_token = answers
             .iter()
             .filter_map(|(_, answer)| match answer {
-                Acquire::Granted { token } => Some(*token),
+                Acquire::Granted { token, .. } => Some(*token),
                 Acquire::Held { .. } => None,
             })
             .fold(latest_token, u64::max);

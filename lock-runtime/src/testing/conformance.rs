@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::admin::{Grant, Holding, ReleaseEvent};
 use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
-use crate::{LockClient, LockError, LossCause, glob};
+use crate::{LockClient, LockError, LockKind, LossCause, glob};
 
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
 /// enough that a loaded machine does not expire a lease between two steps that need it.
@@ -73,7 +73,7 @@ async fn expect_granted(
 ) -> HeldLease {
     let outcome = backend.acquire(lease, turn).await.expect("backend answers");
     match outcome {
-        Acquire::Granted { token } => HeldLease {
+        Acquire::Granted { token, .. } => HeldLease {
             lease: lease.clone(),
             token,
         },
@@ -273,6 +273,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         owner: owner.to_owned(),
         ttl: Duration::from_millis(LONG_TTL_MS),
         replicas: 0,
+        kind: LockKind::Mutex,
     };
     let (mine, other) = (lease("conformance-owner-a"), lease("conformance-owner-b"));
     let granted = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
@@ -386,6 +387,7 @@ fn owner(key: &str, name: &str) -> Lease {
         owner: format!("conformance-{name}"),
         ttl: Duration::from_millis(LONG_TTL_MS),
         replicas: 0,
+        kind: LockKind::Mutex,
     }
 }
 

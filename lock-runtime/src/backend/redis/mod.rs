@@ -831,6 +831,7 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
     match numbers.as_deref() {
         Some(&[1, token]) if token > 0 => Ok(Acquire::Granted {
             token: token as u64,
+            shard: None,
         }),
         Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => Ok(Acquire::Held {
             // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished;
