@@ -86,6 +86,7 @@ impl Acquisition {
     ) -> Result<Self, LockError> {
         let valid = key::validate(&key)
             .and_then(|()| kind.validate())
+            .and_then(|()| offered(&client, kind))
             .and_then(|()| options.validate());
         if let Err(error) = valid {
             span.acquired(Err(&error), 0);
@@ -343,6 +344,18 @@ impl Acquisition {
             )
         })
     }
+}
+
+/// Refuses a kind the client's backend does not offer.
+fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
+    if client.backend().offers(kind) {
+        return Ok(());
+    }
+    Err(LockError::invalid_config(format!(
+        "this backend does not offer {} locks: the memory backend and Redis (one server, \
+         Sentinel, Cluster) offer every kind, Redlock the mutex (`LockClient::lock`) only",
+        kind.name()
+    )))
 }
 
 /// Runs `future` until `deadline` (if any); `None` if the deadline came first.

@@ -74,6 +74,18 @@ impl LockKind {
         }
     }
 
+    /// Whether grants of `self` and `other` may be grants of one key: read and write locks
+    /// of one key are one lock; a semaphore's permits are one whatever count each asks for.
+    pub(crate) fn shares_keys_with(self, other: LockKind) -> bool {
+        let family = |kind: LockKind| match kind {
+            LockKind::Mutex => 0,
+            LockKind::Read | LockKind::Write => 1,
+            LockKind::Semaphore { .. } => 2,
+            LockKind::Segmented { .. } => 3,
+        };
+        family(self) == family(other)
+    }
+
     /// Checks the kind's count by the rules the attribute applies to literals.
     pub(crate) fn validate(self) -> Result<(), LockError> {
         let checked = match self {
@@ -88,19 +100,13 @@ impl LockKind {
     /// the same client) is served: `Ok(())` re-enters the held grant, an error says why it
     /// cannot (it would wait for its own holder, or mix kinds on one key).
     pub(crate) fn reenters(self, held: LockKind, key: &str) -> Result<(), LockError> {
-        let same_family = |kind: LockKind| match kind {
-            LockKind::Read | LockKind::Write => 0,
-            LockKind::Mutex => 1,
-            LockKind::Semaphore { .. } => 2,
-            LockKind::Segmented { .. } => 3,
-        };
         match (held, self) {
             (LockKind::Read, LockKind::Write) => Err(LockError::invalid_config(format!(
                 "a write lock of `{key}` is requested inside a read lock of it, which would \
                  wait for itself (the read lock is only released after the write lock is \
                  granted): take the write lock around the read instead"
             ))),
-            (held, asked) if same_family(held) == same_family(asked) => Ok(()),
+            (held, asked) if held.shares_keys_with(asked) => Ok(()),
             (held, asked) => Err(LockError::key_in_use(
                 key,
                 format!(

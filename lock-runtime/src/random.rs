@@ -29,3 +29,9 @@ pub(crate) fn unit() -> f64 {
 pub(crate) fn seed_jitter(seed: u64) {
     JITTER_STATE.with(|state| state.set(seed | 1));
 }
+
+/// A uniform number in `0..bound` (0 for a bound of 0), from the jitter generator: where a
+/// segmented lock starts looking for a free shard.
+pub(crate) fn below(bound: u32) -> u32 {
+    (unit() * f64::from(bound)) as u32
+}

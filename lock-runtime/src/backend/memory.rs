@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::sharing::{Share, admit, conflict, shard_of};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
+use crate::random;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
 use crate::{LockError, LockKind};
@@ -26,11 +28,14 @@ pub struct MemoryBackend {
 #[derive(Default)]
 struct State {
     holders: HashMap<String, Holder>,
+    /// The grants of keys held by shared kinds (read/write locks, semaphores, segmented
+    /// locks), oldest first.
+    shared: HashMap<String, Vec<SharedHolder>>,
     /// The waiters in line per key, oldest first.
     lines: HashMap<String, VecDeque<Place>>,
-    /// Who released each key last, until when that is remembered: a release sent again after
+    /// Who released which key, until when that is remembered: a release sent again after
     /// its reply was lost learns that the first one released the key.
-    released_by: HashMap<String, (String, Instant)>,
+    released_by: HashMap<(String, String), Instant>,
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
@@ -42,10 +47,23 @@ struct Holder {
     expires_at: Instant,
 }
 
-/// A waiter's place in a key's line: its lease, and when the place lapses.
+/// One grant of a shared key.
+struct SharedHolder {
+    owner: String,
+    kind: LockKind,
+    token: u64,
+    /// The permit or shard held (0 for readers and writers).
+    slot: u32,
+    expires_at: Instant,
+    /// Released with `min_hold_ms`: it counts until its lease ends, but is renewed no more.
+    released: bool,
+}
+
+/// A waiter's place in a key's line: its lease and kind, and when the place lapses.
 struct Place {
     owner: String,
     ttl: Duration,
+    kind: LockKind,
     lapses_at: Instant,
 }
 
@@ -62,7 +80,10 @@ impl MemoryBackend {
     pub fn delete_key(&self, key: &str) -> bool {
         let now = Instant::now();
         let released = self.with_state(|state| {
-            state.live_holder(key, now).is_some() && state.holders.remove(key).is_some()
+            let shared =
+                state.live_shared(key, now).is_some() && state.shared.remove(key).is_some();
+            let held = state.live_holder(key, now).is_some() && state.holders.remove(key).is_some();
+            shared || held
         });
         if released {
             self.releases
@@ -89,11 +110,15 @@ impl MemoryBackend {
         let now = Instant::now();
         self.with_state(|state| {
             let holders = state.holders.values().filter(|h| h.expires_at > now);
+            let shared = state
+                .shared
+                .values()
+                .filter(|grants| grants.iter().any(|grant| grant.expires_at > now));
             let lines = state
                 .lines
                 .values()
                 .filter(|line| line.iter().any(|place| place.lapses_at > now));
-            holders.count() + lines.count()
+            holders.count() + shared.count() + lines.count()
         })
     }
 
@@ -110,6 +135,17 @@ impl State {
             self.holders.remove(key);
         }
         self.holders.get_mut(key)
+    }
+
+    /// `key`'s shared grants without those whose lease ended (`None` when none is left).
+    fn live_shared(&mut self, key: &str, now: Instant) -> Option<&mut Vec<SharedHolder>> {
+        let grants = self.shared.get_mut(key)?;
+        grants.retain(|grant| grant.expires_at > now);
+        if grants.is_empty() {
+            self.shared.remove(key);
+            return None;
+        }
+        self.shared.get_mut(key)
     }
 
     /// `key`'s line without the places that lapsed (`None` when none is left, as Redis,
@@ -132,6 +168,7 @@ impl State {
             None => line.push_back(Place {
                 owner: lease.owner.clone(),
                 ttl: lease.ttl,
+                kind: lease.kind,
                 lapses_at: now + place,
             }),
         }
@@ -151,8 +188,13 @@ impl State {
         left
     }
 
-    fn grant(&mut self, key: &str, owner: &str, expires_at: Instant) -> u64 {
+    fn next_token(&mut self) -> u64 {
         self.last_token += 1;
+        self.last_token
+    }
+
+    fn grant(&mut self, key: &str, owner: &str, expires_at: Instant) -> u64 {
+        self.next_token();
         let holder = Holder {
             owner: owner.to_owned(),
             token: self.last_token,
@@ -177,16 +219,23 @@ impl State {
         })
     }
 
-    fn acquire(&mut self, lease: &Lease, turn: Turn) -> Acquire {
+    fn acquire(&mut self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         let now = Instant::now();
+        if lease.kind.is_shared() {
+            return self.acquire_shared(lease, turn, now);
+        }
+        if let Some(grants) = self.live_shared(&lease.key, now) {
+            let why = conflict(grants[0].kind, lease.kind);
+            return Err(LockError::key_in_use(&lease.key, why));
+        }
         let remaining = match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 // Never shortened, as on Redis.
                 holder.expires_at = holder.expires_at.max(now + lease.ttl);
-                return Acquire::Granted {
+                return Ok(Acquire::Granted {
                     token: holder.token,
                     shard: None,
-                };
+                });
             }
             Some(holder) => Some(holder.expires_at.saturating_duration_since(now)),
             None => None,
@@ -200,18 +249,144 @@ impl State {
             if let Some(place) = turn.place() {
                 self.keep_place(lease, place, now);
             }
-            return Acquire::Held {
+            return Ok(Acquire::Held {
                 remaining,
                 latest_token: self.last_token,
-            };
+            });
         }
         self.leave_line(&lease.key, &lease.owner);
         let token = self.grant(&lease.key, &lease.owner, now + lease.ttl);
-        Acquire::Granted { token, shard: None }
+        Ok(Acquire::Granted { token, shard: None })
+    }
+
+    /// [`acquire`](Self::acquire) for a shared kind: joins the key's holders if
+    /// [`admit`] lets it, else keeps a place in line as the turn says.
+    fn acquire_shared(
+        &mut self,
+        lease: &Lease,
+        turn: Turn,
+        now: Instant,
+    ) -> Result<Acquire, LockError> {
+        if self.live_holder(&lease.key, now).is_some() {
+            let why = conflict(LockKind::Mutex, lease.kind);
+            return Err(LockError::key_in_use(&lease.key, why));
+        }
+        let grants = self
+            .live_shared(&lease.key, now)
+            .map(|grants| &mut **grants)
+            .unwrap_or_default();
+        if let Some(mine) = grants
+            .iter_mut()
+            .find(|g| g.owner == lease.owner && !g.released)
+        {
+            mine.expires_at = mine.expires_at.max(now + lease.ttl);
+            return Ok(Acquire::Granted {
+                token: mine.token,
+                shard: shard_of(mine.kind, mine.slot),
+            });
+        }
+        let shares: Vec<Share> = grants.iter().map(SharedHolder::share).collect();
+        let remaining = grants
+            .iter()
+            .map(|g| g.expires_at)
+            .min()
+            .map(|at| at.saturating_duration_since(now));
+        let ahead: Vec<LockKind> = self
+            .live_line(&lease.key, now)
+            .map(|line| {
+                line.iter()
+                    .take_while(|p| p.owner != lease.owner)
+                    .map(|p| p.kind)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let fair = matches!(turn, Turn::Queue(_));
+        let start = lease.kind.count().map_or(0, random::below);
+        let admitted = admit(lease.kind, &shares, ahead.into_iter(), fair, start)
+            .map_err(|why| LockError::key_in_use(&lease.key, why))?;
+        let Some(slot) = admitted else {
+            if let Some(place) = turn.place() {
+                self.keep_place(lease, place, now);
+            }
+            return Ok(Acquire::Held {
+                remaining,
+                latest_token: self.last_token,
+            });
+        };
+        self.leave_line(&lease.key, &lease.owner);
+        let token = self.grant_shared(&lease.key, &lease.owner, lease.kind, slot, now + lease.ttl);
+        Ok(Acquire::Granted {
+            token,
+            shard: shard_of(lease.kind, slot),
+        })
+    }
+
+    fn grant_shared(
+        &mut self,
+        key: &str,
+        owner: &str,
+        kind: LockKind,
+        slot: u32,
+        expires_at: Instant,
+    ) -> u64 {
+        let token = self.next_token();
+        self.shared
+            .entry(key.to_owned())
+            .or_default()
+            .push(SharedHolder {
+                owner: owner.to_owned(),
+                kind,
+                token,
+                slot,
+                expires_at,
+                released: false,
+            });
+        token
+    }
+
+    /// Grants the shared `key` to the waiters at the head of its line, oldest first, while
+    /// [`admit`] lets each in (the first it holds back stops the hand-off: nobody overtakes
+    /// it), each for its lease or until its place would have lapsed, whichever is sooner.
+    fn hand_off_shared(&mut self, key: &str, now: Instant) -> Vec<ReleaseEvent> {
+        let mut handed = Vec::new();
+        while let Some(next) = self.live_line(key, now).and_then(|line| line.front()) {
+            let (kind, owner, lasts_until) = (
+                next.kind,
+                next.owner.clone(),
+                next.lapses_at.min(now + next.ttl),
+            );
+            let shares: Vec<Share> = self
+                .live_shared(key, now)
+                .map(|grants| grants.iter().map(SharedHolder::share).collect())
+                .unwrap_or_default();
+            let start = kind.count().map_or(0, random::below);
+            let Ok(Some(slot)) = admit(kind, &shares, [].into_iter(), false, start) else {
+                break;
+            };
+            self.leave_line(key, &owner);
+            let token = self.grant_shared(key, &owner, kind, slot, lasts_until);
+            handed.push(ReleaseEvent::HandedOver {
+                to: owner_tag(&owner),
+                token,
+            });
+        }
+        handed
     }
 
     fn extend(&mut self, held: &HeldLease) -> bool {
         let (lease, now) = (&held.lease, Instant::now());
+        if lease.kind.is_shared() {
+            let grants = self
+                .live_shared(&lease.key, now)
+                .map(|grants| &mut **grants)
+                .unwrap_or_default();
+            let mine = grants
+                .iter_mut()
+                .find(|g| g.owner == lease.owner && g.token == held.token && !g.released);
+            return mine
+                .map(|grant| grant.expires_at = now + lease.ttl)
+                .is_some();
+        }
         match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner && holder.token == held.token => {
                 holder.expires_at = now + lease.ttl;
@@ -270,14 +445,17 @@ impl State {
 
     /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
     /// out of the line. Also says what to announce, if anything.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Option<ReleaseEvent>) {
+    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Vec<ReleaseEvent>) {
         let now = Instant::now();
         let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
             .released_by
-            .get(&lease.key)
-            .is_some_and(|(owner, until)| *owner == lease.owner && *until > now);
-        match self.live_holder(&lease.key, now) {
+            .get(&(lease.key.clone(), lease.owner.clone()))
+            .is_some_and(|until| *until > now);
+        if lease.kind.is_shared() {
+            return self.release_shared(lease, keep, left_line, released_before, now);
+        }
+        let (release, event) = match self.live_holder(&lease.key, now) {
             Some(holder) if holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
@@ -306,17 +484,63 @@ impl State {
                 Release::NotOwner,
                 left_line.then_some(ReleaseEvent::WaiterLeft),
             ),
+        };
+        (release, event.into_iter().collect())
+    }
+
+    /// [`release`](Self::release) for a shared kind: the owner's grant leaves the holders
+    /// (or, with `keep`, stays until then, renewed no more) and the head of the line joins
+    /// them as far as it may.
+    fn release_shared(
+        &mut self,
+        lease: &Lease,
+        keep: Duration,
+        left_line: bool,
+        released_before: bool,
+        now: Instant,
+    ) -> (Release, Vec<ReleaseEvent>) {
+        let found = self.live_shared(&lease.key, now).and_then(|grants| {
+            let at = grants.iter().position(|g| g.owner == lease.owner)?;
+            Some((grants, at))
+        });
+        let Some((grants, at)) = found else {
+            return if released_before {
+                (Release::Released, Vec::new())
+            } else {
+                let left = left_line.then_some(ReleaseEvent::WaiterLeft);
+                (Release::NotOwner, left.into_iter().collect())
+            };
+        };
+        let mine = &mut grants[at];
+        if mine.released {
+            return (Release::Released, Vec::new());
         }
+        // As in Redis, whose lease has millisecond resolution.
+        if keep.as_millis() > 0 {
+            mine.released = true;
+            mine.expires_at = now + keep;
+            return (Release::Released, Vec::new());
+        }
+        let token = grants.remove(at).token;
+        if grants.is_empty() {
+            self.shared.remove(&lease.key);
+        }
+        self.remember_release(&lease.key, &lease.owner, now);
+        let mut handed = self.hand_off_shared(&lease.key, now);
+        if handed.is_empty() {
+            handed.push(ReleaseEvent::Released { token: Some(token) });
+        }
+        (Release::Released, handed)
     }
 
     /// Remembers that `owner` released `key` (as Redis keeps `...:released-by` for 30 s).
     fn remember_release(&mut self, key: &str, owner: &str, now: Instant) {
         if self.released_by.len() >= 1_024 {
-            self.released_by.retain(|_, (_, until)| *until > now);
+            self.released_by.retain(|_, until| *until > now);
         }
         let until = now + RELEASE_MEMORY;
         self.released_by
-            .insert(key.to_owned(), (owner.to_owned(), until));
+            .insert((key.to_owned(), owner.to_owned()), until);
     }
 }
 
@@ -334,6 +558,15 @@ impl Holder {
                 token: Some(self.token),
                 remaining,
             },
+        }
+    }
+}
+
+impl SharedHolder {
+    fn share(&self) -> Share {
+        Share {
+            kind: self.kind,
+            slot: self.slot,
         }
     }
 }
@@ -383,7 +616,7 @@ impl LockBackend for MemoryBackend {
             ))));
         }
         let result = self.with_state(|state| state.acquire(lease, turn));
-        Box::pin(std::future::ready(Ok(result)))
+        Box::pin(std::future::ready(result))
     }
 
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
@@ -397,6 +630,10 @@ impl LockBackend for MemoryBackend {
         self.releases.watch_subscribed(key)
     }
 
+    fn offers(&self, _: LockKind) -> bool {
+        true
+    }
+
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         let result = self.with_state(|state| held.iter().map(|h| state.extend(h)).collect());
         Box::pin(std::future::ready(Ok(result)))
@@ -408,7 +645,7 @@ impl LockBackend for MemoryBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let (result, announce) = self.with_state(|state| state.release(lease, keep));
-        if let Some(event) = announce {
+        for event in announce {
             self.releases.announce(&lease.key, event);
         }
         Box::pin(std::future::ready(Ok(result)))

@@ -18,6 +18,7 @@
 pub mod memory;
 pub mod redis;
 pub mod redlock;
+pub(crate) mod sharing;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -169,6 +170,12 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         let _ = key;
         None
+    }
+
+    /// Whether the backend offers `kind` (the client refuses the others with
+    /// [`LockError::InvalidConfig`] before sending anything). Only the mutex by default.
+    fn offers(&self, kind: LockKind) -> bool {
+        kind == LockKind::Mutex
     }
 
     /// Whether a release hands the key to the oldest waiter in line (see

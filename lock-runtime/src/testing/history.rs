@@ -121,6 +121,8 @@ pub enum Violation {
     Overlap(Section, Section),
     /// A section entered later ran under a token not greater than an earlier one's.
     TokenOrder(Section, Section),
+    /// More sections of one key were inside at once than its permits allow: these.
+    TooMany(Vec<Section>),
 }
 
 impl fmt::Display for Violation {
@@ -128,6 +130,12 @@ impl fmt::Display for Violation {
         match self {
             Violation::Overlap(a, b) => write!(f, "overlap:\n  {a}\n  {b}"),
             Violation::TokenOrder(a, b) => write!(f, "token not increasing:\n  {a}\n  {b}"),
+            Violation::TooMany(inside) => {
+                write!(f, "{} inside at once:", inside.len())?;
+                inside
+                    .iter()
+                    .try_for_each(|section| write!(f, "\n  {section}"))
+            }
         }
     }
 }
@@ -146,13 +154,8 @@ pub struct CheckReport {
 /// Checks, per key, that no two sections overlap in time and that tokens strictly increase
 /// in entry order.
 pub fn check(sections: &[Section]) -> CheckReport {
-    let mut by_key: std::collections::BTreeMap<&str, Vec<&Section>> = Default::default();
-    for section in sections {
-        by_key.entry(&section.key).or_default().push(section);
-    }
     let mut violations = Vec::new();
-    for sections in by_key.values_mut() {
-        sections.sort_by_key(|s| (s.entered_ns, s.exited_ns));
+    for sections in by_key(sections).values() {
         // The section that, of those entered so far, is left last: any later entry before
         // its exit overlaps it.
         let mut longest: Option<&Section> = None;
@@ -175,9 +178,110 @@ pub fn check(sections: &[Section]) -> CheckReport {
         }
     }
     CheckReport {
-        sections: sections.len(),
-        keys: by_key.len(),
         violations,
+        ..shape(sections)
+    }
+}
+
+/// Checks the sections of read/write locks, per key: a writer's section overlaps no other
+/// section (a reader's or a writer's), and of two sections one of which is a writer's, the
+/// one that ended before the other entered ran under the smaller token (a writer's token
+/// exceeds every earlier reader's and writer's). Readers may overlap each other.
+pub fn check_read_write(readers: &[Section], writers: &[Section]) -> CheckReport {
+    let mut violations = Vec::new();
+    let all = || {
+        readers
+            .iter()
+            .map(|r| (r, false))
+            .chain(writers.iter().map(|w| (w, true)))
+    };
+    for (writer, _) in all().filter(|(_, writes)| *writes) {
+        for (other, writes) in all().filter(|(other, _)| other.key == writer.key) {
+            if std::ptr::eq(other, writer) {
+                continue;
+            }
+            let overlaps =
+                other.entered_ns < writer.exited_ns && writer.entered_ns < other.exited_ns;
+            // A pair of writers is reported once, from the earlier one.
+            let first =
+                !writes || (writer.entered_ns, writer.token) < (other.entered_ns, other.token);
+            if overlaps && first {
+                violations.push(Violation::Overlap(writer.clone(), other.clone()));
+            }
+            let (before, after) = if other.exited_ns <= writer.entered_ns {
+                (other, writer)
+            } else if writer.exited_ns <= other.entered_ns {
+                (writer, other)
+            } else {
+                continue;
+            };
+            if before.token >= after.token && (first || !writes) {
+                violations.push(Violation::TokenOrder(before.clone(), after.clone()));
+            }
+        }
+    }
+    let every: Vec<Section> = readers.iter().chain(writers).cloned().collect();
+    CheckReport {
+        violations,
+        ..shape(&every)
+    }
+}
+
+/// Checks the sections of semaphores, per key: at no instant were more than `permits` of
+/// them inside.
+pub fn check_at_most(sections: &[Section], permits: usize) -> CheckReport {
+    let mut violations = Vec::new();
+    for sections in by_key(sections).values() {
+        let mut inside: Vec<&Section> = Vec::new();
+        for &section in sections {
+            inside.retain(|open| open.exited_ns > section.entered_ns);
+            inside.push(section);
+            if inside.len() > permits {
+                violations.push(Violation::TooMany(
+                    inside.iter().map(|&s| s.clone()).collect(),
+                ));
+            }
+        }
+    }
+    CheckReport {
+        violations,
+        ..shape(sections)
+    }
+}
+
+/// The most sections of one key that were inside at once: what shows that readers (or
+/// permits) did share their key, not merely could have.
+pub fn most_inside(sections: &[Section]) -> usize {
+    let mut most = 0;
+    for sections in by_key(sections).values() {
+        let mut inside: Vec<&Section> = Vec::new();
+        for &section in sections {
+            inside.retain(|open| open.exited_ns > section.entered_ns);
+            inside.push(section);
+            most = most.max(inside.len());
+        }
+    }
+    most
+}
+
+/// The sections per key, in entry order.
+fn by_key(sections: &[Section]) -> std::collections::BTreeMap<&str, Vec<&Section>> {
+    let mut by_key: std::collections::BTreeMap<&str, Vec<&Section>> = Default::default();
+    for section in sections {
+        by_key.entry(&section.key).or_default().push(section);
+    }
+    for sections in by_key.values_mut() {
+        sections.sort_by_key(|s| (s.entered_ns, s.exited_ns));
+    }
+    by_key
+}
+
+/// A report of `sections` with no violation yet.
+fn shape(sections: &[Section]) -> CheckReport {
+    CheckReport {
+        sections: sections.len(),
+        keys: by_key(sections).len(),
+        violations: Vec::new(),
     }
 }
 
@@ -252,6 +356,41 @@ mod tests {
             .unwrap();
         assert_eq!(read_histories(&[&path]).unwrap(), vec![recorded]);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn readers_may_overlap_but_never_a_writer() {
+        let readers = [section("a", 1, 0, 10), section("a", 2, 5, 20)];
+        let writers = [section("a", 3, 20, 30), section("b", 1, 0, 30)];
+        let report = check_read_write(&readers, &writers);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!((report.sections, report.keys), (4, 2));
+        assert_eq!(most_inside(&readers), 2);
+        let late = [section("a", 4, 25, 26)];
+        let report = check_read_write(&late, &writers);
+        assert!(matches!(report.violations[..], [Violation::Overlap(..)]));
+        let stale = [section("a", 2, 31, 40)];
+        let report = check_read_write(&stale, &writers);
+        assert!(matches!(report.violations[..], [Violation::TokenOrder(..)]));
+    }
+
+    #[test]
+    fn a_semaphore_lets_in_at_most_its_permits() {
+        let history = [
+            section("s", 1, 0, 10),
+            section("s", 2, 1, 10),
+            section("s", 3, 10, 20),
+        ];
+        assert!(check_at_most(&history, 2).violations.is_empty());
+        let crowded = [
+            section("s", 4, 5, 6),
+            history[0].clone(),
+            history[1].clone(),
+        ];
+        let report = check_at_most(&crowded, 2);
+        assert!(
+            matches!(&report.violations[..], [Violation::TooMany(inside)] if inside.len() == 3)
+        );
     }
 
     #[test]

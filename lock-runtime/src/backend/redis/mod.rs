@@ -18,9 +18,10 @@ use self::cluster::{ClusterLink, ExtendCall};
 use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
 use self::server::Server;
+use super::sharing::{script_kind, shard_of};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
-use crate::LockError;
 use crate::admin::{ForcedRelease, Grant, LockState};
+use crate::{LockError, LockKind, random};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -33,6 +34,20 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("lua/grant.lua"),
         include_str!("lua/hand_off.lua"),
         include_str!("lua/release.lua")
+    ))
+});
+static SHARED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/shared.lua"),
+        include_str!("lua/shared_acquire.lua")
+    ))
+});
+static SHARED_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/shared.lua"),
+        include_str!("lua/shared_release.lua")
     ))
 });
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -411,7 +426,9 @@ impl RedisBackend {
         };
         let replicated = if lease.replicas > 0 { "1" } else { "0" };
         let floor = floor.map(|token| token.to_string()).unwrap_or_default();
-        let args = [
+        let (kind, count) = script_kind(lease.kind);
+        let (count, start) = (count.to_string(), random::below(count).to_string());
+        let mut args = vec![
             lease.owner.as_str(),
             &ttl_ms,
             &place_ms,
@@ -419,9 +436,15 @@ impl RedisBackend {
             replicated,
             &floor,
         ];
+        let script = if lease.kind.is_shared() {
+            args.extend([kind, &count, &start]);
+            &*SHARED_ACQUIRE
+        } else {
+            &*ACQUIRE
+        };
         if lease.replicas == 0 {
-            let reply = self.run(&ACQUIRE, &keys, &args, &lease.key).await?;
-            return parse_acquire(&lease.key, &reply);
+            let reply = self.run(script, &keys, &args, &lease.key).await?;
+            return parse_acquire(lease, &reply);
         }
         let Link::Server { connection, .. } = &self.link else {
             return Err(LockError::invalid_config(
@@ -434,9 +457,9 @@ impl RedisBackend {
             .await
             .map_err(|e| backend_error(Some(&lease.key), "cannot connect to Redis", e))?;
         let reply = self
-            .run_on(connection, lent.live(), &ACQUIRE, &keys, &args, &lease.key)
+            .run_on(connection, lent.live(), script, &keys, &args, &lease.key)
             .await?;
-        let acquired = parse_acquire(&lease.key, &reply)?;
+        let acquired = parse_acquire(lease, &reply)?;
         if let Acquire::Granted { .. } = acquired {
             self.confirm_replicated(connection, lent.live(), lease)
                 .await?;
@@ -594,7 +617,12 @@ impl RedisBackend {
     async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
         let (keys, args) = self.release_call(lease, keep);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let reply = self.run(&RELEASE, &keys, &args, &lease.key).await?;
+        let script = if lease.kind.is_shared() {
+            &*SHARED_RELEASE
+        } else {
+            &*RELEASE
+        };
+        let reply = self.run(script, &keys, &args, &lease.key).await?;
         match integer(&reply) {
             Some(1) => Ok(Release::Released),
             Some(0 | -1) => Ok(Release::NotOwner),
@@ -631,20 +659,25 @@ impl RedisBackend {
 }
 
 impl RedisBackend {
-    /// The keys and arguments of the release script for `lease`, keeping the key `keep`.
-    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], [String; 5]) {
+    /// The keys and arguments of the release script of `lease`'s kind, keeping the key (or
+    /// the shared grant) `keep`.
+    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], Vec<String>) {
         let [lock_key, fence_key, queue_key, deadlines_key] =
             layout::lock_keys(self.lock_key(&lease.key));
         let channel = layout::release_channel(&lock_key);
         let released_by = layout::released_by_key(&lock_key);
         let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
-        let args = [
+        let mut args = vec![
             lease.owner.clone(),
             keep.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
-            self.publish_command().to_owned(),
         ];
+        if lease.kind.is_shared() {
+            let (kind, count) = script_kind(lease.kind);
+            args.extend([kind.to_owned(), count.to_string()]);
+        }
+        args.push(self.publish_command().to_owned());
         (keys, args)
     }
 
@@ -818,7 +851,8 @@ fn integer(value: &Value) -> Option<i64> {
     }
 }
 
-fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
+fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
+    let key = lease.key.as_str();
     let Value::Array(items) = reply else {
         return Err(unexpected(key, "acquire", reply));
     };
@@ -832,6 +866,12 @@ fn parse_acquire(key: &str, reply: &Value) -> Result<Acquire, LockError> {
         Some(&[1, token]) if token > 0 => Ok(Acquire::Granted {
             token: token as u64,
             shard: None,
+        }),
+        Some(&[1, token, slot]) if token > 0 => Ok(Acquire::Granted {
+            token: token as u64,
+            shard: u32::try_from(slot)
+                .ok()
+                .and_then(|slot| shard_of(lease.kind, slot)),
         }),
         Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => Ok(Acquire::Held {
             // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished;
@@ -862,6 +902,10 @@ impl LockBackend for RedisBackend {
             Link::Server { notifier, .. } => notifier.watch_if_subscribed(&channel),
             Link::Cluster(cluster) => cluster.watch_if_subscribed(&channel),
         }
+    }
+
+    fn offers(&self, _: LockKind) -> bool {
+        true
     }
 
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {

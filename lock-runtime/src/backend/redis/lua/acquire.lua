@@ -37,15 +37,7 @@ if not holder and (ARGV[4] ~= '1' or not head or head == mine) then
   return {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last, now_us, tonumber(ARGV[6]))}
 end
 if ARGV[3] ~= '0' then
-  if not redis.call('ZSCORE', KEYS[4], mine) then
-    redis.call('RPUSH', KEYS[3], mine)
-  end
-  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), mine)
-  -- The queue vanishes once the last of its waiters' places has lapsed.
-  local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  local lasts_ms = math.max(tonumber(latest[2]) - now_ms, 1)
-  redis.call('PEXPIRE', KEYS[3], lasts_ms)
-  redis.call('PEXPIRE', KEYS[4], lasts_ms)
+  keep_place(KEYS[3], KEYS[4], mine, now_ms, ARGV[3])
 end
 local remaining = -3
 if holder then

@@ -65,17 +65,36 @@ local function write_fence(fence_key, token_us, now_us)
   return token
 end
 
--- A new grant after the last token `last`, at server time `now_us`: the token exceeds both
--- the last one and the server clock in microseconds, so it keeps increasing after a restart
--- that lost the counter (unless the clock steps back). Redlock's client gives `floor_us`, one
--- proposal for every master, in place of the server clock: masters whose counters agree then
--- grant one token, which needs no write-back. The lock key holds `<owner>:<token>`:
--- renewal extends this grant only, not a later one to the same owner.
+-- The token of a new grant after the last token `last`, at server time `now_us`, written to
+-- the fencing counter: it exceeds both the last one and the server clock in microseconds, so
+-- it keeps increasing after a restart that lost the counter (unless the clock steps back).
+-- Redlock's client gives `floor_us`, one proposal for every master, in place of the server
+-- clock: masters whose counters agree then grant one token, which needs no write-back.
+
+-- A new grant of the lock key to `owner` with the next token: the key holds
+-- `<owner>:<token>`, so that renewal extends this grant only, not a later one to the same
+-- owner.
+local function next_token(fence_key, last, now_us, floor_us)
+  return write_fence(fence_key, math.max(last + 1, floor_us or now_us), now_us)
+end
+
 local function grant(lock_key, fence_key, owner, lease_ms, last, now_us, floor_us)
-  local token_us = math.max(last + 1, floor_us or now_us)
-  local token = write_fence(fence_key, token_us, now_us)
+  local token = next_token(fence_key, last, now_us, floor_us)
   redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
   return token
+end
+
+-- Puts `entry` at the back of the key's queue, or renews its place there, for `place_ms`
+-- from `now_ms`. The queue vanishes once the last of its waiters' places has lapsed.
+local function keep_place(queue_key, deadlines_key, entry, now_ms, place_ms)
+  if not redis.call('ZSCORE', deadlines_key, entry) then
+    redis.call('RPUSH', queue_key, entry)
+  end
+  redis.call('ZADD', deadlines_key, now_ms + tonumber(place_ms), entry)
+  local latest = redis.call('ZRANGE', deadlines_key, -1, -1, 'WITHSCORES')
+  local lasts_ms = math.max(tonumber(latest[2]) - now_ms, 1)
+  redis.call('PEXPIRE', queue_key, lasts_ms)
+  redis.call('PEXPIRE', deadlines_key, lasts_ms)
 end
 
 -- A waiter's entry in a key's queue and in its deadlines: its owner token and its lease,
@@ -123,7 +142,12 @@ end
 -- pointless: nobody would ever release it.
 local function foreign_holder(lock_key, holder)
   if type(holder) == 'table' and holder.err then
-    return 'it holds a ' .. redis.call('TYPE', lock_key).ok .. ', not a lock'
+    local kind = redis.call('TYPE', lock_key).ok
+    if kind == 'hash' then
+      return 'it is held as a read/write lock, a semaphore or a segmented lock, not as an ' ..
+        'exclusive lock; use one kind of lock per key'
+    end
+    return 'it holds a ' .. kind .. ', not a lock'
   end
   if not holder then
     return nil

@@ -2,6 +2,8 @@
 //! backend under test. Each check uses keys of its own under `namespace`, and panics with a
 //! message naming the broken rule.
 
+mod kinds;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +45,7 @@ pub async fn run(client: &LockClient, namespace: &str) {
     } else {
         without_a_line_fair_mode_is_refused(client, &format!("{namespace}:no-line")).await;
     }
+    kinds::run(client, &format!("{namespace}:kinds")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {

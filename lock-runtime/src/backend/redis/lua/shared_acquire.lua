@@ -1,0 +1,72 @@
+-- Acquire a shared kind (see shared.lua), or recognise a retry by the same owner; a waiter
+-- that may not join the holders keeps its place in the key's queue, so that a release can
+-- hand it over.
+-- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long the owner's place lasts in ms
+-- (0: it takes no place), ARGV[4] '1' in fair mode, ARGV[5] '1' when a WAIT follows (the
+-- grant must be a write of this connection), ARGV[6] the least token to grant, or '',
+-- ARGV[7] the kind (r, w, s, g), ARGV[8] the count asked for (0 for r and w), ARGV[9] where
+-- the search for a free slot starts
+-- Returns {1, token, slot} when granted; {0, ms until the first holder's lease ends (-3: no
+-- holder, but earlier waiters go first), the key's latest fencing token}; {2, why} when the
+-- key holds another kind's grants or something that is not a lock's.
+local now_ms, now_us = server_time()
+local grants, by_owner = read_shared(KEYS[1], now_ms)
+if not grants then
+  return {2, by_owner}
+end
+local owner, lease_ms, kind, count = ARGV[1], tonumber(ARGV[2]), ARGV[7], tonumber(ARGV[8])
+local mine = by_owner[owner]
+if mine and mine.token ~= 'released' then
+  -- Never shortened: a late copy of an attempt must not cut a lease its owner counts on.
+  if mine.expires < now_ms + lease_ms or ARGV[5] == '1' then
+    mine.expires = math.max(mine.expires, now_ms + lease_ms)
+    store_shared(KEYS[1], mine, now_ms)
+  end
+  return {1, mine.token, mine.slot}
+end
+local lapsed, head = read_queue(KEYS[3], KEYS[4], now_ms)
+local last, foreign
+if lapsed then
+  last, foreign = read_fence(KEYS[2])
+else
+  foreign = head
+end
+if foreign then
+  return {2, foreign}
+end
+head = prune_queue(KEYS[3], KEYS[4], lapsed, head)
+local entry = shared_entry(owner, ARGV[2], kind, ARGV[8])
+local ahead = {}
+if head then
+  for _, waiting in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    if waiting == entry then
+      break
+    end
+    table.insert(ahead, (entry_kind(waiting)))
+  end
+end
+local slot, why = admit(kind, count, grants, ahead, ARGV[4] == '1', tonumber(ARGV[9]))
+if why then
+  return {2, why}
+end
+if slot then
+  if head then
+    redis.call('LREM', KEYS[3], 0, entry)
+    redis.call('ZREM', KEYS[4], entry)
+  end
+  local token = next_token(KEYS[2], latest_token(grants, last), now_us, tonumber(ARGV[6]))
+  store_shared(KEYS[1], {owner = owner, kind = kind, token = token, slot = slot, count = count,
+    expires = now_ms + lease_ms}, now_ms)
+  return {1, token, slot}
+end
+if ARGV[3] ~= '0' then
+  keep_place(KEYS[3], KEYS[4], entry, now_ms, ARGV[3])
+end
+local remaining = -3
+for _, grant in ipairs(grants) do
+  if remaining == -3 or grant.expires - now_ms < remaining then
+    remaining = grant.expires - now_ms
+  end
+end
+return {0, remaining, string.format('%.0f', latest_token(grants, last))}

@@ -1,0 +1,75 @@
+-- Release a shared kind's grant (see shared.lua) only if ARGV[1] holds it, hand the key to the
+-- waiters at the head of the queue as far as they may join, and take back the place ARGV[1]
+-- may have in the queue as a waiter.
+-- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
+-- KEYS[5] who released the key lately (a sorted set: owner -> server ms until which that is
+-- remembered)
+-- ARGV[1] owner token; ARGV[2] ms to keep the grant (min_hold_ms), 0 to delete; ARGV[3] the
+-- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms, ARGV[5] its kind
+-- and ARGV[6] its count (its queue entry); ARGV[7] `PUBLISH`, or `SPUBLISH` on a Redis Cluster
+-- Publishes `granted <sha1 of the new owner's token> <fencing token>` for each waiter handed
+-- the key, else `released <fencing token of the grant released>`; `left` when a waiter
+-- leaves. Returns 1 if released, 0 if the key holds no grant of the owner (or holds
+-- something else), -1 if it holds nothing. A kept grant is marked `released`, so that a
+-- renewal already on its way cannot extend it again and a resent release still finds it;
+-- a deleted one is remembered in KEYS[5] for a while, so that a release sent again after its
+-- reply was lost learns that the first one released it. PUBLISH goes through pcall: a user
+-- whose ACL grants no channels must still release; its waiters poll.
+local RELEASE_MEMORY_MS = 30000
+
+local now_ms, now_us = server_time()
+local entry = shared_entry(ARGV[1], ARGV[4], ARGV[5], ARGV[6])
+local removed = redis.pcall('LREM', KEYS[3], 0, entry)
+local left = type(removed) == 'number' and removed > 0
+if left then
+  redis.pcall('ZREM', KEYS[4], entry)
+end
+local grants, by_owner = read_shared(KEYS[1], now_ms)
+local mine = grants and by_owner[ARGV[1]]
+if not mine then
+  local remembered = redis.pcall('ZSCORE', KEYS[5], ARGV[1])
+  if type(remembered) == 'string' and tonumber(remembered) > now_ms then
+    return 1
+  end
+  if left then
+    redis.pcall(ARGV[7], ARGV[3], 'left')
+  end
+  if grants and #grants == 0 then
+    return -1
+  end
+  return 0
+end
+if mine.token == 'released' then
+  return 1
+end
+if ARGV[2] ~= '0' then
+  mine.token = 'released'
+  mine.expires = now_ms + tonumber(ARGV[2])
+  store_shared(KEYS[1], mine, now_ms)
+  return 1
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local others = {}
+for _, grant in ipairs(grants) do
+  if grant.owner ~= ARGV[1] then
+    table.insert(others, grant)
+  end
+end
+if #others == 0 then
+  redis.call('DEL', KEYS[1])
+end
+-- Not over another program's data: an empty key, or a sorted set with a TTL, as this leaves.
+local memory = redis.call('TYPE', KEYS[5]).ok
+if memory == 'none' or (memory == 'zset' and redis.call('PTTL', KEYS[5]) > 0) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
+  redis.call('ZADD', KEYS[5], now_ms + RELEASE_MEMORY_MS, ARGV[1])
+  redis.call('PEXPIRE', KEYS[5], RELEASE_MEMORY_MS)
+end
+local announced = hand_off_shared(KEYS[1], KEYS[2], KEYS[3], KEYS[4], others, now_ms, now_us)
+if #announced == 0 then
+  announced = {'released ' .. mine.token}
+end
+for _, message in ipairs(announced) do
+  redis.pcall(ARGV[7], ARGV[3], message)
+end
+return 1

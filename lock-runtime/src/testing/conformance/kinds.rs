@@ -1,0 +1,466 @@
+//! The conformance checks of the shared kinds (read/write locks, semaphores, segmented
+//! locks), for every backend that offers them; a backend that does not must refuse them
+//! with a clear error.
+
+use std::time::Duration;
+
+use super::{
+    LONG, LONG_TTL_MS, SHORT_TTL_MS, expect_granted, expect_held, expect_not_acquired, release_now,
+};
+use crate::backend::{HeldLease, Lease, Turn};
+use crate::{LockClient, LockError, LockGuard, LockKind};
+
+const SEMAPHORE: LockKind = LockKind::Semaphore { permits: 3 };
+const SHARDS: LockKind = LockKind::Segmented { shards: 4 };
+
+/// Runs the checks of every kind the backend offers, and checks that it refuses the others.
+pub async fn run(client: &LockClient, namespace: &str) {
+    let offered = [LockKind::Read, SEMAPHORE, SHARDS]
+        .into_iter()
+        .filter(|kind| client.backend().offers(*kind))
+        .count();
+    if offered < 3 {
+        for kind in [LockKind::Read, LockKind::Write, SEMAPHORE, SHARDS] {
+            a_kind_not_offered_is_refused(client, &format!("{namespace}:refused"), kind).await;
+        }
+        return;
+    }
+    readers_share_and_a_writer_excludes(client, &format!("{namespace}:rw")).await;
+    a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
+    a_release_hands_over_to_the_readers_at_the_head(client, &format!("{namespace}:rw-hand-off"))
+        .await;
+    a_semaphore_lets_in_its_permits(client, &format!("{namespace}:semaphore")).await;
+    the_smallest_count_inside_wins(client, &format!("{namespace}:counts")).await;
+    an_expired_permit_comes_back(client, &format!("{namespace}:expired")).await;
+    shards_are_exclusive_and_named(client, &format!("{namespace}:shards")).await;
+    kinds_do_not_mix_on_one_key(client, &format!("{namespace}:mixed")).await;
+    shared_grants_are_renewed_owner_checked(client, &format!("{namespace}:extend")).await;
+    a_shared_min_hold_keeps_the_grant(client, &format!("{namespace}:min-hold")).await;
+    a_shared_release_is_announced_and_remembered(client, &format!("{namespace}:announce")).await;
+}
+
+/// A lease of `kind` for `name`, straight at the backend.
+fn lease(key: &str, name: &str, kind: LockKind) -> Lease {
+    Lease {
+        key: key.to_owned(),
+        owner: format!("conformance-{name}"),
+        ttl: Duration::from_millis(LONG_TTL_MS),
+        replicas: 0,
+        kind,
+    }
+}
+
+/// One attempt of a `kind` request that gives up at once.
+async fn try_once(client: &LockClient, key: &str, kind: LockKind) -> Result<LockGuard, LockError> {
+    let request = client.request(key, kind).ttl_ms(LONG_TTL_MS).give_up();
+    request.acquire().await
+}
+
+async fn take(client: &LockClient, key: &str, kind: LockKind, rule: &str) -> LockGuard {
+    try_once(client, key, kind)
+        .await
+        .unwrap_or_else(|e| panic!("{rule}: {e}"))
+}
+
+/// A backend that does not offer a kind refuses it before sending anything.
+pub async fn a_kind_not_offered_is_refused(client: &LockClient, key: &str, kind: LockKind) {
+    if client.backend().offers(kind) {
+        return;
+    }
+    match try_once(client, key, kind).await {
+        Err(LockError::InvalidConfig { reason }) => assert!(
+            reason.contains(&format!("does not offer {} locks", kind.name())),
+            "{reason}"
+        ),
+        other => panic!("a kind the backend does not offer must be refused: {other:?}"),
+    }
+}
+
+/// Readers hold a key together; a writer waits for all of them, and readers for it; the
+/// writer's token exceeds the readers'.
+pub async fn readers_share_and_a_writer_excludes(client: &LockClient, key: &str) {
+    let first = take(client, key, LockKind::Read, "a free key admits a reader").await;
+    let second = take(client, key, LockKind::Read, "readers share a key").await;
+    let writer = try_once(client, key, LockKind::Write).await;
+    expect_not_acquired(writer, 1, "a writer must wait for the readers");
+    first.release().await.expect("release");
+    let writer = try_once(client, key, LockKind::Write).await;
+    expect_not_acquired(writer, 1, "a writer must wait for the last reader");
+    let reader_token = second.token();
+    second.release().await.expect("release");
+    let writer = take(
+        client,
+        key,
+        LockKind::Write,
+        "a key without readers admits a writer",
+    )
+    .await;
+    assert!(
+        writer.token() > reader_token,
+        "a writer's token exceeds the readers'"
+    );
+    let reader = try_once(client, key, LockKind::Read).await;
+    expect_not_acquired(reader, 1, "a reader must wait for the writer");
+    let writer_again = try_once(client, key, LockKind::Write).await;
+    expect_not_acquired(writer_again, 1, "writers exclude each other");
+    writer.release().await.expect("release");
+}
+
+/// A writer that waits in line holds back the readers that arrive after it, though only
+/// readers hold the key; it gets the key when the readers leave, before those readers.
+pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let reader = lease(key, "reader", LockKind::Read);
+    let writer = lease(key, "writer", LockKind::Write);
+    let late = lease(key, "late-reader", LockKind::Read);
+    let held = expect_granted(backend, &reader, Turn::Once, "a free key admits a reader").await;
+    expect_held(
+        backend,
+        &writer,
+        Turn::Wait(LONG),
+        "a writer waits for the reader",
+    )
+    .await;
+    expect_held(
+        backend,
+        &late,
+        Turn::Wait(LONG),
+        "a reader after a waiting writer waits",
+    )
+    .await;
+    release_now(backend, &held.lease).await;
+    let written = expect_granted(
+        backend,
+        &writer,
+        Turn::Once,
+        "the release hands the writer the key",
+    )
+    .await;
+    assert!(
+        written.token > held.token,
+        "the writer's token exceeds the reader's"
+    );
+    expect_held(
+        backend,
+        &late,
+        Turn::Wait(LONG),
+        "the late reader waits for the writer",
+    )
+    .await;
+    release_now(backend, &writer).await;
+    let read = expect_granted(
+        backend,
+        &late,
+        Turn::Once,
+        "the writer's release hands over to the reader",
+    )
+    .await;
+    assert!(
+        read.token > written.token,
+        "tokens increase across the hand-over"
+    );
+    release_now(backend, &late).await;
+}
+
+/// A writer's release hands the key to every reader at the head of the line at once, up to
+/// the next writer in line, which waits for them.
+pub async fn a_release_hands_over_to_the_readers_at_the_head(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let writer = lease(key, "writer", LockKind::Write);
+    let readers = ["first", "second"].map(|name| lease(key, name, LockKind::Read));
+    let next_writer = lease(key, "next-writer", LockKind::Write);
+    let last = lease(key, "last", LockKind::Read);
+    expect_granted(backend, &writer, Turn::Once, "a free key admits a writer").await;
+    for waiting in readers.iter().chain([&next_writer, &last]) {
+        expect_held(
+            backend,
+            waiting,
+            Turn::Wait(LONG),
+            "the writer holds the key",
+        )
+        .await;
+    }
+    release_now(backend, &writer).await;
+    for reader in &readers {
+        expect_granted(
+            backend,
+            reader,
+            Turn::Once,
+            "the readers at the head get the key together",
+        )
+        .await;
+    }
+    expect_held(
+        backend,
+        &next_writer,
+        Turn::Wait(LONG),
+        "the next writer waits for them",
+    )
+    .await;
+    expect_held(
+        backend,
+        &last,
+        Turn::Wait(LONG),
+        "a reader behind that writer waits too",
+    )
+    .await;
+    for reader in &readers {
+        release_now(backend, reader).await;
+    }
+    expect_granted(
+        backend,
+        &next_writer,
+        Turn::Once,
+        "the last reader's release hands over to the writer",
+    )
+    .await;
+    for lease in [&next_writer, &last] {
+        release_now(backend, lease).await;
+    }
+}
+
+/// A semaphore admits its permits and no more; a released permit admits the next request.
+pub async fn a_semaphore_lets_in_its_permits(client: &LockClient, key: &str) {
+    let mut inside = Vec::new();
+    for _ in 0..3 {
+        inside.push(take(client, key, SEMAPHORE, "a permit is free").await);
+    }
+    let fourth = try_once(client, key, SEMAPHORE).await;
+    expect_not_acquired(fourth, 1, "no more holders than permits");
+    let tokens: Vec<u64> = inside.iter().map(LockGuard::token).collect();
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens increase: {tokens:?}"
+    );
+    inside
+        .pop()
+        .expect("three")
+        .release()
+        .await
+        .expect("release");
+    let fourth = take(client, key, SEMAPHORE, "a released permit is free again").await;
+    assert!(fourth.shard().is_none(), "a semaphore names no shard");
+    inside.push(fourth);
+    for guard in inside {
+        guard.release().await.expect("release");
+    }
+}
+
+/// Holders that ask for different counts: nobody enters while as many are inside as the
+/// smallest count of those inside, or its own.
+pub async fn the_smallest_count_inside_wins(client: &LockClient, key: &str) {
+    let two = LockKind::Semaphore { permits: 2 };
+    let five = LockKind::Semaphore { permits: 5 };
+    let small = take(client, key, two, "a free semaphore").await;
+    let big = take(client, key, five, "one of five").await;
+    let refused = try_once(client, key, five).await;
+    expect_not_acquired(
+        refused,
+        1,
+        "a holder that asked for 2 is inside with another",
+    );
+    small.release().await.expect("release");
+    let admitted = take(
+        client,
+        key,
+        five,
+        "without the holder of 2, five permits hold",
+    )
+    .await;
+    let refused = try_once(client, key, two).await;
+    expect_not_acquired(refused, 1, "a request for 2 finds 2 inside");
+    for guard in [big, admitted] {
+        guard.release().await.expect("release");
+    }
+}
+
+/// A permit whose holder stops renewing (it crashed) comes back when its lease ends.
+pub async fn an_expired_permit_comes_back(client: &LockClient, key: &str) {
+    let one = LockKind::Semaphore { permits: 1 };
+    let crashed = client
+        .request(key, one)
+        .ttl_ms(SHORT_TTL_MS)
+        .renew(false)
+        .give_up();
+    let crashed = crashed.acquire().await.expect("a free permit");
+    let refused = try_once(client, key, one).await;
+    expect_not_acquired(refused, 1, "the permit is held until its lease ends");
+    let next = client
+        .request(key, one)
+        .sleep_ms(20)
+        .wait_ms(LONG_TTL_MS / 4)
+        .acquire()
+        .await;
+    let next = next.expect("the permit comes back when its lease ends");
+    assert!(next.token() > crashed.token(), "tokens increase");
+    next.release().await.expect("release");
+    drop(crashed);
+}
+
+/// A segmented lock grants each shard to one holder and names it; a request finds a free
+/// shard while there is one, and a released shard is the one granted next.
+pub async fn shards_are_exclusive_and_named(client: &LockClient, key: &str) {
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(take(client, key, SHARDS, "a shard is free").await);
+    }
+    let mut shards: Vec<u32> = held
+        .iter()
+        .map(|g| g.shard().expect("a shard is named"))
+        .collect();
+    shards.sort_unstable();
+    assert_eq!(shards, [0, 1, 2, 3], "each shard once");
+    let fifth = try_once(client, key, SHARDS).await;
+    expect_not_acquired(fifth, 1, "every shard is held");
+    let freed = held.swap_remove(1);
+    let shard = freed.shard();
+    freed.release().await.expect("release");
+    let next = take(client, key, SHARDS, "a released shard is free").await;
+    assert_eq!(next.shard(), shard, "the only free shard is granted");
+    held.push(next);
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+}
+
+/// A key held by one kind refuses requests of another, with `KeyInUse`, whichever way round.
+pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
+    let pairs = [
+        (LockKind::Mutex, LockKind::Read),
+        (LockKind::Read, LockKind::Mutex),
+        (SEMAPHORE, LockKind::Write),
+        (SHARDS, SEMAPHORE),
+    ];
+    for (held, asked) in pairs {
+        let holder = take(client, key, held, "a free key").await;
+        match try_once(client, key, asked).await {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains("use one kind of lock per key"), "{reason}")
+            }
+            other => panic!(
+                "a {} lock of a {} key: {other:?}",
+                asked.name(),
+                held.name()
+            ),
+        }
+        holder.release().await.expect("release");
+    }
+}
+
+/// Renewal extends a shared grant only for its owner and token, and not after its release.
+pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    for kind in [LockKind::Read, SEMAPHORE, SHARDS] {
+        let mine = lease(key, "mine", kind);
+        let granted = expect_granted(backend, &mine, Turn::Once, "a free key").await;
+        let stale = HeldLease {
+            token: granted.token + 1,
+            ..granted.clone()
+        };
+        let other = HeldLease {
+            lease: lease(key, "other", kind),
+            token: granted.token,
+        };
+        let extended = backend
+            .extend(&[granted.clone(), stale, other])
+            .await
+            .expect("backend answers");
+        assert_eq!(
+            extended,
+            [true, false, false],
+            "{}: only the grant itself is extended",
+            kind.name()
+        );
+        release_now(backend, &mine).await;
+        let extended = backend.extend(&[granted]).await.expect("backend answers");
+        assert_eq!(
+            extended,
+            [false],
+            "{}: a released grant is not extended",
+            kind.name()
+        );
+    }
+    let renewed = client
+        .request(key, LockKind::Read)
+        .ttl_ms(SHORT_TTL_MS)
+        .give_up();
+    let renewed = renewed.acquire().await.expect("a free key");
+    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS * 3)).await;
+    assert!(
+        !renewed.is_lost(),
+        "renewal keeps a reader's lease past its ttl"
+    );
+    let writer = try_once(client, key, LockKind::Write).await;
+    expect_not_acquired(writer, 1, "the renewed reader still holds the key");
+    renewed
+        .release()
+        .await
+        .expect("the renewed grant is still the reader's");
+}
+
+/// `min_hold_ms` keeps a released shared grant counted until the minimum has passed.
+pub async fn a_shared_min_hold_keeps_the_grant(client: &LockClient, key: &str) {
+    let one = LockKind::Semaphore { permits: 1 };
+    let kept = client
+        .request(key, one)
+        .ttl_ms(LONG_TTL_MS)
+        .min_hold_ms(SHORT_TTL_MS)
+        .give_up();
+    kept.acquire()
+        .await
+        .expect("a free permit")
+        .release()
+        .await
+        .expect("release");
+    let refused = try_once(client, key, one).await;
+    expect_not_acquired(
+        refused,
+        1,
+        "the permit stays taken until min_hold_ms has passed",
+    );
+    let next = client
+        .request(key, one)
+        .sleep_ms(20)
+        .wait_ms(LONG_TTL_MS / 4)
+        .acquire()
+        .await;
+    next.expect("the permit frees itself once min_hold_ms has passed")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// A shared release wakes a subscribed watch, and a release sent again finds it released.
+pub async fn a_shared_release_is_announced_and_remembered(client: &LockClient, key: &str) {
+    let backend = client.backend();
+    let reader = lease(key, "reader", LockKind::Read);
+    expect_granted(backend, &reader, Turn::Once, "a free key").await;
+    let mut watch = backend.subscribe(key).await.expect("backend answers");
+    let released = backend
+        .release(&reader, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    assert_eq!(released, crate::backend::Release::Released);
+    tokio::time::timeout(Duration::from_secs(5), watch.released())
+        .await
+        .expect("the release is announced");
+    let again = backend
+        .release(&reader, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    assert_eq!(
+        again,
+        crate::backend::Release::Released,
+        "a resent release learns it released"
+    );
+    let stranger = lease(key, "stranger", LockKind::Read);
+    let foreign = backend
+        .release(&stranger, Duration::ZERO)
+        .await
+        .expect("backend answers");
+    assert_eq!(
+        foreign,
+        crate::backend::Release::NotOwner,
+        "nobody else's release succeeds"
+    );
+}
