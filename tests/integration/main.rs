@@ -7,6 +7,7 @@ mod admin;
 mod attribute;
 mod cluster;
 mod hand_off;
+mod kinds;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;

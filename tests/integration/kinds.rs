@@ -1,0 +1,255 @@
+//! Read/write locks, semaphores and segmented locks against a real redis-server, checked on
+//! recorded histories: who was inside, when, under which fencing token.
+
+use std::io::{BufRead, BufReader};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fencelock::testing::history::{
+    Section, check, check_at_most, check_read_write, monotonic_ns, most_inside,
+};
+use fencelock::{LockClient, LockGuard, LockKind};
+
+use crate::support::{self, client, eventually, inspector, redis_server};
+
+type Sections = Mutex<Vec<Section>>;
+
+/// Runs a critical section of `body` under `guard`, entered at `entered_ns` (after the
+/// grant), and records it under `key` (the guard's key, or a shard's), left before the
+/// release.
+async fn record(
+    sections: &Sections,
+    (task, key): (u32, String),
+    guard: &LockGuard,
+    entered_ns: u64,
+    body: Duration,
+) {
+    tokio::time::sleep(body).await;
+    let section = Section {
+        process: std::process::id(),
+        task,
+        key,
+        token: guard.token(),
+        entered_ns,
+        exited_ns: monotonic_ns(),
+    };
+    sections.lock().unwrap().push(section);
+}
+
+/// `tasks` tasks, each taking the lock `kind` of `key` `rounds` times (waiting as long as it
+/// takes) and holding it for `body`; returns the sections, each recorded under `label` of
+/// its guard.
+async fn run_tasks(
+    locks: &LockClient,
+    key: &str,
+    kind: LockKind,
+    tasks: u32,
+    rounds: u32,
+    body: Duration,
+    label: fn(&LockGuard) -> String,
+) -> Vec<Section> {
+    let sections = std::sync::Arc::new(Sections::default());
+    let workers: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (locks, key, sections) = (locks.clone(), key.to_owned(), sections.clone());
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let request = locks.request(&key, kind).wait_ms(30_000).sleep_ms(50);
+                    let guard = request.acquire().await.unwrap();
+                    let entered_ns = monotonic_ns();
+                    record(&sections, (task, label(&guard)), &guard, entered_ns, body).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    std::mem::take(&mut *sections.lock().unwrap())
+}
+
+fn guard_key(guard: &LockGuard) -> String {
+    guard.key().to_owned()
+}
+
+fn shard_key(guard: &LockGuard) -> String {
+    format!("{}#{}", guard.key(), guard.shard().expect("a segmented lock names its shard"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_overlap_and_writers_overlap_nobody() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let body = Duration::from_millis(3);
+    let (readers, writers) = tokio::join!(
+        run_tasks(&locks, "catalog", LockKind::Read, 8, 15, body, guard_key),
+        run_tasks(&locks, "catalog", LockKind::Write, 3, 10, body, guard_key),
+    );
+    let report = check_read_write(&readers, &writers);
+    assert_eq!(report.sections, 8 * 15 + 3 * 10);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let overlapping = most_inside(&readers);
+    assert!(overlapping >= 2, "readers shared the key: at most {overlapping} inside at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_enters_before_the_readers_that_arrived_after_it() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let redis = inspector(&server).await;
+    let first = locks.read_lock("prices").acquire().await.unwrap();
+    let sections = std::sync::Arc::new(Sections::default());
+    // The readers stay inside until all four are: they can only if they share the key.
+    let together = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let enter = |task: u32, kind: LockKind| {
+        let (locks, sections, together) = (locks.clone(), sections.clone(), together.clone());
+        tokio::spawn(async move {
+            let request = locks.request("prices", kind).wait_ms(30_000);
+            let guard = request.acquire().await.unwrap();
+            let entered_ns = monotonic_ns();
+            if kind == LockKind::Read {
+                let all_in = tokio::time::timeout(Duration::from_secs(10), together.wait()).await;
+                all_in.expect("the four readers are inside together");
+            }
+            let body = Duration::from_millis(5);
+            record(&sections, (task, guard_key(&guard)), &guard, entered_ns, body).await;
+            guard.release().await.unwrap();
+        })
+    };
+    // The writer, then four readers, each in line before the next arrives.
+    let mut waiting = vec![enter(0, LockKind::Write)];
+    for task in 1..=4 {
+        queue_reaches(&redis, "prices", task).await;
+        waiting.push(enter(task as u32, LockKind::Read));
+    }
+    queue_reaches(&redis, "prices", 5).await;
+    let first_token = first.token();
+    first.release().await.unwrap();
+    for task in waiting {
+        task.await.unwrap();
+    }
+    let sections = std::mem::take(&mut *sections.lock().unwrap());
+    let (writers, readers): (Vec<Section>, Vec<Section>) =
+        sections.into_iter().partition(|section| section.task == 0);
+    let report = check_read_write(&readers, &writers);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let writer = &writers[0];
+    assert!(writer.token > first_token);
+    for reader in &readers {
+        assert!(
+            reader.entered_ns >= writer.exited_ns && reader.token > writer.token,
+            "a reader that arrived after the waiting writer entered before it:\n  {writer}\n  {reader}"
+        );
+    }
+    assert_eq!(most_inside(&readers), 4);
+}
+
+/// Waits until `key`'s line holds `length` waiters.
+async fn queue_reaches(redis: &redis::aio::MultiplexedConnection, key: &str, length: usize) {
+    let queue = format!("lock:{{{key}}}:queue");
+    let reached = eventually(Duration::from_secs(10), || {
+        let (mut redis, queue) = (redis.clone(), queue.clone());
+        async move {
+            let waiting: usize = redis::AsyncCommands::llen(&mut redis, &queue).await.unwrap();
+            waiting >= length
+        }
+    })
+    .await;
+    assert!(reached, "{length} waiter(s) in {queue}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_semaphore_never_lets_in_more_than_its_permits() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let permits = LockKind::Semaphore { permits: 3 };
+    let body = Duration::from_millis(3);
+    let sections = run_tasks(&locks, "exports", permits, 10, 12, body, guard_key).await;
+    let report = check_at_most(&sections, 3);
+    assert_eq!(report.sections, 120);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(most_inside(&sections), 3, "the permits were used");
+}
+
+const HOLDER_URL: &str = "FENCELOCK_PERMIT_HOLDER_URL";
+const PERMIT_TTL_MS: u64 = 1_000;
+
+/// The child process of the killed-holder test: takes a permit (renewed while it lives),
+/// says so on stdout, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of a_killed_holders_permit_comes_back_after_its_ttl"]
+async fn permit_holder() {
+    let url = std::env::var(HOLDER_URL).expect("started by the parent test");
+    let locks = LockClient::connect(&url).await.unwrap();
+    let guard = locks.semaphore("reports", 2).ttl_ms(PERMIT_TTL_MS).acquire().await.unwrap();
+    println!("HELD {} {}", guard.token(), monotonic_ns());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_permit_comes_back_after_its_ttl() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let mut holder = support::spawn_test_process("kinds::permit_holder", HOLDER_URL, &server.url());
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let held = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("HELD "))
+        .expect("the child holds a permit");
+    let [token, entered_ns] = [1, 2].map(|at| held.split(' ').nth(at).unwrap().parse::<u64>().unwrap());
+    let second = locks.semaphore("reports", 2).acquire().await.unwrap();
+    let refused = locks.semaphore("reports", 2).give_up().acquire().await;
+    assert!(refused.unwrap_err().is_not_acquired(), "both permits are held");
+    // Renewal keeps the child's permit past its ttl while the child lives.
+    tokio::time::sleep(Duration::from_millis(PERMIT_TTL_MS * 2)).await;
+    let refused = locks.semaphore("reports", 2).give_up().acquire().await;
+    assert!(refused.unwrap_err().is_not_acquired(), "the live child's permit is renewed");
+    holder.kill().unwrap();
+    let killed_ns = monotonic_ns();
+    holder.wait().unwrap();
+    let back = locks.semaphore("reports", 2).wait_ms(PERMIT_TTL_MS * 10).acquire().await;
+    let back = back.expect("the killed holder's permit comes back once its lease ends");
+    let sections = Sections::default();
+    let child = Section {
+        process: holder.id(),
+        task: 0,
+        key: "reports".into(),
+        token,
+        entered_ns,
+        exited_ns: killed_ns,
+    };
+    sections.lock().unwrap().push(child);
+    let (now, body) = (monotonic_ns(), Duration::from_millis(5));
+    tokio::join!(
+        record(&sections, (1, guard_key(&second)), &second, now, body),
+        record(&sections, (2, guard_key(&back)), &back, now, body),
+    );
+    let sections = sections.into_inner().unwrap();
+    let report = check_at_most(&sections, 2);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(back.token() > token.max(second.token()), "tokens increase");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shards_are_exclusive_and_used_together() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let shards = LockKind::Segmented { shards: 4 };
+    let body = Duration::from_millis(3);
+    let sections = run_tasks(&locks, "stock:tea", shards, 8, 12, body, shard_key).await;
+    let report = check(&sections);
+    assert_eq!(report.sections, 96);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let whole: Vec<Section> = sections
+        .iter()
+        .map(|section| Section {
+            key: "stock:tea".into(),
+            ..section.clone()
+        })
+        .collect();
+    assert!(check_at_most(&whole, 4).violations.is_empty(), "at most one holder per shard");
+    assert!(most_inside(&whole) >= 2, "shards were held together");
+    assert_eq!(report.keys, 4, "every shard was used");
+}
