@@ -3,9 +3,9 @@
 //! Each argument is read on its own here: its syntax, its type and its range.
 //! Checks that need the function (placeholders) or several arguments
 //! (`retry`, `wait_ms` and `fair` with `GiveUp`, `wait_ms` against `sleep_ms`,
-//! the hold bounds against `ttl_ms`) live in `validate.rs`.
+//! the hold bounds against `ttl_ms`, one lock kind) live in `validate.rs`.
 
-use fencelock_options::{Setting, check_value};
+use fencelock_options::{Count, Setting, check_count, check_value};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
@@ -31,6 +31,9 @@ pub(crate) struct LockArgs {
     pub wait_ms: Option<Arg<Number<u64>>>,
     pub fair: Option<Arg<LitBool>>,
     pub min_replicas: Option<Arg<Number<u32>>>,
+    pub mode: Option<Arg<Mode>>,
+    pub permits: Option<Arg<Number<u32>>>,
+    pub shards: Option<Arg<Number<u32>>>,
     pub client: Option<Arg<Expr>>,
     pub options: Option<Arg<Expr>>,
     pub crate_path: Option<Arg<Path>>,
@@ -85,6 +88,15 @@ pub(crate) enum OnLost {
     Abort,
     /// Let the body finish.
     Continue,
+}
+
+/// Which side of a read-write lock (the runtime's `LockKind::Read` and `LockKind::Write`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Shared with other readers, never with a writer.
+    Read,
+    /// Alone: no other writer, no reader.
+    Write,
 }
 
 /// One accepted argument: how it is written and where its value goes.
@@ -232,6 +244,37 @@ const ARGUMENTS: &[ArgumentSpec] = &[
         },
     },
     ArgumentSpec {
+        name: "mode",
+        example: "mode = Read",
+        missing: None,
+        store: |args, name, value| {
+            let mode = keyword(
+                &name,
+                &value,
+                &[("Read", Mode::Read), ("Write", Mode::Write)],
+            );
+            store(&mut args.mode, name, mode)
+        },
+    },
+    ArgumentSpec {
+        name: "permits",
+        example: "permits = 5",
+        missing: None,
+        store: |args, name, value| {
+            let number = count(&name, &value, Count::Permits);
+            store(&mut args.permits, name, number)
+        },
+    },
+    ArgumentSpec {
+        name: "shards",
+        example: "shards = 16",
+        missing: None,
+        store: |args, name, value| {
+            let number = count(&name, &value, Count::Shards);
+            store(&mut args.shards, name, number)
+        },
+    },
+    ArgumentSpec {
         name: "client",
         example: "client = self.locks",
         missing: None,
@@ -354,6 +397,9 @@ const OTHER_NAMES: &[(&str, &str)] = &[
     ("replicas", "min_replicas"),
     ("min_slaves", "min_replicas"),
     ("wait_replicas", "min_replicas"),
+    ("kind", "mode"),
+    ("semaphore", "permits"),
+    ("segments", "shards"),
 ];
 
 /// The error for an argument name that is not one of `ARGUMENTS`: the one it likely
@@ -441,6 +487,11 @@ fn milliseconds(name: &Ident, value: &Expr, setting: Setting) -> syn::Result<Num
     })
 }
 
+/// The count of a lock kind, checked by the rules of `fencelock-options`.
+fn count(name: &Ident, value: &Expr, count: Count) -> syn::Result<Number<u32>> {
+    number(name, value, "u32", |value: u64| check_count(count, value))
+}
+
 /// An integer: a literal checked by `check`, or any other expression, left to the
 /// runtime. `suffix` is the argument's type, the one suffix allowed on a literal; any other (`10s`, `5i8`)
 /// is rejected rather than ignored.
@@ -520,30 +571,42 @@ fn not_an_integer(name: &Ident, value: &Expr, ty: &str) -> syn::Error {
     )
 }
 
-/// A bare word naming one of `variants`, as in `action = GiveUp`.
+/// A bare word naming one of `variants`, as in `action = GiveUp`. Another word, or a
+/// string, close to one of them (`Raed`, `read`, `"Read"`) gets that one suggested.
 fn keyword<T: Copy>(name: &Ident, value: &Expr, variants: &[(&str, T)]) -> syn::Result<T> {
-    let found = match ungrouped(value) {
-        Expr::Path(path) => variants
-            .iter()
-            .find(|(word, _)| path.path.is_ident(word))
-            .map(|&(_, variant)| variant),
+    let words = variants.iter().map(|&(word, _)| word);
+    let meant = match ungrouped(value) {
+        Expr::Path(path) => match path.path.get_ident() {
+            Some(word) => {
+                let word = word.unraw().to_string();
+                if let Some(&(_, variant)) = variants.iter().find(|&&(known, _)| known == word) {
+                    return Ok(variant);
+                }
+                suggest::closest(&word, words)
+            }
+            None => None,
+        },
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(text),
+            ..
+        }) => suggest::closest(&text.value(), words),
         _ => None,
     };
-    found.ok_or_else(|| {
-        let written = value.to_token_stream().to_string();
-        let words: Vec<_> = variants
-            .iter()
-            .map(|(word, _)| format!("`{word}`"))
-            .collect();
-        let expected = match words.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-            _ => words.concat(),
-        };
-        syn::Error::new_spanned(
-            value,
-            format!("unknown {name} `{written}`; expected {expected}"),
-        )
-    })
+    let written = value.to_token_stream().to_string();
+    let quoted: Vec<_> = variants
+        .iter()
+        .map(|(word, _)| format!("`{word}`"))
+        .collect();
+    let expected = match quoted.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => quoted.concat(),
+    };
+    let mut message = format!("unknown {name} `{written}`; ");
+    if let Some(meant) = meant {
+        message.push_str(&format!("did you mean `{meant}`? "));
+    }
+    message.push_str(&format!("expected {expected}"));
+    Err(syn::Error::new_spanned(value, message))
 }
 
 /// `true` or `false`, kept as the literal so that the expansion points at it.

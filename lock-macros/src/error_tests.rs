@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, min_replicas, client, options, crate".to_owned(),
+            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, min_replicas, mode, permits, shards, client, options, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -106,9 +106,9 @@ fn unknown_argument() {
 
 #[test]
 fn unknown_argument_without_value_or_with_a_list() {
-    let errors = errors(&on_valid_fn("lease, key = \"a:{id}\", shards(4), a::b = 1"));
+    let errors = errors(&on_valid_fn("lease, key = \"a:{id}\", queue(4), a::b = 1"));
     let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
-    assert_eq!(reported, ["lease", "shards", "a::b"]);
+    assert_eq!(reported, ["lease", "queue", "a::b"]);
     assert!(
         errors[2]
             .message
@@ -331,7 +331,7 @@ fn unknown_action() {
     );
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", action = \"GiveUp\"")).0,
-        "unknown action `\"GiveUp\"`; expected `GiveUp` or `Continue`"
+        "unknown action `\"GiveUp\"`; did you mean `GiveUp`? expected `GiveUp` or `Continue`"
     );
 }
 
@@ -835,6 +835,18 @@ fn accepted_arguments() {
         "key = \"a:{id}\", action = GiveUp, fair = false",
         "crate = \"::my::locks\", client = &state.locks, key = \"{{a}}:{id}\"",
         "key = \"a:{id}\", ttl_ms = TTL, options = BASE",
+        // Every kind takes every other argument.
+        "key = \"a:{id}\", mode = Read, fair = true, min_replicas = 1, wait_ms = 1_000",
+        "key = \"a:{id}\", mode = Write, action = GiveUp, on_lost = Continue",
+        "key = \"a:{id}\", permits = 1, min_hold_ms = 5_000, options = BASE",
+        "key = \"a:{id}\", permits = 1_024u32, renew = false, max_hold_ms = MAX",
+        "key = \"a:{id}\", shards = 1, fair = true, retry = 0",
+        "key = \"a:{id}\", shards = 1_024, action = GiveUp",
+        // A count that is no literal is the runtime's to check.
+        "key = \"a:{id}\", permits = PERMITS",
+        "key = \"a:{id}\", shards = config.shards * 2",
+        // `mode = Write` is not the default mutex: no conflict with another kind either.
+        "key = \"a:{id}\", mode = r#Write",
     ] {
         expands_cleanly(&on_valid_fn(args));
     }
@@ -863,6 +875,9 @@ fn names_from_other_libraries_and_typos_get_a_suggestion() {
         ("retyr", "retry"),
         ("sleep_sm", "sleep_ms"),
         ("min_slaves", "min_replicas"),
+        ("permit", "permits"),
+        ("segments", "shards"),
+        ("kind", "mode"),
     ] {
         let (message, at) = error(&on_valid_fn(&format!("key = \"a:{{id}}\", {written} = 5")));
         assert!(
@@ -873,7 +888,7 @@ fn names_from_other_libraries_and_typos_get_a_suggestion() {
         );
         assert_eq!(at, written);
     }
-    let (message, _) = error(&on_valid_fn("key = \"a:{id}\", shards = 5"));
+    let (message, _) = error(&on_valid_fn("key = \"a:{id}\", queue = 5"));
     assert!(!message.contains("did you mean"), "{message}");
 }
 
@@ -976,6 +991,193 @@ fn placeholders_of_two_arguments_without_a_colon_between_them() {
                 at.to_owned()
             ),
             "{template}"
+        );
+    }
+}
+
+#[test]
+fn unknown_mode() {
+    for (value, message) in [
+        (
+            "Raed",
+            "unknown mode `Raed`; did you mean `Read`? expected `Read` or `Write`",
+        ),
+        (
+            "write",
+            "unknown mode `write`; did you mean `Write`? expected `Read` or `Write`",
+        ),
+        (
+            "\"read\"",
+            "unknown mode `\"read\"`; did you mean `Read`? expected `Read` or `Write`",
+        ),
+        (
+            "Exclusive",
+            "unknown mode `Exclusive`; expected `Read` or `Write`",
+        ),
+        (
+            "LockKind::Read",
+            "unknown mode `LockKind :: Read`; expected `Read` or `Write`",
+        ),
+        ("1", "unknown mode `1`; expected `Read` or `Write`"),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", mode = {value}"))),
+            (message.to_owned(), value.to_owned())
+        );
+    }
+    assert_eq!(
+        error(&on_valid_fn("key = \"a:{id}\", mode")),
+        (
+            "`mode` needs a value, e.g. `mode = Read`".to_owned(),
+            "mode".to_owned()
+        )
+    );
+}
+
+#[test]
+fn counts_out_of_range() {
+    for (args, message, at) in [
+        (
+            "permits = 0",
+            "`permits` must be at least 1: a semaphore without permits lets nobody in",
+            "0",
+        ),
+        (
+            "permits = 1_025",
+            "`permits` must be at most 1_024, the most accepted; use a smaller value",
+            "1_025",
+        ),
+        (
+            "shards = 0",
+            "`shards` must be at least 1: a segmented lock without shards has nothing to lock",
+            "0",
+        ),
+        (
+            "shards = 1_025",
+            "`shards` must be at most 1_024, the most accepted; use a smaller value",
+            "1_025",
+        ),
+        (
+            "shards = 99999999999999999999999",
+            "`shards` must be at most 1_024, the most accepted; use a smaller value",
+            "99999999999999999999999",
+        ),
+        (
+            "permits = -2",
+            "`permits` must be at least 1: a semaphore without permits lets nobody in",
+            "-2",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (message.to_owned(), at.to_owned()),
+            "{args}"
+        );
+    }
+}
+
+#[test]
+fn counts_that_are_no_integers() {
+    for (args, message, at) in [
+        (
+            "permits = \"3\"",
+            "`permits` must be an integer: a literal such as `permits = 5`, or a constant or expression of type `u32`",
+            "\"3\"",
+        ),
+        (
+            "shards = 2.5",
+            "`shards` must be an integer: a literal such as `shards = 16`, or a constant or expression of type `u32`",
+            "2.5",
+        ),
+        (
+            "shards = 16u64",
+            "`shards` takes a plain integer; remove the suffix `u64`",
+            "16u64",
+        ),
+        (
+            "permits",
+            "`permits` needs a value, e.g. `permits = 5`",
+            "permits",
+        ),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))),
+            (message.to_owned(), at.to_owned()),
+            "{args}"
+        );
+    }
+}
+
+#[test]
+fn two_lock_kinds() {
+    for (args, message, at) in [
+        (
+            "mode = Read, permits = 3",
+            "`mode` asks for a read lock and `permits` for a semaphore: a lock has one kind; remove `mode` or `permits`",
+            "permits",
+        ),
+        (
+            "shards = 16, mode = Write",
+            "`shards` asks for a segmented lock and `mode` for a write lock: a lock has one kind; remove `shards` or `mode`",
+            "mode",
+        ),
+        (
+            "permits = 3, shards = 16",
+            "`permits` asks for a semaphore and `shards` for a segmented lock: a lock has one kind; remove `permits` or `shards`",
+            "shards",
+        ),
+        // A count written as an expression conflicts all the same.
+        (
+            "shards = SHARDS, permits = PERMITS",
+            "`shards` asks for a segmented lock and `permits` for a semaphore: a lock has one kind; remove `shards` or `permits`",
+            "permits",
+        ),
+    ] {
+        let source = on_valid_fn(&format!("key = \"a:{{id}}\", {args}"));
+        let errors = errors(&source);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            (errors[0].message.as_str(), errors[0].at.as_str()),
+            (message, at)
+        );
+        assert_eq!(errors[0].offset, source.rfind(at).unwrap(), "{args}");
+    }
+}
+
+#[test]
+fn every_kind_after_the_first_is_reported() {
+    let errors = errors(&on_valid_fn(
+        "permits = 3, key = \"a:{id}\", mode = Read, shards = 4",
+    ));
+    let reported: Vec<_> = errors
+        .iter()
+        .map(|error| (error.message.as_str(), error.at.as_str()))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            (
+                "`permits` asks for a semaphore and `mode` for a read lock: a lock has one kind; remove `permits` or `mode`",
+                "mode"
+            ),
+            (
+                "`permits` asks for a semaphore and `shards` for a segmented lock: a lock has one kind; remove `permits` or `shards`",
+                "shards"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_rejected_kind_is_not_also_a_conflict() {
+    // The value's own error says what to fix; the conflict shows once it is fixed.
+    for (args, at) in [
+        ("mode = Raed, permits = 3", "Raed"),
+        ("permits = 0, shards = 16", "0"),
+    ] {
+        assert_eq!(
+            error(&on_valid_fn(&format!("key = \"a:{{id}}\", {args}"))).1,
+            at
         );
     }
 }

@@ -12,7 +12,7 @@ use crate::args::{self, Action, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::template::Field;
-use crate::validate::{self, Key, KeyPart, LockSpec, Options};
+use crate::validate::{self, Key, KeyPart, Kind, LockSpec, Options};
 
 /// Expands `#[redis_lock(attr)] item`.
 ///
@@ -62,6 +62,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
         None => quote!(#krate::__private::scoped_client()),
     };
     let key = render_key(krate, &spec.key);
+    let kind = lock_kind(krate, &spec.kind);
     let options = lock_options(krate, &spec.options, &spec.key.template);
     let fake_return = fake_return(&spec.return_type);
     let body = quote! {
@@ -75,7 +76,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     let run_locked = run_locked(
         &spec.return_type,
         &ending_var,
-        quote!(#client_var, #key_var, #krate::__private::LockKind::Mutex, #options_var, #body),
+        quote!(#client_var, #key_var, #kind, #options_var, #body),
     );
     let mut locked_body = TokenStream::new();
     brace.surround(&mut locked_body, |tokens| {
@@ -105,20 +106,41 @@ fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
         return quote!(#(#outer_attrs)*);
     };
     let lease = match (&spec.options.ttl_ms, &spec.options.base) {
-        (Some(Number::Literal { value, .. }), _) => format!("lease {} ms", digit_grouped(*value)),
-        (Some(Number::Expr(expr)), _) => match &**expr {
-            Expr::Path(path) => format!("lease `{}` ms", args::path_text(&path.path)),
-            _ => "lease set at run time".to_owned(),
-        },
-        (None, Some(_)) => "lease set at run time".to_owned(),
-        (None, None) => format!("lease {} ms", digit_grouped(DEFAULT_TTL_MS)),
+        (Some(ttl_ms), _) => shown(ttl_ms).map(|ttl_ms| format!("lease {ttl_ms} ms")),
+        (None, Some(_)) => None,
+        (None, None) => Some(format!("lease {} ms", digit_grouped(DEFAULT_TTL_MS))),
     };
-    let doc = format!(
-        " Runs while holding the distributed lock `{}` (`#[redis_lock]`, {lease}).",
-        spec.key.template
-    );
+    let lease = lease.unwrap_or_else(|| "lease set at run time".to_owned());
+    let key = &spec.key.template;
+    let count = |count: &Number<u32>| shown(count).unwrap_or_else(|| "the".to_owned());
+    let lock = match &spec.kind {
+        Kind::Mutex => format!("the distributed lock `{key}`"),
+        Kind::Read => format!("a distributed read lock of `{key}`"),
+        Kind::Write => format!("the distributed write lock of `{key}`"),
+        Kind::Semaphore { permits } => format!(
+            "one of {} permits of the distributed semaphore `{key}`",
+            count(permits)
+        ),
+        Kind::Segmented { shards } => format!(
+            "one of {} shards of the distributed segmented lock `{key}`",
+            count(shards)
+        ),
+    };
+    let doc = format!(" Runs while holding {lock} (`#[redis_lock]`, {lease}).");
     let (docs, others) = outer_attrs.split_at(last_doc + 1);
     quote!(#(#docs)* #[doc = ""] #[doc = #doc] #(#others)*)
+}
+
+/// A numeric argument in the function's docs: a literal digit-grouped, a constant by its
+/// path; `None` for any other expression, which only the run time knows.
+fn shown<T: Copy + Into<u64>>(number: &Number<T>) -> Option<String> {
+    match number {
+        Number::Literal { value, .. } => Some(digit_grouped((*value).into())),
+        Number::Expr(expr) => match &**expr {
+            Expr::Path(path) => Some(format!("`{}`", args::path_text(&path.path))),
+            _ => None,
+        },
+    }
 }
 
 /// `render_key(&[Text(..), value(&arg), ..])`. The values are spanned at the
@@ -143,6 +165,25 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
         }
     });
     quote!(#krate::__private::render_key(&[#(#parts),*]))
+}
+
+/// `LockKind::Mutex`, or the kind `mode`, `permits` or `shards` asks for. A count is the
+/// user's literal or expression, so that one not of type `u32` is reported there.
+fn lock_kind(krate: &Path, kind: &Kind) -> TokenStream {
+    let kind = match kind {
+        Kind::Mutex => quote!(Mutex),
+        Kind::Read => quote!(Read),
+        Kind::Write => quote!(Write),
+        Kind::Semaphore { permits } => {
+            let permits = number(permits);
+            quote!(Semaphore { permits: #permits })
+        }
+        Kind::Segmented { shards } => {
+            let shards = number(shards);
+            quote!(Segmented { shards: #shards })
+        }
+    };
+    quote!(#krate::__private::LockKind::#kind)
 }
 
 /// `LockOptions::new()` (or the `options = EXPR` base, unless it names the lock) named after

@@ -92,6 +92,9 @@ use proc_macro::TokenStream;
 /// | `action = GiveUp` or `Continue` | `GiveUp`: one attempt, then fail; `Continue`: keep trying as configured | `Continue` |
 /// | `fair = true` or `false` | serve waiters in arrival order, across processes (a queue in Redis); a waiter that died holds the queue up for at most `3 × sleep_ms`. Not `true` with `GiveUp` | `false` |
 /// | `min_replicas = N` | count a grant only once N replicas of the Redis master have it (`WAIT`; below N it is taken back and the attempt fails as `Backend`): narrows, does not close, the window in which a failover loses the lock | 0 |
+/// | `mode = Read` or `Write` | a read-write lock: `Read` shares the key with other readers, never with a writer; `Write` holds it alone, and readers that arrive while it waits queue behind it. Not with `permits` or `shards` | a mutex |
+/// | `permits = N` | a semaphore: up to N holders at once, each with its own lease; 1 to 1 024 (`fencelock::MAX_PERMITS`). Not with `mode` or `shards` | — |
+/// | `shards = N` | a segmented lock: N exclusive shards under the key, and a call holds one free shard, which `fencelock::current_shard()` names in the body; 1 to 1 024 (`fencelock::MAX_SHARDS`). Not with `mode` or `permits` | — |
 /// | `renew = true` or `false` | renew the lease every `ttl_ms / 3` while the body runs; without renewal the lease ends after `ttl_ms` and counts as lost | `true` |
 /// | `on_lost = Abort` or `Continue` | when the lease is lost while the body runs: `Abort` drops the body at its next `.await` and returns `Err(LockError::Lost { .. }.into())`, also when only the release finds the lease lost; `Continue` lets the body finish and returns its output, and the body can check `fencelock::is_lost()` or await `fencelock::lost()` | `Abort` |
 /// | `min_hold_ms = N` | ShedLock's `lockAtLeastFor`: the key stays taken at least this long after acquiring, even if the body ends sooner; 1 to 86 400 000 ms, at most `ttl_ms` with `renew = false` | none |
@@ -114,10 +117,11 @@ use proc_macro::TokenStream;
 /// Misconfiguration is a compile error pointing at the offending token: an
 /// unknown or duplicate argument, a missing `key`, a placeholder naming no
 /// argument, two placeholders without a `:` between them, an unclosed brace,
-/// a literal out of range (`ttl_ms = 0`, a lease over 24 h), `retry`, `wait_ms`
-/// or `fair = true` with `GiveUp`, `wait_ms` below `sleep_ms`, `min_hold_ms`
-/// beyond an unrenewed `ttl_ms`, `max_hold_ms` below `ttl_ms` or without
-/// renewal, a function that is not `async`, a return type that is not a
+/// a literal out of range (`ttl_ms = 0`, a lease over 24 h, `permits = 0`),
+/// `retry`, `wait_ms` or `fair = true` with `GiveUp`, `wait_ms` below
+/// `sleep_ms`, `min_hold_ms` beyond an unrenewed `ttl_ms`, `max_hold_ms` below
+/// `ttl_ms` or without renewal, two of `mode`, `permits` and `shards`, an
+/// unknown `mode`, a function that is not `async`, a return type that is not a
 /// `Result`, an error type without `From<LockError>`, a key value without
 /// `Display`, and a `client` that is no lock client.
 ///
@@ -134,6 +138,57 @@ use proc_macro::TokenStream;
 /// in values, distinct arguments then never form the same key. So
 /// `key = "stock:{sku}"` with `sku = 42` and `client.lock("stock:42")` are the
 /// same lock.
+///
+/// # Lock kinds
+///
+/// Without `mode`, `permits` or `shards`, one call at a time holds the key.
+/// The other kinds let several calls in at once; each call still has its own
+/// lease, renewal and fencing token. One key is used by one kind at a time (a
+/// key's read and write locks are one kind): a call of another kind fails with
+/// `LockError::KeyInUse`.
+///
+/// ```
+/// use fencelock::{LockClient, LockError, current_shard, redis_lock, with_client};
+///
+/// // Readers of an item run together; a writer runs alone.
+/// #[redis_lock(key = "item:{id}", mode = Read)]
+/// async fn show(id: u32) -> Result<String, LockError> {
+///     Ok(format!("item {id}"))
+/// }
+///
+/// #[redis_lock(key = "item:{id}", mode = Write)]
+/// async fn rename(id: u32, name: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// // At most `EXPORTS` exports at once, across every process.
+/// const EXPORTS: u32 = 3;
+///
+/// #[redis_lock(key = "exports", permits = EXPORTS)]
+/// async fn export(report: &str) -> Result<usize, LockError> {
+///     Ok(report.len())
+/// }
+///
+/// // A hot item's stock split into 16 shards, each with its own lock: 16 calls
+/// // at once, each taking from its own shard.
+/// #[redis_lock(key = "stock:{sku}", shards = 16)]
+/// async fn take(sku: &str) -> Result<u32, LockError> {
+///     Ok(current_shard().expect("a segmented lock's body holds a shard"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// with_client(LockClient::memory(), async {
+///     let (first, second) = tokio::join!(show(7), show(7));
+///     assert_eq!(first?, second?);
+///     rename(7, "tea").await?;
+///     assert_eq!(export("daily").await?, 5);
+///     assert!(take("tea").await? < 16);
+///     Ok(())
+/// })
+/// .await
+/// # }
+/// ```
 ///
 /// # With `#[tracing::instrument]`
 ///

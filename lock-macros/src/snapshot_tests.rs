@@ -206,6 +206,51 @@ fn waiting() {
 }
 
 #[test]
+fn read_lock() {
+    assert_snapshot(
+        "read_lock",
+        quote!(key = "catalog:{id}", mode = Read),
+        quote! {
+            /// Shows an item; readers of one item do not wait for each other.
+            async fn show(id: u32) -> Result<Item, AppError> {
+                catalog::get(id).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
+fn semaphore() {
+    assert_snapshot(
+        "semaphore",
+        quote!(key = "exports", permits = 3),
+        quote! {
+            /// Exports a report; three at most at once.
+            async fn export(report: Report) -> Result<(), AppError> {
+                report.write().await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
+fn segmented() {
+    assert_snapshot(
+        "segmented",
+        quote!(key = "stock:{sku}", shards = 16),
+        quote! {
+            /// Takes one item out of one of the item's 16 stock shards.
+            async fn take(sku: Sku) -> Result<(), AppError> {
+                stock::take(sku, current_shard()).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
 fn only_documented_functions_gain_the_lock_line() {
     let lock_line = "Runs while holding the distributed lock";
     let expanded = |attrs: TokenStream| {
@@ -224,4 +269,43 @@ fn only_documented_functions_gain_the_lock_line() {
         assert!(!output.contains(lock_line), "{output}");
     }
     assert!(expanded(quote!(#[doc = " Takes a job."])).contains(lock_line));
+}
+
+#[test]
+fn the_lock_line_names_counts_written_as_expressions() {
+    let lock_line = |attr: TokenStream| {
+        let output = expand::redis_lock(
+            attr,
+            quote! {
+                /// Exports.
+                async fn export() -> Result<(), E> { Ok(()) }
+            },
+        );
+        let file: syn::File = syn::parse2(output).expect("the expansion is valid Rust syntax");
+        let docs = prettyplease::unparse(&file);
+        let line = docs
+            .lines()
+            .find(|line| line.contains("Runs while holding"));
+        line.expect("a lock line").to_owned()
+    };
+    assert_eq!(
+        lock_line(quote!(
+            key = "exports",
+            permits = limits::EXPORTS,
+            ttl_ms = TTL
+        )),
+        "/// Runs while holding one of `limits::EXPORTS` permits of the distributed semaphore `exports` (`#[redis_lock]`, lease `TTL` ms)."
+    );
+    assert_eq!(
+        lock_line(quote!(
+            key = "stock",
+            shards = config.shards * 2,
+            options = BASE
+        )),
+        "/// Runs while holding one of the shards of the distributed segmented lock `stock` (`#[redis_lock]`, lease set at run time)."
+    );
+    assert_eq!(
+        lock_line(quote!(key = "catalog", mode = Write, ttl_ms = 1_000)),
+        "/// Runs while holding the distributed write lock of `catalog` (`#[redis_lock]`, lease 1_000 ms)."
+    );
 }

@@ -12,7 +12,7 @@ use syn::{
 
 use fencelock_options::{Setting, Settings, Value};
 
-use crate::args::{Action, Arg, LockArgs, Number, OnLost};
+use crate::args::{Action, Arg, LockArgs, Mode, Number, OnLost};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::suggest;
@@ -25,9 +25,19 @@ pub(crate) struct LockSpec {
     /// `client = EXPR`, if given.
     pub client: Option<syn::Expr>,
     pub key: Key,
+    pub kind: Kind,
     pub options: Options,
     /// The declared return type, a `Result` as far as syntax can tell.
     pub return_type: Type,
+}
+
+/// The kind of lock taken (the runtime's `LockKind`), from `mode`, `permits` or `shards`.
+pub(crate) enum Kind {
+    Mutex,
+    Read,
+    Write,
+    Semaphore { permits: Number<u32> },
+    Segmented { shards: Number<u32> },
 }
 
 /// The lock key: the template resolved against the function's arguments.
@@ -88,12 +98,28 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         .is_some_and(|action| action.value == Action::GiveUp);
     check_give_up(&args, give_up, errors);
     check_settings(&args, errors);
+    check_kind(&args, errors);
+    // With more than one, `check_kind` has recorded an error and this is not used.
+    let kind = match (args.mode, args.permits, args.shards) {
+        (Some(mode), ..) => match mode.value {
+            Mode::Read => Kind::Read,
+            Mode::Write => Kind::Write,
+        },
+        (None, Some(permits), _) => Kind::Semaphore {
+            permits: permits.value,
+        },
+        (None, None, Some(shards)) => Kind::Segmented {
+            shards: shards.value,
+        },
+        (None, None, None) => Kind::Mutex,
+    };
     Some(LockSpec {
         crate_path: args
             .crate_path
             .map_or_else(|| parse_quote!(::fencelock), |path| path.value),
         client: args.client.map(|client| client.value),
         key: key?,
+        kind,
         options: Options {
             base: args.options.map(|options| options.value),
             ttl_ms: args.ttl_ms.map(|ttl_ms| ttl_ms.value),
@@ -151,6 +177,36 @@ fn no_effect_with_give_up(name: &Ident, written: &str, why: &str) -> syn::Error 
             "`{written}` has no effect with `action = GiveUp`{why}; remove `{name_text}` or use `action = Continue`"
         ),
     )
+}
+
+/// Checks that one argument at most chooses the kind of lock: each written after the first
+/// is an error at its name, as a duplicate is. A lock has one kind, and no two combine into
+/// another (a read lock already admits any number of readers).
+fn check_kind(args: &LockArgs, errors: &mut Errors) {
+    let mode = args.mode.as_ref().map(|mode| {
+        let kind = match mode.value {
+            Mode::Read => "a read lock",
+            Mode::Write => "a write lock",
+        };
+        ("mode", &mode.name, kind)
+    });
+    let permits = args.permits.as_ref();
+    let permits = permits.map(|permits| ("permits", &permits.name, "a semaphore"));
+    let shards = args.shards.as_ref();
+    let shards = shards.map(|shards| ("shards", &shards.name, "a segmented lock"));
+    let mut kinds: Vec<_> = [mode, permits, shards].into_iter().flatten().collect();
+    kinds.sort_by_key(|&(written, ..)| args.written.iter().position(|name| *name == written));
+    let Some(((first, _, first_kind), later)) = kinds.split_first() else {
+        return;
+    };
+    for (written, name, kind) in later {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!(
+                "`{first}` asks for {first_kind} and `{written}` for {kind}: a lock has one kind; remove `{first}` or `{written}`"
+            ),
+        ));
+    }
 }
 
 /// Applies the runtime's rules between settings (`fencelock-options`) to the values

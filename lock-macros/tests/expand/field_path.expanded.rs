@@ -19,6 +19,7 @@ async fn ship(order: &Order, mut tries: u8) -> AppResult<Shipment> {
         .run_locked(
             __fencelock_client,
             __fencelock_key,
+            ::fencelock::__private::LockKind::Mutex,
             __fencelock_options,
             async move {
                 #[allow(

@@ -22,6 +22,7 @@ pub async fn deduct(sku: &str, qty: u32) -> Result<u32, AppError> {
         .run_locked(
             __fencelock_client,
             __fencelock_key,
+            ::fencelock::__private::LockKind::Mutex,
             __fencelock_options,
             async move {
                 #[allow(

@@ -26,6 +26,7 @@ where
         .run_locked(
             __fencelock_client,
             __fencelock_key,
+            my_locks::__private::LockKind::Mutex,
             __fencelock_options,
             async move {
                 #[allow(

@@ -16,6 +16,7 @@ impl Report {
             .run_locked(
                 __fencelock_client,
                 __fencelock_key,
+                my_locks::reexport::__private::LockKind::Mutex,
                 __fencelock_options,
                 async move {
                     #[allow(

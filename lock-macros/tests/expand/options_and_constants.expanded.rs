@@ -26,6 +26,7 @@ async fn nightly_report(day: Date) -> Result<(), JobError> {
         .run_locked(
             __fencelock_client,
             __fencelock_key,
+            ::fencelock::__private::LockKind::Mutex,
             __fencelock_options,
             async move {
                 #[allow(
