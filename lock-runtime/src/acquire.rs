@@ -473,8 +473,7 @@ impl PendingAcquire {
         Ok(LockGuard::new(
             self.client.clone(),
             self.lease.clone(),
-            token,
-            shard,
+            (token, shard),
             acquired_at + options.min_hold(),
             tracking,
             reply_lost,

@@ -28,11 +28,11 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// The guard of `lease`'s grant with its fencing token and shard (`granted`).
     pub(crate) fn new(
         client: LockClient,
         lease: Lease,
-        token: u64,
-        shard: Option<u32>,
+        (token, shard): (u64, Option<u32>),
         hold_until: Instant,
         tracking: Tracking,
         in_doubt: bool,

@@ -275,10 +275,11 @@ impl State {
             .live_shared(&lease.key, now)
             .map(|grants| &mut **grants)
             .unwrap_or_default();
-        if let Some(mine) = grants
-            .iter_mut()
-            .find(|g| g.owner == lease.owner && !g.released)
-        {
+        let mine = grants.iter_mut().find(|g| g.owner == lease.owner);
+        // Its grant kept after its release (min_hold_ms) is all a late copy of the owner's
+        // attempt may find: no second grant, and no place.
+        let kept = mine.as_ref().is_some_and(|mine| mine.released);
+        if let Some(mine) = mine.filter(|mine| !mine.released) {
             mine.expires_at = mine.expires_at.max(now + lease.ttl);
             return Ok(Acquire::Granted {
                 token: mine.token,
@@ -304,8 +305,8 @@ impl State {
         let start = lease.kind.count().map_or(0, random::below);
         let admitted = admit(lease.kind, &shares, ahead.into_iter(), fair, start)
             .map_err(|why| LockError::key_in_use(&lease.key, why))?;
-        let Some(slot) = admitted else {
-            if let Some(place) = turn.place() {
+        let Some(slot) = admitted.filter(|_| !kept) else {
+            if let Some(place) = turn.place().filter(|_| !kept) {
                 self.keep_place(lease, place, now);
             }
             return Ok(Acquire::Held {

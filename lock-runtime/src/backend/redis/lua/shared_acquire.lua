@@ -50,6 +50,11 @@ local slot, why = admit(kind, count, grants, ahead, ARGV[4] == '1', tonumber(ARG
 if why then
   return {2, why}
 end
+-- The owner's grant kept after its release (min_hold_ms) is all a late copy of its attempt
+-- may find: it takes no second grant, and no place.
+if mine then
+  slot = false
+end
 if slot then
   if head then
     redis.call('LREM', KEYS[3], 0, entry)
@@ -60,7 +65,7 @@ if slot then
     expires = now_ms + lease_ms}, now_ms)
   return {1, token, slot}
 end
-if ARGV[3] ~= '0' then
+if ARGV[3] ~= '0' and not mine then
   keep_place(KEYS[3], KEYS[4], entry, now_ms, ARGV[3])
 end
 local remaining = -3
