@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds] [--json PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
@@ -16,9 +16,12 @@
 //! of 1 to 3 masters, with W2 too. Prints a table per workload and the issue's targets; writes
 //! the same figures as JSON (default `target/fencelock-bench.json`). `--quick` runs every
 //! workload about 4-10x shorter; `--topologies` runs only the topology table; `--telemetry`
-//! only W1 with and without a tracing subscriber and a metrics recorder listening.
+//! only W1 with and without a tracing subscriber and a metrics recorder listening; `--kinds`
+//! only the lock kinds (mutex, read, write, semaphore, segmented): W1, round trips per
+//! acquisition, and 8 workers on one key of each kind.
 
 mod footprint;
+mod kinds;
 mod locker;
 mod open_loop;
 mod probe;
@@ -84,6 +87,8 @@ struct Args {
     topologies: bool,
     /// Only the telemetry table.
     telemetry: bool,
+    /// Only the lock kinds table.
+    kinds: bool,
     json: PathBuf,
 }
 
@@ -92,6 +97,7 @@ fn parse_args() -> Result<Args, BoxError> {
         quick: false,
         topologies: false,
         telemetry: false,
+        kinds: false,
         json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
@@ -100,10 +106,11 @@ fn parse_args() -> Result<Args, BoxError> {
             "--quick" => args.quick = true,
             "--topologies" => args.topologies = true,
             "--telemetry" => args.telemetry = true,
+            "--kinds" => args.kinds = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds] [--json PATH]"
                 )
                 .into());
             }
@@ -164,6 +171,12 @@ async fn main() -> Result<(), BoxError> {
     }
     if args.telemetry {
         report::telemetry(&telemetry::overhead(&url, sizes.sequential).await?);
+        return Ok(());
+    }
+    if args.kinds {
+        let ping = workloads::ping(&redis, sizes.sequential).await;
+        let runs = kinds::compare(&url, sizes.sequential, sizes.w2_per_worker).await?;
+        report::kinds(&ping, &runs, sizes.w2_per_worker);
         return Ok(());
     }
     let ping = workloads::ping(&redis, sizes.sequential).await;

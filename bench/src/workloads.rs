@@ -47,7 +47,7 @@ pub struct Latency {
 
 /// Times `iterations` sequential calls of `op`, after `iterations / 10` unmeasured ones
 /// (connections, loaded scripts and caches warm).
-async fn measure<F, Fut>(iterations: usize, mut op: F) -> Latency
+pub async fn measure<F, Fut>(iterations: usize, mut op: F) -> Latency
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,

@@ -1,12 +1,14 @@
 //! Tables on stdout, the targets, and the same figures as JSON.
 
 mod footprint;
+mod kinds;
 mod open_loop;
 mod scripts;
 mod telemetry;
 mod topologies;
 
 pub use footprint::footprint;
+pub use kinds::kinds;
 pub use open_loop::{Library, open_loop};
 pub use scripts::{ScriptUse, scripts};
 pub use telemetry::telemetry;

@@ -1,0 +1,64 @@
+//! The lock kinds table.
+
+use serde_json::{Value, json};
+
+use super::{table, us};
+use crate::kinds::{HOLD, KindRun, WORKERS};
+use crate::workloads::Latency;
+
+pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
+    let floor = ping.summary.mean;
+    println!(
+        "\nLock kinds on one server: W1 (sequential uncontended acquire + release, {} pairs), \
+         and {WORKERS} workers with a client each taking one key {per_worker} times, holding \
+         it {} ms; floor: PING {:.1} µs",
+        runs.first().map_or(0, |run| run.uncontended.iterations),
+        HOLD.as_millis(),
+        us(floor)
+    );
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            let w1 = run.uncontended.summary;
+            let pairs = run.uncontended.operations;
+            let grants_per_s = run.grants as f64 / run.contended_wall.as_secs_f64();
+            vec![
+                run.label.to_owned(),
+                format!("{:.1}", us(w1.mean)),
+                format!("{:.1}", us(w1.p99)),
+                format!("{:.2}x", w1.mean.as_secs_f64() / floor.as_secs_f64()),
+                // Each pair is one acquire and one release script: what is left is the
+                // acquisition's.
+                format!("{:.2}", run.uncontended_scripts.per(pairs) - 1.0),
+                format!("{grants_per_s:.0}"),
+                format!("{:.2}", run.contended_scripts.per(run.grants)),
+                (run.failures.count + run.uncontended.failures.count).to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "kind",
+            "W1 mean µs",
+            "p99 µs",
+            "/ PING",
+            "round trips / acquire",
+            "8 workers: grants/s",
+            "scripts / grant",
+            "failures",
+        ],
+        &rows,
+    );
+    json!({
+        "ping_mean_us": us(floor),
+        "rows": runs.iter().map(|run| json!({
+            "kind": run.label,
+            "w1_mean_us": us(run.uncontended.summary.mean),
+            "w1_p99_us": us(run.uncontended.summary.p99),
+            "round_trips_per_acquire": run.uncontended_scripts.per(run.uncontended.operations) - 1.0,
+            "contended_grants_per_s": run.grants as f64 / run.contended_wall.as_secs_f64(),
+            "contended_scripts_per_grant": run.contended_scripts.per(run.grants),
+            "failures": run.failures.count + run.uncontended.failures.count,
+        })).collect::<Vec<_>>(),
+    })
+}
