@@ -197,11 +197,7 @@ async fn round(url: &str, units: i64, mode: Mode) -> Result<Round, Box<dyn std::
     let exe = std::env::current_exe()?;
     let started = Instant::now();
     let children: Vec<_> = (0..WORKERS)
-        .map(|_| {
-            Command::new(&exe)
-                .args(["worker", url, mode.arg()])
-                .spawn()
-        })
+        .map(|_| Command::new(&exe).args(["worker", url, mode.arg()]).spawn())
         .collect::<Result<_, _>>()?;
     for child in children {
         let output = child.wait_with_output()?;
@@ -258,7 +254,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // twice.
         let oversold = sold - (units - left);
         let rate = sold as f64 / took.as_secs_f64();
-        let speedup = single_rate.map_or("1.0x".to_owned(), |single| format!("{:.1}x", rate / single));
+        let speedup =
+            single_rate.map_or("1.0x".to_owned(), |single| format!("{:.1}x", rate / single));
         single_rate.get_or_insert(rate);
         let name = match mode {
             Mode::Single => "one lock",
@@ -270,7 +267,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             took.as_secs_f64()
         );
         if oversold != 0 || left != 0 || sold != units {
-            failures.push(format!("{name}: sold {sold}, left {left}, oversold {oversold}"));
+            failures.push(format!(
+                "{name}: sold {sold}, left {left}, oversold {oversold}"
+            ));
         }
     }
     if !failures.is_empty() {

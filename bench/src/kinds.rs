@@ -49,7 +49,11 @@ pub async fn compare(
         let key = format!("kinds:w1:{label}");
         let pair = || async {
             let guard = client.request(&key, kind).acquire().await;
-            guard.map_err(|e| e.to_string())?.release().await.map_err(|e| e.to_string())
+            guard
+                .map_err(|e| e.to_string())?
+                .release()
+                .await
+                .map_err(|e| e.to_string())
         };
         let (uncontended, uncontended_scripts) =
             counting_scripts(&mut inspector, workloads::measure(iterations, pair)).await?;

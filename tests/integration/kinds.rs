@@ -74,7 +74,11 @@ fn guard_key(guard: &LockGuard) -> String {
 }
 
 fn shard_key(guard: &LockGuard) -> String {
-    format!("{}#{}", guard.key(), guard.shard().expect("a segmented lock names its shard"))
+    format!(
+        "{}#{}",
+        guard.key(),
+        guard.shard().expect("a segmented lock names its shard")
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -90,7 +94,10 @@ async fn readers_overlap_and_writers_overlap_nobody() {
     assert_eq!(report.sections, 8 * 15 + 3 * 10);
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     let overlapping = most_inside(&readers);
-    assert!(overlapping >= 2, "readers shared the key: at most {overlapping} inside at once");
+    assert!(
+        overlapping >= 2,
+        "readers shared the key: at most {overlapping} inside at once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +120,14 @@ async fn a_waiting_writer_enters_before_the_readers_that_arrived_after_it() {
                 all_in.expect("the four readers are inside together");
             }
             let body = Duration::from_millis(5);
-            record(&sections, (task, guard_key(&guard)), &guard, entered_ns, body).await;
+            record(
+                &sections,
+                (task, guard_key(&guard)),
+                &guard,
+                entered_ns,
+                body,
+            )
+            .await;
             guard.release().await.unwrap();
         })
     };
@@ -151,7 +165,9 @@ async fn queue_reaches(redis: &redis::aio::MultiplexedConnection, key: &str, len
     let reached = eventually(Duration::from_secs(10), || {
         let (mut redis, queue) = (redis.clone(), queue.clone());
         async move {
-            let waiting: usize = redis::AsyncCommands::llen(&mut redis, &queue).await.unwrap();
+            let waiting: usize = redis::AsyncCommands::llen(&mut redis, &queue)
+                .await
+                .unwrap();
             waiting >= length
         }
     })
@@ -182,7 +198,12 @@ const PERMIT_TTL_MS: u64 = 1_000;
 async fn permit_holder() {
     let url = std::env::var(HOLDER_URL).expect("started by the parent test");
     let locks = LockClient::connect(&url).await.unwrap();
-    let guard = locks.semaphore("reports", 2).ttl_ms(PERMIT_TTL_MS).acquire().await.unwrap();
+    let guard = locks
+        .semaphore("reports", 2)
+        .ttl_ms(PERMIT_TTL_MS)
+        .acquire()
+        .await
+        .unwrap();
     println!("HELD {} {}", guard.token(), monotonic_ns());
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
@@ -198,18 +219,29 @@ async fn a_killed_holders_permit_comes_back_after_its_ttl() {
         .map_while(Result::ok)
         .find(|line| line.starts_with("HELD "))
         .expect("the child holds a permit");
-    let [token, entered_ns] = [1, 2].map(|at| held.split(' ').nth(at).unwrap().parse::<u64>().unwrap());
+    let [token, entered_ns] =
+        [1, 2].map(|at| held.split(' ').nth(at).unwrap().parse::<u64>().unwrap());
     let second = locks.semaphore("reports", 2).acquire().await.unwrap();
     let refused = locks.semaphore("reports", 2).give_up().acquire().await;
-    assert!(refused.unwrap_err().is_not_acquired(), "both permits are held");
+    assert!(
+        refused.unwrap_err().is_not_acquired(),
+        "both permits are held"
+    );
     // Renewal keeps the child's permit past its ttl while the child lives.
     tokio::time::sleep(Duration::from_millis(PERMIT_TTL_MS * 2)).await;
     let refused = locks.semaphore("reports", 2).give_up().acquire().await;
-    assert!(refused.unwrap_err().is_not_acquired(), "the live child's permit is renewed");
+    assert!(
+        refused.unwrap_err().is_not_acquired(),
+        "the live child's permit is renewed"
+    );
     holder.kill().unwrap();
     let killed_ns = monotonic_ns();
     holder.wait().unwrap();
-    let back = locks.semaphore("reports", 2).wait_ms(PERMIT_TTL_MS * 10).acquire().await;
+    let back = locks
+        .semaphore("reports", 2)
+        .wait_ms(PERMIT_TTL_MS * 10)
+        .acquire()
+        .await;
     let back = back.expect("the killed holder's permit comes back once its lease ends");
     let sections = Sections::default();
     let child = Section {
@@ -249,7 +281,10 @@ async fn shards_are_exclusive_and_used_together() {
             ..section.clone()
         })
         .collect();
-    assert!(check_at_most(&whole, 4).violations.is_empty(), "at most one holder per shard");
+    assert!(
+        check_at_most(&whole, 4).violations.is_empty(),
+        "at most one holder per shard"
+    );
     assert!(most_inside(&whole) >= 2, "shards were held together");
     assert_eq!(report.keys, 4, "every shard was used");
 }
