@@ -353,7 +353,8 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
     }
     Err(LockError::invalid_config(format!(
         "this backend does not offer {} locks: the memory backend and Redis (one server, \
-         Sentinel, Cluster) offer every kind, Redlock the mutex (`LockClient::lock`) only",
+         Sentinel, Cluster, Redlock) offer every kind; use one of them, or a mutex \
+         (`LockClient::lock`) here",
         kind.name()
     )))
 }

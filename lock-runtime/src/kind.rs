@@ -30,7 +30,9 @@ pub enum LockKind {
     /// (a crashed holder's permit comes back when its lease ends). When holders ask for
     /// different counts, the smallest wins: a request enters only while fewer holders are
     /// inside than its own count and every count of those inside, so no holder ever sees
-    /// more inside than it asked for.
+    /// more inside than it asked for (on Redlock, where each master applies this rule to
+    /// the grants it has, the bound is the largest count asked for: each permit is a
+    /// numbered slot that a majority must grant).
     Semaphore {
         /// How many holders may be inside at once, 1 to [`MAX_PERMITS`].
         permits: u32,

@@ -3,6 +3,7 @@
 //! checks that the README's Rust blocks are these files, in order, line for line.
 
 mod guard;
+mod kinds;
 mod memory_test;
 #[cfg(feature = "metrics")]
 mod observability;
@@ -12,9 +13,10 @@ mod tracing_order;
 mod usage;
 
 /// The example files in the order the README shows them.
-const EXAMPLES: [(&str, &str); 7] = [
+const EXAMPLES: [(&str, &str); 8] = [
     ("usage.rs", include_str!("readme/usage.rs")),
     ("guard.rs", include_str!("readme/guard.rs")),
+    ("kinds.rs", include_str!("readme/kinds.rs")),
     ("tracing_order.rs", include_str!("readme/tracing_order.rs")),
     ("observability.rs", include_str!("readme/observability.rs")),
     ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),

@@ -5,9 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fencelock::backend::redis::{RedisBackend, RedisSettings};
+use fencelock::backend::redlock::RedlockBackend;
+use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use fencelock::testing::history;
 use fencelock::testing::{RedisServer, TcpProxy, conformance};
-use fencelock::{LockClient, LockError};
+use fencelock::{LockClient, LockError, LockKind};
 
 use crate::support::{inspector, record_section, redis_server, script_calls};
 
@@ -300,6 +303,199 @@ async fn foreign_data_on_a_minority_master_does_not_fail_waiters() {
         .release()
         .await
         .unwrap();
+}
+
+/// A permit or shard is held only where a majority granted that same one. Masters 0 and 1
+/// each have one of two slots taken by a foreign owner (slot 0 and slot 1), master 2 both:
+/// masters 0 and 1 grant the request, a majority by count, but different slots, so it holds
+/// none and both grants are given back. With master 2 free again, whichever slot the attempt
+/// starts at, master 2 and one other agree, and the third's grant of the other slot is given
+/// back; master 2's counter is far ahead, so the grants agree on its token only after the
+/// write-back.
+#[tokio::test]
+async fn a_permit_or_shard_is_held_where_a_majority_granted_that_one_or_not_at_all() {
+    let masters = masters(3);
+    let client = redlock(&masters).await;
+    let kinds = [
+        LockKind::Segmented { shards: 2 },
+        LockKind::Semaphore { permits: 2 },
+    ];
+    for kind in kinds {
+        let key = format!("agree:{}", kind.name());
+        let redis_key = format!("lock:{{{key}}}");
+        hold_slots(&masters[0], &key, kind, &[0]).await;
+        hold_slots(&masters[1], &key, kind, &[1]).await;
+        let full = hold_slots(&masters[2], &key, kind, &[0, 1]).await;
+        let refused = client.request(&key, kind).give_up().acquire().await;
+        assert!(
+            matches!(refused, Err(LockError::NotAcquired { .. })),
+            "{}: two masters granted different slots, no majority: {refused:?}",
+            kind.name()
+        );
+        assert_eq!(
+            requester_grants(&masters, &redis_key).await,
+            [None, None, None],
+            "{}: the grants of no majority were given back",
+            kind.name()
+        );
+        let (backend, held) = full;
+        for lease in &held {
+            backend.release(lease, Duration::ZERO).await.unwrap();
+        }
+        let ahead: u64 = 9_000_000_000_000_000;
+        let _: () = redis::cmd("SET")
+            .arg(format!("{redis_key}:fence"))
+            .arg(ahead)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut inspector(&masters[2]).await)
+            .await
+            .unwrap();
+        let guard = client.request(&key, kind).give_up().acquire().await;
+        let guard = guard.unwrap_or_else(|e| panic!("master 2 and one other agree: {e}"));
+        assert_eq!(guard.token(), ahead + 1, "master 2's token is chosen");
+        let grants = requester_grants(&masters, &redis_key).await;
+        let (slot, _) = grants[2].expect("master 2 is free: it grants");
+        if let LockKind::Segmented { .. } = kind {
+            assert_eq!(guard.shard(), Some(slot), "the shard held is named");
+        }
+        // Master 0 holds slot 0 and grants slot 1; master 1 the other way round.
+        let mut expected = [None; 3];
+        expected[1 - slot as usize] = Some((slot, guard.token()));
+        expected[2] = Some((slot, guard.token()));
+        assert_eq!(
+            grants,
+            expected,
+            "{}: the majority of slot {slot} carries the token; the other slot's grant was \
+             given back",
+            kind.name()
+        );
+        guard.release().await.unwrap();
+    }
+}
+
+/// Redlock's masters never hand a shared key over (each keeps a line of its own, and could
+/// hand it to another waiter): a reader's release leaves the key free on every master, where
+/// the waiting writer keeps its place, until the writer attempts again.
+#[tokio::test]
+async fn a_shared_release_hands_nothing_over_on_redlock() {
+    let masters = masters(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let redlock = RedlockBackend::connect(urls, RedisSettings::default())
+        .await
+        .unwrap();
+    let lease = |owner: &str, kind| Lease {
+        key: "handless".to_owned(),
+        owner: owner.to_owned(),
+        ttl: Duration::from_secs(60),
+        replicas: 0,
+        kind,
+    };
+    let (reader, writer) = (
+        lease("reader", LockKind::Read),
+        lease("writer", LockKind::Write),
+    );
+    let place = Turn::Wait(Duration::from_secs(60));
+    let read = redlock.acquire(&reader, Turn::Once).await.unwrap();
+    assert!(matches!(read, Acquire::Granted { .. }), "{read:?}");
+    let waiting = redlock.acquire(&writer, place).await.unwrap();
+    assert!(matches!(waiting, Acquire::Held { .. }), "{waiting:?}");
+    let released = redlock.release(&reader, Duration::ZERO).await.unwrap();
+    assert_eq!(released, Release::Released);
+    for master in &masters {
+        assert!(
+            !exists(master, "lock:{handless}").await,
+            "the release handed the key over on {}",
+            master.url()
+        );
+        let line: u64 = redis::cmd("LLEN")
+            .arg("lock:{handless}:queue")
+            .query_async(&mut inspector(master).await)
+            .await
+            .unwrap();
+        assert_eq!(line, 1, "the writer keeps its place");
+    }
+    let written = redlock.acquire(&writer, place).await.unwrap();
+    assert!(matches!(written, Acquire::Granted { .. }), "{written:?}");
+    redlock.release(&writer, Duration::ZERO).await.unwrap();
+}
+
+/// Has foreign owners hold the slots `kept` of `kind` (a semaphore or a segmented lock) of
+/// `key` on `master` alone (through a backend of its own, as a client of that server alone
+/// would): it takes every slot, then releases the others. Returns the backend and the
+/// leases held.
+async fn hold_slots(
+    master: &RedisServer,
+    key: &str,
+    kind: LockKind,
+    kept: &[u32],
+) -> (RedisBackend, Vec<Lease>) {
+    let backend = RedisBackend::connect(&master.url(), RedisSettings::default())
+        .await
+        .unwrap();
+    let count = kind.count().expect("a kind with slots");
+    let mut held = Vec::new();
+    for n in 0..count {
+        let lease = Lease {
+            key: key.to_owned(),
+            owner: format!("foreign-{n}"),
+            ttl: Duration::from_secs(60),
+            replicas: 0,
+            kind,
+        };
+        let granted = backend.acquire(&lease, Turn::Once).await.unwrap();
+        assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
+        held.push(lease);
+    }
+    let redis_key = format!("lock:{{{key}}}");
+    let slots = grants_on(master, &redis_key).await;
+    let mut kept_leases = Vec::new();
+    for lease in held {
+        let (_, slot, _) = slots
+            .iter()
+            .find(|(owner, ..)| *owner == lease.owner)
+            .expect("every slot is held");
+        if kept.contains(slot) {
+            kept_leases.push(lease);
+        } else {
+            backend.release(&lease, Duration::ZERO).await.unwrap();
+        }
+    }
+    (backend, kept_leases)
+}
+
+/// The grants in the shared key's hash on `master`: owner, slot and fencing token each.
+async fn grants_on(master: &RedisServer, redis_key: &str) -> Vec<(String, u32, u64)> {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(redis_key)
+        .query_async(&mut inspector(master).await)
+        .await
+        .unwrap();
+    fields
+        .into_iter()
+        .map(|(owner, grant)| {
+            let parts: Vec<&str> = grant.split(' ').collect();
+            (owner, parts[2].parse().unwrap(), parts[1].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The slot and token of the grant the Redlock client holds on each master (the one of no
+/// foreign owner), if any.
+async fn requester_grants(masters: &[RedisServer], redis_key: &str) -> Vec<Option<(u32, u64)>> {
+    let mut found = Vec::new();
+    for master in masters {
+        let grants = grants_on(master, redis_key).await;
+        let mut mine = grants
+            .into_iter()
+            .filter(|(owner, ..)| !owner.starts_with("foreign-"));
+        found.push(mine.next().map(|(_, slot, token)| (slot, token)));
+        assert!(
+            mine.next().is_none(),
+            "one grant of the requester per master"
+        );
+    }
+    found
 }
 
 /// A resource that keeps the greatest fencing token it accepted and refuses lower ones.

@@ -179,9 +179,10 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Whether a release hands the key to the oldest waiter in line (see
-    /// [`release`](Self::release)) and [`Turn::Queue`] is offered. A backend without a line
-    /// of waiters (Redlock) treats [`Turn::Wait`] as [`Turn::Once`], and its releases only
-    /// wake the waiters, who attempt again.
+    /// [`release`](Self::release)) and [`Turn::Queue`] is offered. A backend that hands
+    /// nothing over (Redlock) treats [`Turn::Wait`] as [`Turn::Once`], except a writer's,
+    /// whose place holds back the readers that arrive after it; its releases only wake the
+    /// waiters, who attempt again.
     fn hands_off(&self) -> bool {
         true
     }

@@ -16,8 +16,28 @@
 //! majority, and any later majority shares one master with it, whose next token is greater.
 //!
 //! Waiting: releases are heard from every master that could be subscribed. Masters keep no
-//! line of waiters (a release on each master could hand the key to a different waiter), so
-//! a release wakes the waiters, which attempt again; fair mode is refused.
+//! common line of waiters (a release on each master could hand the key to a different
+//! waiter), so a release hands nothing over: it wakes the waiters, which attempt again; fair
+//! mode is refused.
+//!
+//! Shared kinds (read/write locks, semaphores, segmented locks): each master admits by the
+//! rule of one server (`sharing.rs`) among its own grants, and an attempt holds what a
+//! majority granted, with one token settled as for the mutex (`raise.lua` rewrites a grant in
+//! a shared key's hash too, and `give_back.lua` deletes one).
+//! - A writer excludes every other holder: its majority and any reader's or writer's share a
+//!   master, which admitted only one of them. A waiting writer keeps a place on every master
+//!   (the only place Redlock's masters keep), so that readers arriving after it are held back
+//!   there as on one server and a stream of readers does not starve it; when it hears of a
+//!   release it attempts again.
+//! - Permits and shards: the masters of one attempt look for a free slot from one start, and
+//!   the attempt holds the slot that a majority granted, giving back the grants of other
+//!   slots. Two holders of one slot would need two majorities, which share a master that
+//!   granted it to one of them only: holders' slots differ, so no more hold at once than the
+//!   largest count asked for (slots lie below the count of the request that took them). Each
+//!   master lets the smallest count among its own holders win, but holders that asked for
+//!   different counts may count past the smallest together on different majorities. A count
+//!   of holders per master would not be enough: with 5 masters and 2 permits, three holders
+//!   can each win 3 masters without any master holding more than 2.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,10 +47,11 @@ use std::future::Future;
 
 use futures_util::future::join_all;
 
-use super::redis::{RedisBackend, RedisSettings};
+use super::redis::{Proposal, RedisBackend, RedisSettings};
+use super::sharing::shard_of;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
-use crate::LockError;
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
+use crate::{LockError, LockKind, random};
 
 /// The clock drift a Redlock lease allows for: this share of the lease, plus
 /// [`CLOCK_DRIFT_MIN`].
@@ -80,7 +101,7 @@ impl RedlockBackend {
         let node_timeout = settings.response_timeout;
         let masters = clients
             .into_iter()
-            .map(|client| RedisBackend::unchecked_on(client, settings.clone()))
+            .map(|client| RedisBackend::redlock_master(client, settings.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let backend = RedlockBackend::new(masters, node_timeout)?;
         let reachable = backend.on_every_master(RedisBackend::check_reachable).await;
@@ -227,98 +248,144 @@ fn validity(ttl: Duration, started: Instant) -> Option<Duration> {
 // Acquire.
 impl RedlockBackend {
     async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
-        if matches!(turn, Turn::Queue(_)) {
-            return Err(LockError::invalid_config(
-                "fair mode needs one line of waiters, and Redlock's masters keep none (a \
-                 release on each could favour a different waiter): drop `fair`, or lock on a \
-                 single Redis",
-            ));
-        }
+        let turn = turn_on_masters(lease.kind, turn)?;
         let started = Instant::now();
         // One proposal for every master: masters whose counters agree grant the same token,
-        // and the write-back is needed only where one is behind or ahead.
-        let proposal = Some(clock_us());
+        // and the write-back is needed only where one is behind or ahead; masters whose
+        // grants agree grant the same permit or shard.
+        let proposal = Proposal {
+            floor: Some(clock_us()),
+            start: lease.kind.count().map_or(0, random::below),
+        };
         let replies = self
-            .on_every_master(|m| m.acquire_at_least(lease, Turn::Once, proposal))
+            .on_every_master(|m| m.acquire_slot(lease, turn, proposal))
             .await;
-        let mut granted = Vec::new();
-        let mut remaining: Option<Duration> = None;
-        let mut latest_token = 0;
-        let mut answered = Vec::with_capacity(replies.len());
-        for (master, reply) in replies.into_iter().enumerate() {
-            match &reply {
-                Ok(Acquire::Granted { token, .. }) => granted.push((master, *token)),
-                Ok(Acquire::Held {
-                    remaining: left,
-                    latest_token: latest,
-                }) => {
-                    remaining = match (remaining, *left) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    latest_token = latest_token.max(*latest);
-                }
-                Err(_) => {}
-            }
-            answered.push(reply);
+        let (slot, agreeing) = largest_agreement(&replies);
+        let token = self.settle_token(lease, &agreeing, started).await;
+        let kept = if token.is_some() { &agreeing[..] } else { &[] };
+        self.give_back_unkept(lease, &replies, kept).await;
+        match token {
+            Some(token) => Ok(Acquire::Granted {
+                token,
+                shard: slot.and_then(|slot| shard_of(lease.kind, slot)),
+            }),
+            None => self.refusal(lease, replies),
         }
-        if granted.len() >= self.quorum()
-            && validity(lease.ttl, started).is_some()
-            && let Some(token) = self.settle_token(lease, &granted, started).await
-        {
-            return Ok(Acquire::Granted { token, shard: None });
-        }
-        // Not ours: take back the grants, and whatever a master whose reply was lost may
-        // have granted, silently (a release would wake every waiter into another attempt).
-        let to_give_back = answered
-            .iter()
-            .enumerate()
-            .filter(|(_, reply)| !matches!(reply, Ok(Acquire::Held { .. })))
-            .map(|(master, _)| (master, ()));
-        self.on_masters(to_give_back, |m, ()| self.masters[m].give_back(lease))
-            .await;
-        // A master with foreign data in the key is one that cannot grant; the key is unusable
-        // only when so many have it that no majority can form.
-        let foreign: Vec<&LockError> = answered
-            .iter()
-            .filter_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
-            .collect();
-        if foreign.len() > self.masters.len() - self.quorum() {
-            return Err(foreign[0].clone());
-        }
-        let answers = self.majority_answered(Some(&lease.key), "acquiring failed", answered)?;
-        latest_token = answers
-            .iter()
-            .filter_map(|(_, answer)| match answer {
-                Acquire::Granted { token, .. } => Some(*token),
-                Acquire::Held { .. } => None,
-            })
-            .fold(latest_token, u64::max);
-        Ok(Acquire::Held {
-            remaining,
-            latest_token,
-        })
     }
 
-    /// Makes the majority's grants carry one token, the greatest granted, and returns it;
-    /// `None` when fewer than a majority carry it in time.
+    /// Makes the grants of `agreeing` carry one token, the greatest granted, and returns it;
+    /// `None` when they are fewer than a majority, or fewer than a majority carry it in time.
     async fn settle_token(
         &self,
         lease: &Lease,
-        granted: &[(usize, u64)],
+        agreeing: &[(usize, u64)],
         started: Instant,
     ) -> Option<u64> {
-        let chosen = granted.iter().map(|&(_, token)| token).max()?;
-        let lower: Vec<&(usize, u64)> = granted.iter().filter(|(_, t)| *t < chosen).collect();
+        if agreeing.len() < self.quorum() || validity(lease.ttl, started).is_none() {
+            return None;
+        }
+        let chosen = agreeing.iter().map(|&(_, token)| token).max()?;
+        let lower: Vec<&(usize, u64)> = agreeing.iter().filter(|(_, t)| *t < chosen).collect();
         let raised = self
             .on_masters(lower.iter().copied().copied(), |m, token| {
                 self.masters[m].raise_token(lease, token, chosen)
             })
             .await;
         let carrying =
-            granted.len() - lower.len() + raised.iter().filter(|r| matches!(r, Ok(true))).count();
+            agreeing.len() - lower.len() + raised.iter().filter(|r| matches!(r, Ok(true))).count();
         (carrying >= self.quorum() && validity(lease.ttl, started).is_some()).then_some(chosen)
     }
+
+    /// Takes back, silently, what an attempt was granted outside the grants `kept` (a
+    /// release would wake every waiter into another attempt): grants of another slot and,
+    /// when nothing is kept, whatever a master whose reply was lost may have granted. After
+    /// a success such a master is left alone, as the holder's: a give-back there could cost
+    /// the attempt the node timeout.
+    async fn give_back_unkept(&self, lease: &Lease, replies: &[Answer], kept: &[(usize, u64)]) {
+        let unkept = replies
+            .iter()
+            .enumerate()
+            .filter(|(master, reply)| match reply {
+                Ok((Acquire::Held { .. }, _)) => false,
+                Ok((Acquire::Granted { .. }, _)) => !kept.iter().any(|(k, _)| k == master),
+                Err(_) => kept.is_empty(),
+            })
+            .map(|(master, _)| (master, ()));
+        self.on_masters(unkept, |m, ()| self.masters[m].give_back(lease))
+            .await;
+    }
+
+    /// The answer to an attempt that holds nothing: `Held`, with the shortest lease a master
+    /// named and the greatest token any master knew; or the error of the foreign data in the
+    /// key when so many masters have it that no majority can form (a master with foreign
+    /// data is one that cannot grant, the key is not unusable for that); or a backend error
+    /// when fewer than a majority answered.
+    fn refusal(&self, lease: &Lease, replies: Vec<Answer>) -> Result<Acquire, LockError> {
+        let foreign: Vec<&LockError> = replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
+            .collect();
+        if foreign.len() > self.masters.len() - self.quorum() {
+            return Err(foreign[0].clone());
+        }
+        let answers = self.majority_answered(Some(&lease.key), "acquiring failed", replies)?;
+        let mut remaining: Option<Duration> = None;
+        let mut latest_token = 0;
+        for (_, (answer, _)) in answers {
+            match answer {
+                Acquire::Granted { token, .. } => latest_token = latest_token.max(token),
+                Acquire::Held {
+                    remaining: left,
+                    latest_token: latest,
+                } => {
+                    remaining = match (remaining, left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    latest_token = latest_token.max(latest);
+                }
+            }
+        }
+        Ok(Acquire::Held {
+            remaining,
+            latest_token,
+        })
+    }
+}
+
+/// One master's answer to an acquire attempt, with the slot it granted.
+type Answer = Result<(Acquire, Option<u32>), LockError>;
+
+/// How an attempt of `kind` competes on each master. Masters keep no common line, so only a
+/// waiting writer keeps a place, on every master: there it holds back the readers that arrive
+/// after it, as on one server (the key is never handed to it: it attempts again when it hears
+/// of a release). Fair mode is refused.
+fn turn_on_masters(kind: LockKind, turn: Turn) -> Result<Turn, LockError> {
+    match turn {
+        Turn::Queue(_) => Err(LockError::invalid_config(
+            "fair mode needs one line of waiters, and Redlock's masters keep none (a release \
+             on each could favour a different waiter): drop `fair`, or lock on a single Redis",
+        )),
+        Turn::Wait(place) if kind == LockKind::Write => Ok(Turn::Wait(place)),
+        Turn::Wait(_) | Turn::Once => Ok(Turn::Once),
+    }
+}
+
+/// The slot that the most masters granted, and those masters with their tokens. A permit or
+/// shard is held only where a majority granted that same one: two holders of one slot would
+/// need two majorities, which share a master that granted it to one of them only. Readers and
+/// writers are all granted slot 0, a mutex none: their grants form one group.
+fn largest_agreement(replies: &[Answer]) -> (Option<u32>, Vec<(usize, u64)>) {
+    let mut by_slot: BTreeMap<Option<u32>, Vec<(usize, u64)>> = BTreeMap::new();
+    for (master, reply) in replies.iter().enumerate() {
+        if let Ok((Acquire::Granted { token, .. }, slot)) = reply {
+            by_slot.entry(*slot).or_default().push((master, *token));
+        }
+    }
+    by_slot
+        .into_iter()
+        .max_by_key(|(_, grants)| grants.len())
+        .unwrap_or_default()
 }
 
 /// This machine's clock in µs since the Unix epoch (0 before it): a proposal only, the
@@ -566,6 +633,10 @@ impl LockBackend for RedlockBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(self.release_grant(lease, keep))
+    }
+
+    fn offers(&self, _: LockKind) -> bool {
+        true
     }
 
     fn hands_off(&self) -> bool {

@@ -117,6 +117,10 @@ pub struct RedisBackend {
     prefix: String,
     /// How long a reply may take (`WAIT` for replicas gets half of it).
     response_timeout: Duration,
+    /// Whether a release of a shared key hands it to the waiters at the head of its line.
+    /// Not on Redlock's masters: each keeps a line of its own, and could hand the key to
+    /// another waiter.
+    hands_over: bool,
 }
 
 /// How a backend reaches Redis.
@@ -189,6 +193,7 @@ impl RedisBackend {
             link: Link::Cluster(link),
             prefix: settings.prefix,
             response_timeout: settings.response_timeout,
+            hands_over: true,
         };
         backend.check_reachable().await?;
         Ok(backend)
@@ -212,12 +217,21 @@ impl RedisBackend {
             },
             prefix,
             response_timeout,
+            hands_over: true,
         })
     }
 
-    /// A backend on the one server of `client` that has not talked to it yet.
-    pub(crate) fn unchecked_on(client: Client, settings: RedisSettings) -> Result<Self, LockError> {
-        RedisBackend::unchecked(Server::Fixed(Box::new(client)), settings)
+    /// One of Redlock's masters: a backend on the one server of `client` that has not talked
+    /// to it yet, and whose releases never hand a shared key over (they only announce it).
+    pub(crate) fn redlock_master(
+        client: Client,
+        settings: RedisSettings,
+    ) -> Result<Self, LockError> {
+        let master = RedisBackend::unchecked(Server::Fixed(Box::new(client)), settings)?;
+        Ok(RedisBackend {
+            hands_over: false,
+            ..master
+        })
     }
 
     /// Where the server is, without credentials.
@@ -398,21 +412,39 @@ impl RedisBackend {
     }
 }
 
+/// What Redlock's client fixes for one attempt on every master, so that masters in the same
+/// state grant alike.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Proposal {
+    /// The least token to grant (the client's clock), in place of the server clock; `None`
+    /// off Redlock.
+    pub(crate) floor: Option<u64>,
+    /// Where the search for a free permit or shard starts.
+    pub(crate) start: u32,
+}
+
 // Acquire.
 impl RedisBackend {
     /// One acquire attempt.
     async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
-        self.acquire_at_least(lease, turn, None).await
+        let proposal = Proposal {
+            floor: None,
+            start: lease.kind.count().map_or(0, random::below),
+        };
+        let (acquired, _) = self.acquire_slot(lease, turn, proposal).await?;
+        Ok(acquired)
     }
 
-    /// One acquire attempt whose grant carries at least the token `floor` (Redlock's
-    /// proposal, the same for every master) in place of the server clock.
-    pub(crate) async fn acquire_at_least(
+    /// One acquire attempt as `proposal` says, with the slot granted alongside (the permit
+    /// or shard, 0 for readers and writers; `None` for a mutex or when nothing was granted),
+    /// which [`Acquire::Granted`] names for segmented locks only: Redlock's client groups
+    /// the masters by it.
+    pub(crate) async fn acquire_slot(
         &self,
         lease: &Lease,
         turn: Turn,
-        floor: Option<u64>,
-    ) -> Result<Acquire, LockError> {
+        proposal: Proposal,
+    ) -> Result<(Acquire, Option<u32>), LockError> {
         let keys = layout::lock_keys(self.lock_key(&lease.key));
         let ttl_ms = lease.ttl.as_millis().to_string();
         let place_ms = turn
@@ -425,9 +457,12 @@ impl RedisBackend {
             "0"
         };
         let replicated = if lease.replicas > 0 { "1" } else { "0" };
-        let floor = floor.map(|token| token.to_string()).unwrap_or_default();
+        let floor = proposal
+            .floor
+            .map(|token| token.to_string())
+            .unwrap_or_default();
         let (kind, count) = script_kind(lease.kind);
-        let (count, start) = (count.to_string(), random::below(count).to_string());
+        let (count, start) = (count.to_string(), proposal.start.to_string());
         let mut args = vec![
             lease.owner.as_str(),
             &ttl_ms,
@@ -460,7 +495,7 @@ impl RedisBackend {
             .run_on(connection, lent.live(), script, &keys, &args, &lease.key)
             .await?;
         let acquired = parse_acquire(lease, &reply)?;
-        if let Acquire::Granted { .. } = acquired {
+        if let (Acquire::Granted { .. }, _) = acquired {
             self.confirm_replicated(connection, lent.live(), lease)
                 .await?;
         }
@@ -633,9 +668,9 @@ impl RedisBackend {
 
 // Redlock's write-back of the fencing token chosen across masters.
 impl RedisBackend {
-    /// Makes `lease`'s grant, which this server gave with the fencing token `granted`, carry
-    /// `chosen` instead, and raises the fencing counter to at least `chosen`; `false` when the
-    /// grant is gone.
+    /// Makes `lease`'s grant (a mutex's key, or a shared kind's grant in its hash), which this
+    /// server gave with the fencing token `granted`, carry `chosen` instead, and raises the
+    /// fencing counter to at least `chosen`; `false` when the grant is gone.
     pub(crate) async fn raise_token(
         &self,
         lease: &Lease,
@@ -672,12 +707,13 @@ impl RedisBackend {
             keep.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
+            self.publish_command().to_owned(),
         ];
         if lease.kind.is_shared() {
             let (kind, count) = script_kind(lease.kind);
-            args.extend([kind.to_owned(), count.to_string()]);
+            let hand_over = if self.hands_over { "1" } else { "0" };
+            args.extend([kind.to_owned(), count.to_string(), hand_over.to_owned()]);
         }
-        args.push(self.publish_command().to_owned());
         (keys, args)
     }
 
@@ -692,8 +728,8 @@ impl RedisBackend {
 
 // Redlock's silent give-back of a grant that formed no majority.
 impl RedisBackend {
-    /// Deletes any grant of `lease.owner` on this server without announcing it; `true` if
-    /// there was one.
+    /// Deletes any grant of `lease.owner` on this server (a mutex's key, or the owner's grant
+    /// in a shared kind's hash) without announcing it; `true` if there was one.
     pub(crate) async fn give_back(&self, lease: &Lease) -> Result<bool, LockError> {
         let keys = [self.lock_key(&lease.key)];
         let reply = self
@@ -851,7 +887,9 @@ fn integer(value: &Value) -> Option<i64> {
     }
 }
 
-fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
+/// What an acquire script replied, with the slot granted (see
+/// [`RedisBackend::acquire_slot`]).
+fn parse_acquire(lease: &Lease, reply: &Value) -> Result<(Acquire, Option<u32>), LockError> {
     let key = lease.key.as_str();
     let Value::Array(items) = reply else {
         return Err(unexpected(key, "acquire", reply));
@@ -862,23 +900,26 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
         return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
     }
     let numbers: Option<Vec<i64>> = items.iter().map(integer).collect();
+    let granted = |token: i64, slot: Option<u32>| {
+        let shard = slot.and_then(|slot| shard_of(lease.kind, slot));
+        let token = token as u64;
+        (Acquire::Granted { token, shard }, slot)
+    };
     match numbers.as_deref() {
-        Some(&[1, token]) if token > 0 => Ok(Acquire::Granted {
-            token: token as u64,
-            shard: None,
-        }),
-        Some(&[1, token, slot]) if token > 0 => Ok(Acquire::Granted {
-            token: token as u64,
-            shard: u32::try_from(slot)
-                .ok()
-                .and_then(|slot| shard_of(lease.kind, slot)),
-        }),
-        Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => Ok(Acquire::Held {
-            // PTTL is -1 for a key without expiry (a foreign value), -2 if it just vanished;
-            // -3 is a free key whose turn belongs to an earlier waiter.
-            remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
-            latest_token: latest_token as u64,
-        }),
+        Some(&[1, token]) if token > 0 => Ok(granted(token, None)),
+        Some(&[1, token, slot]) if token > 0 => match u32::try_from(slot) {
+            Ok(slot) => Ok(granted(token, Some(slot))),
+            Err(_) => Err(unexpected(key, "acquire", reply)),
+        },
+        Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => {
+            let held = Acquire::Held {
+                // PTTL is -1 for a key without expiry (a foreign value), -2 if it just
+                // vanished; -3 is a free key whose turn belongs to an earlier waiter.
+                remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
+                latest_token: latest_token as u64,
+            };
+            Ok((held, None))
+        }
         _ => Err(unexpected(key, "acquire", reply)),
     }
 }

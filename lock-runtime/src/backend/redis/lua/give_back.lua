@@ -1,11 +1,20 @@
 -- Redlock: take back a grant that formed no majority, without a word: no announcement (it was
 -- no lock anybody waited for, and announcing it would wake every waiter into another attempt)
--- and no memory of a release (the owner released no lock).
+-- and no memory of a release (the owner released no lock). Also taken back: a grant that
+-- `min_replicas` did not see replicated in time.
 -- KEYS[1] lock key; ARGV[1] owner token
+-- The lock key is a mutex's string (`<owner>:<token>`), deleted if the owner holds it, or a
+-- shared kind's hash, whose field named by the owner is deleted (Redis deletes a hash with
+-- its last field). Anything else is not the owner's grant.
 -- Returns 1 if a grant of the owner was deleted, 0 otherwise.
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
-  redis.call('DEL', KEYS[1])
-  return 1
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'string' then
+  local holder = redis.call('GET', KEYS[1])
+  if string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+elseif kind == 'hash' then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
 end
 return 0

@@ -144,8 +144,8 @@ local function foreign_holder(lock_key, holder)
   if type(holder) == 'table' and holder.err then
     local kind = redis.call('TYPE', lock_key).ok
     if kind == 'hash' then
-      return 'it is held as a read/write lock, a semaphore or a segmented lock, not as an ' ..
-        'exclusive lock; use one kind of lock per key'
+      return 'it holds a hash: the grants of a read/write lock, a semaphore or a segmented ' ..
+        'lock of this key (use one kind of lock per key), or another program\'s data'
     end
     return 'it holds a ' .. kind .. ', not a lock'
   end

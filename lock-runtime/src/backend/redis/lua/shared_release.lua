@@ -1,12 +1,16 @@
 -- Release a shared kind's grant (see shared.lua) only if ARGV[1] holds it, hand the key to the
--- waiters at the head of the queue as far as they may join, and take back the place ARGV[1]
--- may have in the queue as a waiter.
+-- waiters at the head of the queue as far as they may join (unless ARGV[8] says not to), and
+-- take back the place ARGV[1] may have in the queue as a waiter.
 -- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
 -- KEYS[5] who released the key lately (a sorted set: owner -> server ms until which that is
 -- remembered)
 -- ARGV[1] owner token; ARGV[2] ms to keep the grant (min_hold_ms), 0 to delete; ARGV[3] the
--- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms, ARGV[5] its kind
--- and ARGV[6] its count (its queue entry); ARGV[7] `PUBLISH`, or `SPUBLISH` on a Redis Cluster
+-- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms; ARGV[5]
+-- `PUBLISH`, or `SPUBLISH` on a Redis Cluster; ARGV[6] the owner's kind and ARGV[7] its count
+-- (with ARGV[4], its queue entry); ARGV[8] '1' to hand the key over, '0' on a master of
+-- Redlock, whose masters keep no common line (each could hand the key to another waiter): a
+-- waiting writer keeps a place there only to hold back later readers, and attempts again when
+-- it hears of the release.
 -- Publishes `granted <sha1 of the new owner's token> <fencing token>` for each waiter handed
 -- the key, else `released <fencing token of the grant released>`; `left` when a waiter
 -- leaves. Returns 1 if released, 0 if the key holds no grant of the owner (or holds
@@ -18,7 +22,7 @@
 local RELEASE_MEMORY_MS = 30000
 
 local now_ms, now_us = server_time()
-local entry = shared_entry(ARGV[1], ARGV[4], ARGV[5], ARGV[6])
+local entry = shared_entry(ARGV[1], ARGV[4], ARGV[6], ARGV[7])
 local removed = redis.pcall('LREM', KEYS[3], 0, entry)
 local left = type(removed) == 'number' and removed > 0
 if left then
@@ -32,7 +36,7 @@ if not mine then
     return 1
   end
   if left then
-    redis.pcall(ARGV[7], ARGV[3], 'left')
+    redis.pcall(ARGV[5], ARGV[3], 'left')
   end
   if grants and #grants == 0 then
     return -1
@@ -65,11 +69,14 @@ if memory == 'none' or (memory == 'zset' and redis.call('PTTL', KEYS[5]) > 0) th
   redis.call('ZADD', KEYS[5], now_ms + RELEASE_MEMORY_MS, ARGV[1])
   redis.call('PEXPIRE', KEYS[5], RELEASE_MEMORY_MS)
 end
-local announced = hand_off_shared(KEYS[1], KEYS[2], KEYS[3], KEYS[4], others, now_ms, now_us)
+local announced = {}
+if ARGV[8] == '1' then
+  announced = hand_off_shared(KEYS[1], KEYS[2], KEYS[3], KEYS[4], others, now_ms, now_us)
+end
 if #announced == 0 then
   announced = {'released ' .. mine.token}
 end
 for _, message in ipairs(announced) do
-  redis.pcall(ARGV[7], ARGV[3], message)
+  redis.pcall(ARGV[5], ARGV[3], message)
 end
 return 1
