@@ -40,7 +40,11 @@ async fn main() -> Result<(), LockError> {
     .await?;
     // By hand: the guard names its shard.
     let guard = locks.segmented("stock:tea", 100).acquire().await?;
-    println!("holding shard {:?} under token {}", guard.shard(), guard.token());
+    println!(
+        "holding shard {:?} under token {}",
+        guard.shard(),
+        guard.token()
+    );
     guard.release().await
 }
 
