@@ -10,7 +10,7 @@
 //! Uses `REDIS_URL` when set, else starts a private `redis-server`. Exits with an error if
 //! any unit was sold twice or the units sold and left do not add up.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock::testing::RedisServer;
@@ -197,7 +197,12 @@ async fn round(url: &str, units: i64, mode: Mode) -> Result<Round, Box<dyn std::
     let exe = std::env::current_exe()?;
     let started = Instant::now();
     let children: Vec<_> = (0..WORKERS)
-        .map(|_| Command::new(&exe).args(["worker", url, mode.arg()]).spawn())
+        .map(|_| {
+            Command::new(&exe)
+                .args(["worker", url, mode.arg()])
+                .stdout(Stdio::piped())
+                .spawn()
+        })
         .collect::<Result<_, _>>()?;
     for child in children {
         let output = child.wait_with_output()?;

@@ -37,13 +37,23 @@ if foreign then
 end
 head = prune_queue(KEYS[3], KEYS[4], lapsed, head)
 local entry = shared_entry(owner, ARGV[2], kind, ARGV[8])
+-- What admit needs of the places ahead: in fair mode whether there is one (the head is not
+-- ours), else, for a reader only, whether a writer waits ahead (the whole line is read only
+-- then).
 local ahead = {}
-if head then
+if head and ARGV[4] == '1' then
+  if head ~= entry then
+    ahead = {'x'}
+  end
+elseif head and kind == 'r' then
   for _, waiting in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
     if waiting == entry then
       break
     end
-    table.insert(ahead, (entry_kind(waiting)))
+    if entry_kind(waiting) == 'w' then
+      ahead = {'w'}
+      break
+    end
   end
 end
 local slot, why = admit(kind, count, grants, ahead, ARGV[4] == '1', tonumber(ARGV[9]))
