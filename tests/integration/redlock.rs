@@ -464,7 +464,8 @@ async fn hold_slots(
     (backend, kept_leases)
 }
 
-/// The grants in the shared key's hash on `master`: owner, slot and fencing token each.
+/// The grants in the shared key's hash on `master` (its `o:<owner>` fields): owner, slot and
+/// fencing token each.
 async fn grants_on(master: &RedisServer, redis_key: &str) -> Vec<(String, u32, u64)> {
     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(redis_key)
@@ -473,9 +474,10 @@ async fn grants_on(master: &RedisServer, redis_key: &str) -> Vec<(String, u32, u
         .unwrap();
     fields
         .into_iter()
-        .map(|(owner, grant)| {
+        .filter_map(|(field, grant)| {
+            let owner = field.strip_prefix("o:")?.to_owned();
             let parts: Vec<&str> = grant.split(' ').collect();
-            (owner, parts[2].parse().unwrap(), parts[1].parse().unwrap())
+            Some((owner, parts[2].parse().unwrap(), parts[1].parse().unwrap()))
         })
         .collect()
 }

@@ -10,7 +10,9 @@
 //! waiter's place; `P{K}:released-by` names the owner of the last release for 30 s, so that a
 //! release sent again after its reply was lost knows it released. A release hands the key to
 //! the oldest waiter whose place lasts and publishes that on the channel `P{K}:released`
-//! (`release.lua`). The braces put every key in one Redis Cluster hash slot, and `K` stays
+//! (`release.lua`). A shared kind (read/write lock, semaphore, segmented lock) keeps its
+//! grants in `P{K}` as a hash and their leases in the sorted set `P{K}:leases` (`shared.lua`
+//! describes both), and remembers its last releases in `P{K}:released-by` as a sorted set. The braces put every key in one Redis Cluster hash slot, and `K` stays
 //! readable for operators; a key starting with a brace gets one more `{` in front (`P{{}x}`),
 //! since Redis would hash the whole key for an empty tag.
 
@@ -71,6 +73,12 @@ pub(crate) fn queue_keys(lock_key: &str) -> [String; 2] {
         format!("{lock_key}:queue"),
         format!("{lock_key}:queue:deadlines"),
     ]
+}
+
+/// The leases of a shared kind's grants (read/write locks, semaphores, segmented locks), whose
+/// lock key is a hash (see `lua/shared.lua`).
+pub(crate) fn leases_key(lock_key: &str) -> String {
+    format!("{lock_key}:leases")
 }
 
 /// The channel on which the releases of `lock_key` are announced.

@@ -51,11 +51,17 @@ static SHARED_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
-static GIVE_BACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/give_back.lua")));
+static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/grant.lua"),
+        include_str!("lua/shared.lua"),
+        include_str!("lua/give_back.lua")
+    ))
+});
 static RAISE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/grant.lua"),
+        include_str!("lua/shared.lua"),
         include_str!("lua/raise.lua")
     ))
 });
@@ -445,7 +451,9 @@ impl RedisBackend {
         turn: Turn,
         proposal: Proposal,
     ) -> Result<(Acquire, Option<u32>), LockError> {
-        let keys = layout::lock_keys(self.lock_key(&lease.key));
+        let lock_key = self.lock_key(&lease.key);
+        let leases_key = layout::leases_key(&lock_key);
+        let mut keys = layout::lock_keys(lock_key).to_vec();
         let ttl_ms = lease.ttl.as_millis().to_string();
         let place_ms = turn
             .place()
@@ -473,6 +481,7 @@ impl RedisBackend {
         ];
         let script = if lease.kind.is_shared() {
             args.extend([kind, &count, &start]);
+            keys.push(leases_key);
             &*SHARED_ACQUIRE
         } else {
             &*ACQUIRE
@@ -528,8 +537,8 @@ impl RedisBackend {
         // Silently: the grant never counted, so nobody is told of a release, and no release
         // is remembered for the owner (a later grant of the same request must not pass for
         // released when it is lost).
-        let keys = [self.lock_key(&lease.key)];
         let args = [lease.owner.as_str()];
+        let keys = self.give_back_keys(lease);
         self.run_on(connection, live, &GIVE_BACK, &keys, &args, &lease.key)
             .await?;
         Err(LockError::backend(
@@ -602,11 +611,18 @@ impl RedisBackend {
     ) -> redis::ScriptInvocation<'static> {
         let mut invocation = EXTEND.prepare_invoke();
         for held in held {
-            invocation.key(self.lock_key(&held.lease.key));
+            let lock_key = self.lock_key(&held.lease.key);
+            let shared = held.lease.kind.is_shared();
+            let leases_key = shared.then(|| layout::leases_key(&lock_key));
+            invocation.key(lock_key);
+            if let Some(leases_key) = leases_key {
+                invocation.key(leases_key);
+            }
             invocation
                 .arg(&held.lease.owner)
                 .arg(held.token.to_string())
-                .arg(held.lease.ttl.as_millis().to_string());
+                .arg(held.lease.ttl.as_millis().to_string())
+                .arg(if shared { "2" } else { "1" });
         }
         invocation
     }
@@ -679,7 +695,8 @@ impl RedisBackend {
     ) -> Result<bool, LockError> {
         let lock_key = self.lock_key(&lease.key);
         let fence_key = layout::fence_key(&lock_key);
-        let keys = [lock_key, fence_key];
+        let leases_key = layout::leases_key(&lock_key);
+        let keys = [lock_key, fence_key, leases_key];
         let args = [
             lease.owner.as_str(),
             &granted.to_string(),
@@ -696,12 +713,13 @@ impl RedisBackend {
 impl RedisBackend {
     /// The keys and arguments of the release script of `lease`'s kind, keeping the key (or
     /// the shared grant) `keep`.
-    fn release_call(&self, lease: &Lease, keep: Duration) -> ([String; 5], Vec<String>) {
+    fn release_call(&self, lease: &Lease, keep: Duration) -> (Vec<String>, Vec<String>) {
         let [lock_key, fence_key, queue_key, deadlines_key] =
             layout::lock_keys(self.lock_key(&lease.key));
         let channel = layout::release_channel(&lock_key);
         let released_by = layout::released_by_key(&lock_key);
-        let keys = [lock_key, fence_key, queue_key, deadlines_key, released_by];
+        let leases_key = layout::leases_key(&lock_key);
+        let mut keys = vec![lock_key, fence_key, queue_key, deadlines_key, released_by];
         let mut args = vec![
             lease.owner.clone(),
             keep.as_millis().to_string(),
@@ -713,6 +731,7 @@ impl RedisBackend {
             let (kind, count) = script_kind(lease.kind);
             let hand_over = if self.hands_over { "1" } else { "0" };
             args.extend([kind.to_owned(), count.to_string(), hand_over.to_owned()]);
+            keys.push(leases_key);
         }
         (keys, args)
     }
@@ -731,7 +750,7 @@ impl RedisBackend {
     /// Deletes any grant of `lease.owner` on this server (a mutex's key, or the owner's grant
     /// in a shared kind's hash) without announcing it; `true` if there was one.
     pub(crate) async fn give_back(&self, lease: &Lease) -> Result<bool, LockError> {
-        let keys = [self.lock_key(&lease.key)];
+        let keys = self.give_back_keys(lease);
         let reply = self
             .run(&GIVE_BACK, &keys, &[lease.owner.as_str()], &lease.key)
             .await?;
@@ -739,6 +758,13 @@ impl RedisBackend {
             Some(deleted @ (0 | 1)) => Ok(deleted == 1),
             _ => Err(unexpected(&lease.key, "give-back", &reply)),
         }
+    }
+
+    /// The keys of the give-back script: the lock key and a shared kind's leases.
+    fn give_back_keys(&self, lease: &Lease) -> [String; 2] {
+        let lock_key = self.lock_key(&lease.key);
+        let leases_key = layout::leases_key(&lock_key);
+        [lock_key, leases_key]
     }
 }
 

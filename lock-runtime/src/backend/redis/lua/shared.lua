@@ -1,19 +1,25 @@
 -- Shared by the scripts of the shared kinds (read/write locks, semaphores, segmented locks),
--- which are appended to this text (after grant.lua). Their lock key is a hash: one field per
--- grant, named by its owner token, holding `<kind> <token> <slot> <count> <expires ms>`:
--- kind `r`, `w`, `s` (a semaphore's permit) or `g` (a segmented lock's shard); token
--- `released` once min_hold_ms keeps a released grant; slot the permit or shard (0 for readers
--- and writers); count the permits or shards the request asked for (0 for readers and
--- writers); expiry in server ms. The hash lives as long as its longest lease. Waiters queue as
--- for a mutex, with entries `<owner> <lease ms> <kind> <count>`.
+-- which are appended to this text (after grant.lua). A shared kind keeps two keys, both living
+-- as long as the longest lease in them:
+--   the lock key, a hash: `o:<owner>` -> `<kind> <token> <slot> <count>` per grant (kind `r`,
+--   `w`, `s` for a semaphore's permit, `g` for a segmented lock's shard; token `released` once
+--   min_hold_ms keeps a released grant; slot the permit or shard, 0 for readers and writers;
+--   count the permits or shards asked for, 0 for readers and writers), `f` -> the kind family
+--   (`rw`, `s`, `g`), `w` -> the writer's owner, `s:<slot>` -> the owner of a permit or shard,
+--   `n:<count>` -> how many grants asked for that count, `counts` -> those counts, `t` -> the
+--   latest token granted;
+--   its leases, a sorted set: `<owner>:<token>` (or `<owner>:released`) -> expiry in server ms.
+-- So an attempt reads what it needs, never every grant: renewal touches the leases only.
+-- Waiters queue as for a mutex, with entries `<owner> <lease ms> <kind> <count>`.
 
--- Kinds that may hold one key together.
+-- Kinds that may hold one key together, and how errors name them.
 local FAMILY = {r = 'rw', w = 'rw', s = 's', g = 'g'}
 local NAMES = {rw = 'read/write', s = 'semaphore', g = 'segmented'}
 
--- Why a key held by `held` (a kind) cannot be granted as `asked`, as sharing.rs words it.
+-- Why a key held by the family `held` cannot be granted as the kind `asked`, as sharing.rs
+-- words it.
 local function conflict(held, asked)
-  return 'it is held as a ' .. NAMES[FAMILY[held]] .. ' lock, and a ' .. NAMES[FAMILY[asked]] ..
+  return 'it is held as a ' .. NAMES[held] .. ' lock, and a ' .. NAMES[FAMILY[asked]] ..
     ' lock was requested; use one kind of lock per key'
 end
 
@@ -22,128 +28,178 @@ local function shared_entry(owner, lease_ms, kind, count)
   return owner .. ' ' .. lease_ms .. ' ' .. kind .. ' ' .. count
 end
 
--- Reads the live grants of the hash `lock_key` at `now_ms`, deleting those whose lease
--- ended. Returns them (a list of {owner, kind, token, slot, count, expires}) and a map from
--- owner to grant, or nil and why the key cannot be a shared lock's.
-local function read_shared(lock_key, now_ms)
-  local kind = redis.call('TYPE', lock_key).ok
-  if kind == 'none' then
-    return {}, {}
+-- A grant as its hash field holds it: kind, token, slot, count; nil if none (or of another
+-- shape).
+local function read_grant(lock_key, owner)
+  local value = redis.call('HGET', lock_key, 'o:' .. owner)
+  if not value then
+    return nil
   end
-  if kind == 'string' then
-    return nil, 'it is held as an exclusive lock, and a shared kind (read/write, semaphore, ' ..
+  local kind, token, slot, count = string.match(value, '^([rwsg]) (%w+) (%d+) (%d+)$')
+  if not kind then
+    return nil
+  end
+  return {owner = owner, kind = kind, token = token, slot = slot, count = count}
+end
+
+-- The counts asked for by the grants inside (`counts`), as a list.
+local function read_counts(lock_key)
+  local counts = {}
+  for count in string.gmatch(redis.call('HGET', lock_key, 'counts') or '', '%d+') do
+    table.insert(counts, count)
+  end
+  return counts
+end
+
+-- Adds `delta` to the grants that asked for `count`, keeping `counts` the list of counts with
+-- a grant.
+local function count_grant(lock_key, count, delta)
+  local left = redis.call('HINCRBY', lock_key, 'n:' .. count, delta)
+  if left > 0 and (delta < 0 or left > 1) then
+    return
+  end
+  local counts = read_counts(lock_key)
+  if left == 0 then
+    redis.call('HDEL', lock_key, 'n:' .. count)
+    for i, present in ipairs(counts) do
+      if present == count then
+        table.remove(counts, i)
+        break
+      end
+    end
+  else
+    table.insert(counts, count)
+  end
+  redis.call('HSET', lock_key, 'counts', table.concat(counts, ' '))
+end
+
+-- Makes `key` live at least `lasts_ms` more.
+local function keep_alive(key, lasts_ms)
+  if redis.call('PTTL', key) < lasts_ms then
+    redis.call('PEXPIRE', key, string.format('%.0f', lasts_ms))
+  end
+end
+
+-- Takes `grant` out of both keys (its lease member is `member`); the keys go with the last.
+local function remove_grant(lock_key, leases_key, grant, member)
+  redis.call('ZREM', leases_key, member)
+  redis.call('HDEL', lock_key, 'o:' .. grant.owner)
+  if grant.kind == 'w' then
+    redis.call('HDEL', lock_key, 'w')
+  elseif grant.kind == 's' or grant.kind == 'g' then
+    if redis.call('HGET', lock_key, 's:' .. grant.slot) == grant.owner then
+      redis.call('HDEL', lock_key, 's:' .. grant.slot)
+    end
+    count_grant(lock_key, grant.count, -1)
+  end
+  if redis.call('ZCARD', leases_key) == 0 then
+    redis.call('DEL', lock_key, leases_key)
+  end
+end
+
+-- The owner named by a lease member (`<owner>:<token>` or `<owner>:released`).
+local function member_owner(member)
+  return string.match(member, '^(.+):%w+$')
+end
+
+-- Writes a new grant into both keys, which then live at least until its lease ends.
+local function add_grant(lock_key, leases_key, grant, expires, now_ms)
+  redis.call('HSET', lock_key, 'o:' .. grant.owner, grant.kind .. ' ' .. grant.token .. ' ' ..
+    grant.slot .. ' ' .. grant.count, 'f', FAMILY[grant.kind], 't', grant.token)
+  redis.call('ZADD', leases_key, string.format('%.0f', expires), grant.owner .. ':' .. grant.token)
+  if grant.kind == 'w' then
+    redis.call('HSET', lock_key, 'w', grant.owner)
+  elseif grant.kind == 's' or grant.kind == 'g' then
+    redis.call('HSET', lock_key, 's:' .. grant.slot, grant.owner)
+    count_grant(lock_key, grant.count, 1)
+  end
+  keep_alive(lock_key, expires - now_ms)
+  keep_alive(leases_key, expires - now_ms)
+end
+
+-- Opens the shared kind's keys at `now_ms`: checks that they are a shared lock's, drops what
+-- is left of one without the other, and takes out the grants whose lease ended. Returns nil,
+-- or why the keys cannot be this lock's (another kind holds the key, or they hold foreign
+-- data, which this library must not touch).
+local function open_shared(lock_key, leases_key, now_ms)
+  local lock_type = redis.call('TYPE', lock_key).ok
+  local leases_type = redis.call('TYPE', leases_key).ok
+  if lock_type == 'string' then
+    return 'it is held as an exclusive lock, and a shared kind (read/write, semaphore, ' ..
       'segmented) was requested; use one kind of lock per key'
   end
-  if kind ~= 'hash' then
-    return nil, 'it holds a ' .. kind .. ', not a lock'
+  if lock_type ~= 'none' and lock_type ~= 'hash' then
+    return 'it holds a ' .. lock_type .. ', not a lock'
   end
-  if redis.call('PTTL', lock_key) == -1 then
-    return nil, 'it holds a hash without a TTL, which no lock leaves behind'
+  if leases_type ~= 'none' and leases_type ~= 'zset' then
+    return 'its leases `' .. leases_key .. '` hold a ' .. leases_type .. ', not what a lock keeps there'
   end
-  local fields = redis.call('HGETALL', lock_key)
-  local grants, by_owner = {}, {}
-  for i = 1, #fields, 2 do
-    local owner = fields[i]
-    local grant_kind, token, slot, count, expires =
-      string.match(fields[i + 1], '^([rwsg]) (%w+) (%d+) (%d+) (%d+)$')
-    if not grant_kind then
-      return nil, 'it holds a hash that is not a lock\'s'
-    end
-    expires = tonumber(expires)
-    if expires <= now_ms then
-      redis.call('HDEL', lock_key, owner)
+  local foreign = untimed(lock_key, 'hash') or untimed(leases_key, 'leases')
+  if foreign then
+    return foreign
+  end
+  if lock_type == 'none' or leases_type == 'none' then
+    redis.call('DEL', lock_key, leases_key)
+    return nil
+  end
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms)) do
+    local owner = member_owner(member)
+    local grant = owner and read_grant(lock_key, owner)
+    if grant then
+      remove_grant(lock_key, leases_key, grant, member)
     else
-      local grant = {owner = owner, kind = grant_kind, token = token, slot = tonumber(slot),
-        count = tonumber(count), expires = expires}
-      table.insert(grants, grant)
-      by_owner[owner] = grant
+      redis.call('ZREM', leases_key, member)
     end
   end
-  return grants, by_owner
+  return nil
 end
 
--- Writes `grant` into the hash, which then lives at least until the grant's lease ends.
-local function store_shared(lock_key, grant, now_ms)
-  redis.call('HSET', lock_key, grant.owner, grant.kind .. ' ' .. grant.token .. ' ' ..
-    grant.slot .. ' ' .. grant.count .. ' ' .. string.format('%.0f', grant.expires))
-  local lasts_ms = grant.expires - now_ms
-  if redis.call('PTTL', lock_key) < lasts_ms then
-    redis.call('PEXPIRE', lock_key, string.format('%.0f', lasts_ms))
+-- Whether a request of `kind` (asking for `count`) may join the grants of the key now, as
+-- sharing.rs's admit says: returns the slot it takes, false when it must wait, or nil and
+-- why the kinds conflict. `held_back` says whether a place ahead of it in line holds it back;
+-- `start` is where the search for a free slot begins.
+local function admit(lock_key, leases_key, kind, count, held_back, start)
+  local family = redis.call('HGET', lock_key, 'f')
+  if family and family ~= FAMILY[kind] then
+    return nil, conflict(family, kind)
   end
-end
-
--- Whether a request of `kind` (asking for `count`) may join `grants`, as sharing.rs's admit
--- says: returns the slot it takes, false when it must wait, or nil and why the kinds
--- conflict. `ahead` lists the kinds of the places ahead of it in line (`x` for an entry of
--- another shape); `start` is where the search for a free slot begins.
-local function admit(kind, count, grants, ahead, fair, start)
-  for _, grant in ipairs(grants) do
-    if FAMILY[grant.kind] ~= FAMILY[kind] then
-      return nil, conflict(grant.kind, kind)
-    end
-  end
-  if fair and #ahead > 0 then
+  if held_back then
     return false
   end
   if kind == 'r' then
-    for _, waiting in ipairs(ahead) do
-      if waiting == 'w' then
-        return false
-      end
-    end
-    for _, grant in ipairs(grants) do
-      if grant.kind == 'w' then
-        return false
-      end
-    end
-    return 0
+    return redis.call('HEXISTS', lock_key, 'w') == 0 and 0
   end
   if kind == 'w' then
-    return #grants == 0 and 0
+    return redis.call('ZCARD', leases_key) == 0 and 0
   end
-  local smallest, taken = count, {}
-  for _, grant in ipairs(grants) do
-    smallest = math.min(smallest, grant.count)
-    taken[grant.slot] = true
+  local smallest = count
+  for _, inside in ipairs(read_counts(lock_key)) do
+    smallest = math.min(smallest, tonumber(inside))
   end
-  if #grants >= smallest then
+  if redis.call('ZCARD', leases_key) >= smallest then
     return false
   end
   for offset = 0, count - 1 do
-    local slot = (start % count + offset) % count
-    if not taken[slot] then
+    local slot = (start + offset) % count
+    if redis.call('HEXISTS', lock_key, 's:' .. slot) == 0 then
       return slot
     end
   end
   return false
 end
 
--- The kind and count of a queue entry, or 'x' for an entry of another shape.
-local function entry_kind(entry)
-  local owner, lease_ms, kind, count = string.match(entry, '^(%S+) (%d+) ([rwsg]) (%d+)$')
-  if not owner then
-    return 'x'
-  end
-  return kind, tonumber(count), owner, tonumber(lease_ms)
-end
-
--- The greatest token of `grants` and `last` (the counter may have expired under a long hold).
-local function latest_token(grants, last)
-  for _, grant in ipairs(grants) do
-    local token = tonumber(grant.token)
-    if token and token > last then
-      last = token
-    end
-  end
-  return last
+-- The key's latest fencing token: the counter's, or the latest grant's if greater (the
+-- counter may have expired under a long hold).
+local function latest_shared_token(lock_key, last)
+  return math.max(last, tonumber(redis.call('HGET', lock_key, 't') or '0'))
 end
 
 -- Grants the shared key to the waiters at the head of its queue, oldest first, while admit
 -- lets each in (the first held back stops it: nobody overtakes it), each for its lease or
 -- until its place would have lapsed, whichever is sooner. Returns the announcements, one
 -- `granted <sha1 of the owner token> <fencing token>` per grant.
-local function hand_off_shared(lock_key, fence_key, queue_key, deadlines_key, grants, now_ms,
-                               now_us)
+local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadlines_key,
+                               now_ms, now_us)
   local announced = {}
   if redis.call('EXISTS', queue_key) == 0 then
     return announced
@@ -156,23 +212,21 @@ local function hand_off_shared(lock_key, fence_key, queue_key, deadlines_key, gr
   if not last then
     return announced
   end
-  last = latest_token(grants, last)
+  last = latest_shared_token(lock_key, last)
   head = prune_queue(queue_key, deadlines_key, lapsed, head)
   while head do
-    local kind, count, owner, lease_ms = entry_kind(head)
+    local owner, lease_ms, kind, count = string.match(head, '^(%S+) (%d+) ([rwsg]) (%d+)$')
     local lapses_at = tonumber(redis.call('ZSCORE', deadlines_key, head))
-    local live = owner and lapses_at and lapses_at > now_ms
-    if live then
-      local slot = admit(kind, count, grants, {}, false, now_us)
+    if owner and lapses_at and lapses_at > now_ms then
+      local slot = admit(lock_key, leases_key, kind, tonumber(count), false, now_us)
       if not slot then
         break
       end
       local token = next_token(fence_key, last, now_us)
       last = tonumber(token)
-      local grant = {owner = owner, kind = kind, token = token, slot = slot, count = count,
-        expires = now_ms + math.min(lease_ms, lapses_at - now_ms)}
-      store_shared(lock_key, grant, now_ms)
-      table.insert(grants, grant)
+      local grant = {owner = owner, kind = kind, token = token, slot = slot, count = count}
+      add_grant(lock_key, leases_key, grant, now_ms + math.min(tonumber(lease_ms), lapses_at - now_ms),
+        now_ms)
       table.insert(announced, 'granted ' .. redis.sha1hex(owner) .. ' ' .. token)
     end
     -- An entry without a live place (or of another shape) is skipped.

@@ -3,7 +3,7 @@
 -- take back the place ARGV[1] may have in the queue as a waiter.
 -- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
 -- KEYS[5] who released the key lately (a sorted set: owner -> server ms until which that is
--- remembered)
+-- remembered), KEYS[6] the leases
 -- ARGV[1] owner token; ARGV[2] ms to keep the grant (min_hold_ms), 0 to delete; ARGV[3] the
 -- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms; ARGV[5]
 -- `PUBLISH`, or `SPUBLISH` on a Redis Cluster; ARGV[6] the owner's kind and ARGV[7] its count
@@ -28,8 +28,8 @@ local left = type(removed) == 'number' and removed > 0
 if left then
   redis.pcall('ZREM', KEYS[4], entry)
 end
-local grants, by_owner = read_shared(KEYS[1], now_ms)
-local mine = grants and by_owner[ARGV[1]]
+local foreign = open_shared(KEYS[1], KEYS[6], now_ms)
+local mine = not foreign and read_grant(KEYS[1], ARGV[1])
 if not mine then
   local remembered = redis.pcall('ZSCORE', KEYS[5], ARGV[1])
   if type(remembered) == 'string' and tonumber(remembered) > now_ms then
@@ -38,7 +38,7 @@ if not mine then
   if left then
     redis.pcall(ARGV[5], ARGV[3], 'left')
   end
-  if grants and #grants == 0 then
+  if not foreign and redis.call('EXISTS', KEYS[6]) == 0 then
     return -1
   end
   return 0
@@ -46,22 +46,18 @@ end
 if mine.token == 'released' then
   return 1
 end
+local member = ARGV[1] .. ':' .. mine.token
 if ARGV[2] ~= '0' then
-  mine.token = 'released'
-  mine.expires = now_ms + tonumber(ARGV[2])
-  store_shared(KEYS[1], mine, now_ms)
+  local kept_until = now_ms + tonumber(ARGV[2])
+  redis.call('ZREM', KEYS[6], member)
+  redis.call('ZADD', KEYS[6], string.format('%.0f', kept_until), ARGV[1] .. ':released')
+  redis.call('HSET', KEYS[1], 'o:' .. ARGV[1], mine.kind .. ' released ' .. mine.slot .. ' ' ..
+    mine.count)
+  keep_alive(KEYS[1], kept_until - now_ms)
+  keep_alive(KEYS[6], kept_until - now_ms)
   return 1
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-local others = {}
-for _, grant in ipairs(grants) do
-  if grant.owner ~= ARGV[1] then
-    table.insert(others, grant)
-  end
-end
-if #others == 0 then
-  redis.call('DEL', KEYS[1])
-end
+remove_grant(KEYS[1], KEYS[6], mine, member)
 -- Not over another program's data: an empty key, or a sorted set with a TTL, as this leaves.
 local memory = redis.call('TYPE', KEYS[5]).ok
 if memory == 'none' or (memory == 'zset' and redis.call('PTTL', KEYS[5]) > 0) then
@@ -71,7 +67,7 @@ if memory == 'none' or (memory == 'zset' and redis.call('PTTL', KEYS[5]) > 0) th
 end
 local announced = {}
 if ARGV[8] == '1' then
-  announced = hand_off_shared(KEYS[1], KEYS[2], KEYS[3], KEYS[4], others, now_ms, now_us)
+  announced = hand_off_shared(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], now_ms, now_us)
 end
 if #announced == 0 then
   announced = {'released ' .. mine.token}
