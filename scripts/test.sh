@@ -42,6 +42,8 @@ echo "== cargo test"
 cargo test --workspace --all-features
 echo "== web flash sale, short run (three instances under load, with and without the lock)"
 bash examples/web_flash_sale/run.sh --quick
+echo "== segmented stock, short run (4 processes; fails on any unit sold twice)"
+cargo run --all-features --example segmented_stock -- --quick
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features
 echo "== cargo package (each published library built from its package: no file left out)"

@@ -462,6 +462,33 @@ pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &
 
 /// `min_hold_ms` keeps a released shared grant counted until the minimum has passed.
 pub async fn a_shared_min_hold_keeps_the_grant(client: &LockClient, key: &str) {
+    let one = LockKind::Semaphore { permits: 2 };
+    // A late copy of the owner's attempt finds its kept grant: no second permit.
+    let backend = client.backend();
+    let late_key = format!("{key}:late");
+    let mine = lease(&late_key, "kept", one);
+    expect_granted(backend, &mine, Turn::Once, "a free permit").await;
+    let kept = backend
+        .release(&mine, Duration::from_millis(SHORT_TTL_MS))
+        .await
+        .expect("backend answers");
+    assert_eq!(kept, crate::backend::Release::Released);
+    expect_held(
+        backend,
+        &mine,
+        Turn::Wait(LONG),
+        "a late attempt of the owner takes no second grant beside its kept one",
+    )
+    .await;
+    release_now(backend, &mine).await;
+    let other = expect_granted(
+        backend,
+        &lease(&late_key, "other", one),
+        Turn::Once,
+        "one permit of two is free",
+    )
+    .await;
+    release_now(backend, &other.lease).await;
     let one = LockKind::Semaphore { permits: 1 };
     let kept = client
         .request(key, one)
