@@ -244,3 +244,48 @@ async fn broken_idle_exclusive_connections_are_not_lent_again() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_client_passes_the_conformance_suite() {
+    let group = group().await;
+    fencelock::testing::conformance::run(&sentinel_client(&group).await, "conformance").await;
+}
+
+/// Permits and readers the replica had hold on the promoted master: the leases key (and the
+/// grants' hash with it) was replicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_keeps_the_shared_grants_the_replica_had() {
+    let mut group = group().await;
+    let client = sentinel_client(&group).await;
+    let other = sentinel_client(&group).await;
+    let permits = [
+        client.semaphore("exports", 2).acquire().await.unwrap(),
+        client.semaphore("exports", 2).acquire().await.unwrap(),
+    ];
+    let reader = client.read_lock("catalog").acquire().await.unwrap();
+    for key in ["lock:{exports}:leases", "lock:{catalog}:leases"] {
+        assert!(
+            replicated(&group.replica, key).await,
+            "{key} reached the replica"
+        );
+    }
+    let old_port = group.master.port();
+    group.master.kill().unwrap();
+    group.wait_for_failover_from(old_port).await.unwrap();
+    let third = other.semaphore("exports", 2).wait_ms(10_000).give_up();
+    match third.acquire().await {
+        Err(LockError::NotAcquired { .. }) => {}
+        refused => panic!("both replicated permits still hold: {refused:?}"),
+    }
+    let writer = other.write_lock("catalog").give_up().acquire().await;
+    assert!(
+        writer.unwrap_err().is_not_acquired(),
+        "the reader still holds"
+    );
+    for permit in permits {
+        permit.release().await.expect("released on the new master");
+    }
+    reader.release().await.expect("released on the new master");
+    let writer = other.write_lock("catalog").acquire().await.unwrap();
+    writer.release().await.unwrap();
+}
