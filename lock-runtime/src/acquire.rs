@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::sharing::shard_of;
 use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once};
 use crate::background_release::release_in_background;
 use crate::error::WithSources;
@@ -54,7 +55,7 @@ pub(crate) struct Acquisition {
 enum Attempt {
     Granted {
         token: u64,
-        shard: Option<u32>,
+        slot: Option<u32>,
         sent_at: Instant,
     },
     /// The key was held, or the backend failed: worth another attempt.
@@ -144,12 +145,12 @@ impl Acquisition {
             let holder_remaining = match self.attempt().await {
                 Attempt::Granted {
                     token,
-                    shard,
+                    slot,
                     sent_at,
                 } => {
                     return Ok(Granted {
                         token,
-                        shard,
+                        slot,
                         sent_at,
                         lease: self.options.ttl(),
                         acquired_at: sent_at,
@@ -190,9 +191,9 @@ impl Acquisition {
         self.reply_lost |= resent;
         self.record.span().attempted(sent_at.elapsed());
         match outcome {
-            Ok(Acquire::Granted { token, shard }) => Attempt::Granted {
+            Ok(Acquire::Granted { token, slot }) => Attempt::Granted {
                 token,
-                shard,
+                slot,
                 sent_at,
             },
             Ok(Acquire::Held {
@@ -303,12 +304,13 @@ impl Acquisition {
                 let placed_at = self.placed_at?;
                 let lasts = lease >= MIN_HANDED_OVER_LEASE && placed_at.elapsed() < lease / 3;
                 // With `min_replicas`, only an attempt of its own confirms the replicas; a
-                // segmented lock's learns its shard, which announcements do not name.
-                let confirmed = self.options.min_replicas == 0
-                    && !matches!(self.pending.lease.kind, LockKind::Segmented { .. });
+                // semaphore's or segmented lock's learns its permit or shard, which
+                // announcements do not name.
+                let confirmed =
+                    self.options.min_replicas == 0 && self.pending.lease.kind.count().is_none();
                 (lasts && confirmed && self.options.renew).then(|| Granted {
                     token,
-                    shard: None,
+                    slot: None,
                     sent_at: placed_at,
                     lease,
                     acquired_at: Instant::now(),
@@ -376,8 +378,8 @@ const MIN_HANDED_OVER_LEASE: Duration = Duration::from_millis(500);
 /// A grant, as far as the request knows it.
 struct Granted {
     token: u64,
-    /// The shard of a segmented lock.
-    shard: Option<u32>,
+    /// The permit or shard of a semaphore or segmented lock.
+    slot: Option<u32>,
     /// The server holds the grant for at least `lease` after this.
     sent_at: Instant,
     lease: Duration,
@@ -455,7 +457,7 @@ impl PendingAcquire {
     ) -> Result<LockGuard, LockError> {
         let Granted {
             token,
-            shard,
+            slot,
             sent_at,
             lease,
             acquired_at,
@@ -464,6 +466,7 @@ impl PendingAcquire {
             HeldLease {
                 lease: self.lease.clone(),
                 token,
+                slot,
             },
             sent_at,
             lease,
@@ -474,7 +477,7 @@ impl PendingAcquire {
         Ok(LockGuard::new(
             self.client.clone(),
             self.lease.clone(),
-            (token, shard),
+            (token, slot.and_then(|slot| shard_of(self.lease.kind, slot))),
             acquired_at + options.min_hold(),
             tracking,
             reply_lost,

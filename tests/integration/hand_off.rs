@@ -188,7 +188,7 @@ async fn on_redis_the_release_grants_the_oldest_live_waiter_and_names_it_by_hash
         again,
         Acquire::Granted {
             token: token.parse().unwrap(),
-            shard: None,
+            slot: None,
         }
     );
 }

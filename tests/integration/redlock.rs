@@ -9,7 +9,7 @@ use fencelock::backend::redis::{RedisBackend, RedisSettings};
 use fencelock::backend::redlock::RedlockBackend;
 use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use fencelock::testing::history;
-use fencelock::testing::{RedisServer, TcpProxy, conformance};
+use fencelock::testing::{Direction, RedisServer, TcpProxy, conformance};
 use fencelock::{LockClient, LockError, LockKind};
 
 use crate::support::{inspector, record_section, redis_server, script_calls};
@@ -532,4 +532,58 @@ async fn redlock_refuses_a_master_given_twice_and_an_empty_list() {
         LockClient::redlock(none).await,
         Err(LockError::InvalidConfig { .. })
     ));
+}
+
+/// Review finding: a master whose reply was lost keeps the requester's grant of another shard
+/// under the same token (the masters' counters agreed on the client's proposal). Renewal must
+/// extend the shard held only: counted for it, that stray grant kept a lease alive on a
+/// minority, while a second client took the same shard on a majority.
+///
+/// Master C has shard 0 taken by another owner; H gets shard 0 from A and B, and shard 1 from
+/// C, whose reply is lost. With A then cut off from H, H's shard 0 lives on B alone: H must
+/// learn of its loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_grant_of_another_shard_does_not_keep_a_lease_alive() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| redis_server()).collect();
+    let (a, b, c) = (&masters[0], &masters[1], &masters[2]);
+    let (proxy_a, proxy_c) = (proxy(a), proxy(c));
+    let h = LockClient::redlock([proxy_a.url(), b.url(), proxy_c.url()])
+        .await
+        .unwrap();
+    let on_c = LockClient::connect(&c.url()).await.unwrap();
+    let mut other = None;
+    for _ in 0..100 {
+        let guard = on_c.segmented("stock", 2).acquire().await.unwrap();
+        if guard.shard() == Some(0) {
+            other = Some(guard);
+            break;
+        }
+        guard.release().await.unwrap();
+    }
+    let other = other.expect("shard 0 taken on C alone");
+    let mut held = None;
+    for _ in 0..100 {
+        proxy_c.hold_next(Direction::ToClient);
+        let request = h.segmented("stock", 2).ttl_ms(3_000).give_up();
+        let guard = request.acquire().await.unwrap();
+        if guard.shard() == Some(0) {
+            held = Some(guard);
+            break;
+        }
+        guard.release().await.unwrap();
+    }
+    let held = held.expect("H holds shard 0 on A and B");
+    let on_c = grants_on(c, "lock:{stock}").await;
+    assert!(
+        on_c.iter()
+            .any(|&(_, slot, token)| slot == 1 && token == held.token()),
+        "C kept H's grant of shard 1 under H's token: {on_c:?}"
+    );
+    other.release().await.unwrap();
+    proxy_a.freeze();
+    let lost = tokio::time::timeout(Duration::from_secs(15), held.lost()).await;
+    assert!(
+        lost.is_ok(),
+        "shard 0 lives on B alone, yet H's lease stays held (C's grant of shard 1 counted)"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::sharing::{Share, admit, conflict, shard_of};
+use super::sharing::{Share, admit, conflict, slot_of};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
@@ -234,7 +234,7 @@ impl State {
                 holder.expires_at = holder.expires_at.max(now + lease.ttl);
                 return Ok(Acquire::Granted {
                     token: holder.token,
-                    shard: None,
+                    slot: None,
                 });
             }
             Some(holder) => Some(holder.expires_at.saturating_duration_since(now)),
@@ -256,7 +256,7 @@ impl State {
         }
         self.leave_line(&lease.key, &lease.owner);
         let token = self.grant(&lease.key, &lease.owner, now + lease.ttl);
-        Ok(Acquire::Granted { token, shard: None })
+        Ok(Acquire::Granted { token, slot: None })
     }
 
     /// [`acquire`](Self::acquire) for a shared kind: joins the key's holders if
@@ -283,7 +283,7 @@ impl State {
             mine.expires_at = mine.expires_at.max(now + lease.ttl);
             return Ok(Acquire::Granted {
                 token: mine.token,
-                shard: shard_of(mine.kind, mine.slot),
+                slot: slot_of(mine.kind, mine.slot),
             });
         }
         let shares: Vec<Share> = grants.iter().map(SharedHolder::share).collect();
@@ -318,7 +318,7 @@ impl State {
         let token = self.grant_shared(&lease.key, &lease.owner, lease.kind, slot, now + lease.ttl);
         Ok(Acquire::Granted {
             token,
-            shard: shard_of(lease.kind, slot),
+            slot: slot_of(lease.kind, slot),
         })
     }
 
@@ -381,9 +381,10 @@ impl State {
                 .live_shared(&lease.key, now)
                 .map(|grants| &mut **grants)
                 .unwrap_or_default();
-            let mine = grants
-                .iter_mut()
-                .find(|g| g.owner == lease.owner && g.token == held.token && !g.released);
+            let mine = grants.iter_mut().find(|g| {
+                let same_slot = held.slot.is_none_or(|slot| slot == g.slot);
+                g.owner == lease.owner && g.token == held.token && same_slot && !g.released
+            });
             return mine
                 .map(|grant| grant.expires_at = now + lease.ttl)
                 .is_some();

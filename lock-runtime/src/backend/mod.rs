@@ -72,6 +72,10 @@ pub struct HeldLease {
     pub lease: Lease,
     /// The fencing token of its grant.
     pub token: u64,
+    /// The permit or shard of its grant, as [`Acquire::Granted`] named it: on Redlock, a
+    /// master may hold a grant of the same owner and token in another slot (one that formed
+    /// no majority and whose give-back was lost), which must not pass for this one.
+    pub slot: Option<u32>,
 }
 
 /// The answer to one acquire attempt.
@@ -82,8 +86,10 @@ pub enum Acquire {
     Granted {
         /// The fencing token of this grant.
         token: u64,
-        /// The shard granted, for a [`LockKind::Segmented`] lease; `None` for other kinds.
-        shard: Option<u32>,
+        /// The permit or shard granted, for a [`LockKind::Semaphore`] or
+        /// [`LockKind::Segmented`] lease (renewal extends that one only); `None` for other
+        /// kinds.
+        slot: Option<u32>,
     },
     /// Another owner holds the key, or it is an earlier waiter's turn.
     Held {

@@ -48,7 +48,7 @@ use std::future::Future;
 use futures_util::future::join_all;
 
 use super::redis::{Proposal, RedisBackend, RedisSettings};
-use super::sharing::shard_of;
+use super::sharing::slot_of;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
@@ -267,7 +267,7 @@ impl RedlockBackend {
         match token {
             Some(token) => Ok(Acquire::Granted {
                 token,
-                shard: slot.and_then(|slot| shard_of(lease.kind, slot)),
+                slot: slot.and_then(|slot| slot_of(lease.kind, slot)),
             }),
             None => self.refusal(lease, replies),
         }

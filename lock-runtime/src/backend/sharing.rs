@@ -59,6 +59,12 @@ pub(crate) fn admit(
     })
 }
 
+/// The slot a grant of `kind` names: the permit or shard of a semaphore or a segmented lock
+/// (readers and writers take slot 0, which names nothing).
+pub(crate) fn slot_of(kind: LockKind, slot: u32) -> Option<u32> {
+    kind.count().map(|_| slot)
+}
+
 /// The shard a segmented lock's `slot` is (other kinds name none).
 pub(crate) fn shard_of(kind: LockKind, slot: u32) -> Option<u32> {
     matches!(kind, LockKind::Segmented { .. }).then_some(slot)

@@ -18,7 +18,7 @@ use self::cluster::{ClusterLink, ExtendCall};
 use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
 use self::server::Server;
-use super::sharing::{script_kind, shard_of};
+use super::sharing::{script_kind, slot_of};
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind, random};
@@ -443,7 +443,7 @@ impl RedisBackend {
 
     /// One acquire attempt as `proposal` says, with the slot granted alongside (the permit
     /// or shard, 0 for readers and writers; `None` for a mutex or when nothing was granted),
-    /// which [`Acquire::Granted`] names for segmented locks only: Redlock's client groups
+    /// which [`Acquire::Granted`] names for semaphores and segmented locks: Redlock's client groups
     /// the masters by it.
     pub(crate) async fn acquire_slot(
         &self,
@@ -622,7 +622,8 @@ impl RedisBackend {
                 .arg(&held.lease.owner)
                 .arg(held.token.to_string())
                 .arg(held.lease.ttl.as_millis().to_string())
-                .arg(if shared { "2" } else { "1" });
+                .arg(if shared { "2" } else { "1" })
+                .arg(held.slot.map(|slot| slot.to_string()).unwrap_or_default());
         }
         invocation
     }
@@ -927,9 +928,9 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<(Acquire, Option<u32>),
     }
     let numbers: Option<Vec<i64>> = items.iter().map(integer).collect();
     let granted = |token: i64, slot: Option<u32>| {
-        let shard = slot.and_then(|slot| shard_of(lease.kind, slot));
         let token = token as u64;
-        (Acquire::Granted { token, shard }, slot)
+        let named = slot.and_then(|slot| slot_of(lease.kind, slot));
+        (Acquire::Granted { token, slot: named }, slot)
     };
     match numbers.as_deref() {
         Some(&[1, token]) if token > 0 => Ok(granted(token, None)),

@@ -76,9 +76,10 @@ async fn expect_granted(
 ) -> HeldLease {
     let outcome = backend.acquire(lease, turn).await.expect("backend answers");
     match outcome {
-        Acquire::Granted { token, .. } => HeldLease {
+        Acquire::Granted { token, slot } => HeldLease {
             lease: lease.clone(),
             token,
+            slot,
         },
         Acquire::Held { .. } => panic!("{rule}: {outcome:?}"),
     }
@@ -282,7 +283,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     let granted = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
     let not_granted = HeldLease {
         lease: other.clone(),
-        token: granted.token,
+        ..granted.clone()
     };
     let extended = backend.extend(&[granted.clone(), not_granted]).await;
     assert_eq!(
