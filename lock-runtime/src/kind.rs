@@ -10,9 +10,8 @@ pub use fencelock_options::{MAX_PERMITS, MAX_SHARDS};
 ///
 /// A key is used by one kind at a time: a request of another kind (a read lock of a key
 /// held as a semaphore, a mutex of a key held by readers) fails with
-/// [`LockError::KeyInUse`], and so does a semaphore or segmented lock whose count differs
-/// from the holders' in a way that matters (see each kind). Read and write locks of one key
-/// are one kind.
+/// [`LockError::KeyInUse`]. Read and write locks of one key are one kind; semaphores (and
+/// segmented locks) of one key may ask for different counts (see each kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -99,15 +98,42 @@ impl LockKind {
     }
 
     /// How a request of this kind inside a body that holds `held` of the same key (through
-    /// the same client) is served: `Ok(())` re-enters the held grant, an error says why it
-    /// cannot (it would wait for its own holder, or mix kinds on one key).
-    pub(crate) fn reenters(self, held: LockKind, key: &str) -> Result<(), LockError> {
+    /// the same client, in shard `shard` for a segmented lock) is served: `Ok(())` re-enters
+    /// the held grant, an error says why it cannot (it would wait for its own holder, break
+    /// its own count, or mix kinds on one key).
+    pub(crate) fn reenters(
+        self,
+        held: LockKind,
+        shard: Option<u32>,
+        key: &str,
+    ) -> Result<(), LockError> {
         match (held, self) {
             (LockKind::Read, LockKind::Write) => Err(LockError::invalid_config(format!(
                 "a write lock of `{key}` is requested inside a read lock of it, which would \
                  wait for itself (the read lock is only released after the write lock is \
                  granted): take the write lock around the read instead"
             ))),
+            // Inside a permit of a semaphore that lets in more, the inner call could see
+            // more holders than it asked for.
+            (LockKind::Semaphore { permits: held }, LockKind::Semaphore { permits: asked })
+                if asked < held =>
+            {
+                Err(LockError::invalid_config(format!(
+                    "a semaphore of {asked} permits of `{key}` is requested inside a permit of \
+                     {held} of it, where up to {held} may be inside: give both the same count, \
+                     or take the smaller one outside"
+                )))
+            }
+            // The inner body's shard must be one of its own.
+            (LockKind::Segmented { .. }, LockKind::Segmented { shards: asked })
+                if shard.is_none_or(|shard| shard >= asked) =>
+            {
+                Err(LockError::invalid_config(format!(
+                    "a segmented lock of {asked} shards of `{key}` is requested inside shard \
+                     {} of it, which is not below {asked}: give both the same count of shards",
+                    shard.map_or_else(|| "?".to_owned(), |shard| shard.to_string())
+                )))
+            }
             (held, asked) if held.shares_keys_with(asked) => Ok(()),
             (held, asked) => Err(LockError::key_in_use(
                 key,
@@ -153,12 +179,24 @@ mod tests {
 
     #[test]
     fn a_write_reenters_nothing_but_its_own_family() {
-        assert!(LockKind::Read.reenters(LockKind::Write, "k").is_ok());
-        assert!(LockKind::Write.reenters(LockKind::Write, "k").is_ok());
-        assert!(LockKind::Read.reenters(LockKind::Read, "k").is_ok());
-        let upgrade = LockKind::Write.reenters(LockKind::Read, "k").unwrap_err();
+        assert!(LockKind::Read.reenters(LockKind::Write, None, "k").is_ok());
+        assert!(LockKind::Write.reenters(LockKind::Write, None, "k").is_ok());
+        assert!(LockKind::Read.reenters(LockKind::Read, None, "k").is_ok());
+        let upgrade = LockKind::Write.reenters(LockKind::Read, None, "k").unwrap_err();
         assert!(upgrade.to_string().contains("wait for itself"), "{upgrade}");
-        let mixed = LockKind::Mutex.reenters(LockKind::Read, "k").unwrap_err();
+        let mixed = LockKind::Mutex.reenters(LockKind::Read, None, "k").unwrap_err();
         assert!(matches!(mixed, LockError::KeyInUse { .. }), "{mixed:?}");
+    }
+
+    #[test]
+    fn a_nested_count_reenters_only_where_it_holds() {
+        let permits = |permits| LockKind::Semaphore { permits };
+        let shards = |shards| LockKind::Segmented { shards };
+        assert!(permits(5).reenters(permits(3), None, "k").is_ok());
+        let fewer = permits(3).reenters(permits(5), None, "k").unwrap_err();
+        assert!(fewer.to_string().contains("up to 5 may be inside"), "{fewer}");
+        assert!(shards(4).reenters(shards(100), Some(3), "k").is_ok());
+        let outside = shards(4).reenters(shards(100), Some(63), "k").unwrap_err();
+        assert!(outside.to_string().contains("shard 63"), "{outside}");
     }
 }

@@ -239,7 +239,7 @@ async fn enter<R: LockResult, F: Future<Output = R>>(
         // have made invalid); `acquire` does on the other path.
         let valid = kind
             .validate()
-            .and_then(|()| kind.reenters(held.kind, &key))
+            .and_then(|()| kind.reenters(held.kind, held.shard, &key))
             .and_then(|()| options.validate());
         if let Err(error) = valid {
             span.acquired(Err(&error), 0);

@@ -6,7 +6,7 @@
 //! [`ReleaseWatch`] while it waits; the hub counts watchers per key, so a backend can drop
 //! its subscription when nobody waits for the key any more.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, OnceCell, mpsc};
@@ -30,6 +30,10 @@ struct SeenGrants(Vec<u64>);
 /// Released grants a watch over several stores remembers: more than the releases that can
 /// be on their way at once.
 const SEEN_GRANTS: usize = 16;
+
+/// Announcements a key keeps for waiters that look late: more than one release hands over
+/// at once (a writer's release to the readers at the head of a line of waiters).
+const RECENT: usize = 64;
 
 impl SeenGrants {
     /// Whether `event` is news: not another store's copy of a release already returned.
@@ -72,6 +76,10 @@ struct Releases {
 struct Announced {
     count: u64,
     last: ReleaseEvent,
+    /// The last [`RECENT`] announcements with their counts: a waiter that looks after several
+    /// finds a hand-off to itself among them, not only the last (a writer's release hands
+    /// the key to every reader at the head of the line at once, one announcement each).
+    recent: VecDeque<(u64, ReleaseEvent)>,
     /// Operators' watches, which see every announcement in order (waiters see the last of
     /// those that came since they looked): empty on the waiters' path.
     followers: Vec<mpsc::UnboundedSender<ReleaseEvent>>,
@@ -82,6 +90,7 @@ impl Default for Announced {
         Announced {
             count: 0,
             last: ReleaseEvent::Unrecognised,
+            recent: VecDeque::new(),
             followers: Vec::new(),
         }
     }
@@ -143,10 +152,17 @@ pub(crate) struct HandOff {
 }
 
 impl Releases {
-    /// How many releases were announced, and the last one.
-    fn announced(&self) -> (u64, ReleaseEvent) {
+    /// How many releases were announced, and the one a waiter that saw `seen` of them hears:
+    /// the last hand-off to `mine` among those since, if any, else the last.
+    fn announced(&self, seen: u64, mine: Option<OwnerTag>) -> (u64, ReleaseEvent) {
         let announced = lock_ignoring_poison(&self.announced_so_far);
-        (announced.count, announced.last)
+        let handed_to_mine = mine.and_then(|mine| {
+            let since = announced.recent.iter().rev().take_while(|(count, _)| *count > seen);
+            since
+                .map(|(_, event)| *event)
+                .find(|event| event.handed_to().is_some_and(|to| to.owner == mine))
+        });
+        (announced.count, handed_to_mine.unwrap_or(announced.last))
     }
 
     fn announce(&self, last: ReleaseEvent) {
@@ -154,6 +170,11 @@ impl Releases {
             let mut announced = lock_ignoring_poison(&self.announced_so_far);
             announced.count += 1;
             announced.last = last;
+            let count = announced.count;
+            if announced.recent.len() == RECENT {
+                announced.recent.pop_front();
+            }
+            announced.recent.push_back((count, last));
             if !announced.followers.is_empty() {
                 announced
                     .followers
@@ -236,14 +257,20 @@ impl ReleaseWatch {
     /// use it). `None` when anyone may try. Of several releases at once, the last one tells.
     /// Cancel-safe: a release is marked seen only when this returns it.
     pub(crate) async fn released(&mut self) -> Option<HandOff> {
+        self.released_to(None).await
+    }
+
+    /// As [`released`](Self::released), for the waiter `mine`: of several releases at once,
+    /// a hand-off to `mine` tells, else the last one.
+    pub(crate) async fn released_to(&mut self, mine: Option<OwnerTag>) -> Option<HandOff> {
         if let [one] = self.stores.as_mut_slice() {
-            return one.released().await.handed_to();
+            return one.released(mine).await.handed_to();
         }
         loop {
             let each = self
                 .stores
                 .iter_mut()
-                .map(|store| Box::pin(store.released()));
+                .map(|store| Box::pin(store.released(mine)));
             let event = futures_util::future::select_all(each).await.0;
             if self.seen_grants.is_new(event) {
                 return event.handed_to();
@@ -295,16 +322,16 @@ impl Following {
 }
 
 impl KeyWatch {
-    async fn released(&mut self) -> ReleaseEvent {
+    async fn released(&mut self, mine: Option<OwnerTag>) -> ReleaseEvent {
         loop {
             let announced = self.releases.announced.notified();
             tokio::pin!(announced);
             // Registered before the check: a release right after it still wakes this waiter.
             announced.as_mut().enable();
-            let (count, last) = self.releases.announced();
+            let (count, heard) = self.releases.announced(self.seen, mine);
             if count > self.seen {
                 self.seen = count;
-                return last;
+                return heard;
             }
             announced.await;
         }
@@ -400,7 +427,7 @@ impl ReleaseHub {
             stores: vec![KeyWatch {
                 hub: self.clone(),
                 key: key.to_owned(),
-                seen: watched.releases.announced().0,
+                seen: watched.releases.announced(0, None).0,
                 releases: watched.releases.clone(),
             }],
         }

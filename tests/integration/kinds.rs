@@ -5,6 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::backend::redis::{RedisBackend, RedisSettings};
+use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use fencelock::testing::history::{
     Section, check, check_at_most, check_read_write, monotonic_ns, most_inside,
 };
@@ -287,4 +290,189 @@ async fn shards_are_exclusive_and_used_together() {
     );
     assert!(most_inside(&whole) >= 2, "shards were held together");
     assert_eq!(report.keys, 4, "every shard was used");
+}
+
+/// A shared grant whose reply is lost is recognised by the resend (same owner), so the
+/// request holds it once; after its release nothing of the key is left in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_leaves_neither_a_second_grant_nor_an_orphan() {
+    let server = redis_server();
+    let addr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = fencelock::testing::TcpProxy::start(addr).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let mut redis = inspector(&server).await;
+    // Connected, and the scripts loaded: the reply held next is an attempt's.
+    for kind in [LockKind::Read, LockKind::Semaphore { permits: 2 }] {
+        let warm = locks.request("warm", kind).acquire().await.unwrap();
+        warm.release().await.unwrap();
+    }
+    for kind in [
+        LockKind::Read,
+        LockKind::Semaphore { permits: 2 },
+        LockKind::Segmented { shards: 2 },
+    ] {
+        proxy.hold_next(fencelock::testing::Direction::ToClient);
+        let guard = locks
+            .request("lost", kind)
+            .give_up()
+            .acquire()
+            .await
+            .unwrap();
+        let grants: usize = redis::AsyncCommands::zcard(&mut redis, "lock:{lost}:leases")
+            .await
+            .unwrap();
+        assert_eq!(grants, 1, "{}: one grant for the request", kind.name());
+        guard.release().await.unwrap();
+        let left: usize =
+            redis::AsyncCommands::exists(&mut redis, &["lock:{lost}", "lock:{lost}:leases"][..])
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "{}: nothing left after the release", kind.name());
+    }
+}
+
+/// Review finding: a writer's release hands the key to every reader at the head of the line,
+/// one announcement each; a reader that looked after all of them heard only the last, took
+/// it for a hand-off to another waiter and slept out its pause, holding its grant unused.
+/// On the paused clock: each reader enters at once.
+#[tokio::test(start_paused = true)]
+async fn every_reader_a_writers_release_hands_the_key_to_enters_at_once() {
+    let locks = LockClient::memory_on(tokio::runtime::Handle::current());
+    let writer = locks.write_lock("catalog").acquire().await.unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let request = locks.read_lock("catalog").sleep_ms(10_000).wait_ms(60_000);
+            tokio::spawn(async move {
+                let guard = request.acquire().await.unwrap();
+                (tokio::time::Instant::now(), guard)
+            })
+        })
+        .collect();
+    // On the paused clock the readers run until each sleeps in line.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let released_at = tokio::time::Instant::now();
+    writer.release().await.unwrap();
+    for reader in readers {
+        let (entered_at, guard) = reader.await.unwrap();
+        assert_eq!(entered_at, released_at, "a reader handed the key slept on");
+        guard.release().await.unwrap();
+    }
+}
+
+/// Review finding: a key that served readers and a writer, then a mutex, still has the
+/// writer's place in line. The mutex's release handed the key to that place (memory: a
+/// mutex grant to the writer; Redis: the script failed on its shape and handed it to
+/// nobody). The place of another kind is skipped: the next mutex waiter gets the key.
+async fn a_place_of_another_kind_is_skipped_by_a_hand_off(backend: &dyn LockBackend) {
+    let lease = |owner: &str, kind, ttl_ms| Lease {
+        key: "mixed".into(),
+        owner: owner.into(),
+        ttl: Duration::from_millis(ttl_ms),
+        replicas: 0,
+        kind,
+    };
+    let place = Turn::Wait(Duration::from_secs(60));
+    let reader = lease("reader", LockKind::Read, 200);
+    let writer = lease("writer", LockKind::Write, 60_000);
+    let (mutex, next) = (
+        lease("mutex", LockKind::Mutex, 60_000),
+        lease("next", LockKind::Mutex, 60_000),
+    );
+    assert!(matches!(
+        backend.acquire(&reader, Turn::Once).await,
+        Ok(Acquire::Granted { .. })
+    ));
+    assert!(matches!(
+        backend.acquire(&writer, place).await,
+        Ok(Acquire::Held { .. })
+    ));
+    // The reader's lease ends; a mutex takes the free key, and another waits behind the
+    // writer's place.
+    let mut taken = None;
+    for _ in 0..100 {
+        match backend.acquire(&mutex, Turn::Once).await {
+            Ok(Acquire::Granted { .. }) => {
+                taken = Some(());
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    taken.expect("the mutex takes the key once the reader's lease ended");
+    assert!(matches!(
+        backend.acquire(&next, place).await,
+        Ok(Acquire::Held { .. })
+    ));
+    assert_eq!(
+        backend.release(&mutex, Duration::ZERO).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(
+        backend.release(&next, Duration::ZERO).await.unwrap(),
+        Release::Released,
+        "the release handed the key to the next mutex waiter"
+    );
+    let _ = backend.release(&writer, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn on_memory_a_place_of_another_kind_is_skipped_by_a_hand_off() {
+    a_place_of_another_kind_is_skipped_by_a_hand_off(&MemoryBackend::new()).await;
+}
+
+#[tokio::test]
+async fn on_redis_a_place_of_another_kind_is_skipped_by_a_hand_off() {
+    let server = redis_server();
+    let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
+        .await
+        .unwrap();
+    a_place_of_another_kind_is_skipped_by_a_hand_off(&backend).await;
+}
+
+#[fencelock::redis_lock(key = "exports", permits = 5)]
+async fn export_all() -> Result<(), fencelock::LockError> {
+    export_one().await
+}
+
+#[fencelock::redis_lock(key = "exports", permits = 3)]
+async fn export_one() -> Result<(), fencelock::LockError> {
+    Ok(())
+}
+
+#[fencelock::redis_lock(key = "stock:{sku}", shards = 100)]
+async fn restock(sku: &str) -> Result<u32, fencelock::LockError> {
+    take_from_shard(sku).await
+}
+
+#[fencelock::redis_lock(key = "stock:{sku}", shards = 4)]
+async fn take_from_shard(sku: &str) -> Result<u32, fencelock::LockError> {
+    Ok(fencelock::current_shard().expect("under the segmented lock"))
+}
+
+/// Review finding: a nested call re-entered any semaphore or segmented lock of its key, so a
+/// `permits = 3` body could run inside a permit of 5 (up to 5 inside), and a `shards = 4`
+/// body saw shard 63. Both are refused now, unless the held grant fits the inner count.
+#[tokio::test]
+async fn a_nested_count_reenters_only_the_grant_that_fits_it() {
+    let locks = LockClient::memory();
+    let nested = fencelock::with_client(locks.clone(), export_all()).await;
+    match nested {
+        Err(fencelock::LockError::InvalidConfig { reason, .. }) => {
+            assert!(reason.contains("up to 5 may be inside"), "{reason}")
+        }
+        other => panic!("a permit of 3 inside one of 5: {other:?}"),
+    }
+    for _ in 0..20 {
+        match fencelock::with_client(locks.clone(), restock("tea")).await {
+            Ok(shard) => assert!(shard < 4, "the inner body's shard is one of its own"),
+            Err(fencelock::LockError::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("which is not below 4"), "{reason}")
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
 }

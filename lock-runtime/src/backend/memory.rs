@@ -208,7 +208,14 @@ impl State {
     /// until the place would have lapsed, whichever is sooner, as the Redis release script
     /// does; `None` if nobody waits.
     fn hand_off(&mut self, key: &str, now: Instant) -> Option<ReleaseEvent> {
-        let next = self.live_line(key, now)?.pop_front()?;
+        // A shared kind's place, left from before the key served a mutex, is skipped (its
+        // next attempt says why it cannot have the key), as the Redis script does.
+        let next = loop {
+            let next = self.live_line(key, now)?.pop_front()?;
+            if next.kind == LockKind::Mutex {
+                break next;
+            }
+        };
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
@@ -361,10 +368,19 @@ impl State {
                 .map(|grants| grants.iter().map(SharedHolder::share).collect())
                 .unwrap_or_default();
             let start = kind.count().map_or(0, random::below);
-            let Ok(Some(slot)) = admit(kind, &shares, [].into_iter(), false, start) else {
-                break;
+            let admitted = match kind {
+                // A mutex's place, or one of a kind the key does not serve now, is skipped
+                // (its next attempt says why), as the Redis script does.
+                LockKind::Mutex => Err(String::new()),
+                kind => admit(kind, &shares, [].into_iter(), false, start),
             };
+            if let Ok(None) = admitted {
+                break;
+            }
             self.leave_line(key, &owner);
+            let Ok(Some(slot)) = admitted else {
+                continue;
+            };
             let token = self.grant_shared(key, &owner, kind, slot, lasts_until);
             handed.push(ReleaseEvent::HandedOver {
                 to: owner_tag(&owner),

@@ -20,9 +20,11 @@ pub(crate) struct Share {
 ///   place, if the request has none). In fair mode any of them holds the request back; else
 ///   only a waiting writer holds back a reader (so a stream of readers cannot starve it).
 /// - A reader joins while no writer holds the key; a writer only an empty key.
-/// - A permit or shard joins while fewer are inside than its own count and every count of
-///   those inside (the smallest count wins), taking the first free slot below its count,
-///   looking from `start` on (a random start spreads segmented locks over their shards).
+/// - A permit joins while fewer are inside than its own count and every count of those
+///   inside (the smallest count wins); a permit or shard takes the first free slot below its
+///   count, looking from `start` on (a random start spreads segmented locks over their
+///   shards). A shard needs nothing more: a request for fewer shards takes one below its
+///   count beside holders of higher ones.
 pub(crate) fn admit(
     kind: LockKind,
     holders: &[Share],
@@ -49,7 +51,8 @@ pub(crate) fn admit(
                 .iter()
                 .filter_map(|h| h.kind.count())
                 .fold(count, u32::min);
-            if holders.len() >= smallest as usize {
+            let semaphore = matches!(kind, LockKind::Semaphore { .. });
+            if semaphore && holders.len() >= smallest as usize {
                 return Ok(None);
             }
             (0..count)
@@ -162,6 +165,9 @@ mod tests {
         let fewer = LockKind::Segmented { shards: 2 };
         let low = [share(shards, 0), share(shards, 1)];
         assert_eq!(admit(fewer, &low, [].into_iter(), false, 0), Ok(None));
+        let one = LockKind::Segmented { shards: 1 };
+        let beside = admit(shards, &[share(one, 0)], [].into_iter(), false, 0);
+        assert_eq!(beside, Ok(Some(1)), "no count rule for shards");
     }
 
     #[test]

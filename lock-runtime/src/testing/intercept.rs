@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LockError;
+use crate::{LockError, LockKind};
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
@@ -154,6 +154,10 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
 
     fn hands_off(&self) -> bool {
         self.backend.hands_off()
+    }
+
+    fn offers(&self, kind: LockKind) -> bool {
+        self.backend.offers(kind)
     }
 
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {

@@ -383,6 +383,21 @@ pub async fn shards_are_exclusive_and_named(client: &LockClient, key: &str) {
     for guard in held {
         guard.release().await.expect("release");
     }
+    // Counts need not agree: a request for fewer shards takes one below its count, and one
+    // for more takes a free shard beside it.
+    let narrow = take(
+        client,
+        key,
+        LockKind::Segmented { shards: 1 },
+        "shard 0 is free",
+    )
+    .await;
+    assert_eq!(narrow.shard(), Some(0));
+    let wide = take(client, key, SHARDS, "shards 1 to 3 are free beside shard 0").await;
+    assert_ne!(wide.shard(), Some(0));
+    for guard in [narrow, wide] {
+        guard.release().await.expect("release");
+    }
 }
 
 /// A key held by one kind refuses requests of another, with `KeyInUse`, whichever way round.

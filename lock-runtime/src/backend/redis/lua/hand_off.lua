@@ -23,8 +23,9 @@ local function hand_off(lock_key, fence_key, queue_key, deadlines_key)
     redis.call('LPOP', queue_key)
     local lapses_at = redis.call('ZSCORE', deadlines_key, head)
     redis.call('ZREM', deadlines_key, head)
-    local owner, lease_ms = string.match(head, '^(.+) (%d+)$')
-    -- An entry without a live place (or of another version's shape) is skipped.
+    local owner, lease_ms = string.match(head, '^(%S+) (%d+)$')
+    -- An entry without a live place (or of another shape: a shared kind's waiter, left from
+    -- before the key served a mutex) is skipped.
     if owner and lapses_at and tonumber(lapses_at) > now_ms then
       lease_ms = math.min(tonumber(lease_ms), tonumber(lapses_at) - now_ms)
       local token = grant(lock_key, fence_key, owner, string.format('%.0f', lease_ms), last, now_us)

@@ -33,7 +33,7 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   reply[6] = redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now_ms), '+inf')
   for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)) do
-    local owner, lease_ms = string.match(entry, '^(.+) (%d+)$')
+    local owner, lease_ms = string.match(entry, '^(%S+) (%d+)')
     local lapses_at = redis.call('ZSCORE', KEYS[4], entry)
     table.insert(reply, owner_tag(owner or entry))
     table.insert(reply, lease_ms or '')

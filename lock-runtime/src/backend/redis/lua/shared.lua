@@ -6,8 +6,8 @@
 --   min_hold_ms keeps a released grant; slot the permit or shard, 0 for readers and writers;
 --   count the permits or shards asked for, 0 for readers and writers), `f` -> the kind family
 --   (`rw`, `s`, `g`), `w` -> the writer's owner, `s:<slot>` -> the owner of a permit or shard,
---   `n:<count>` -> how many grants asked for that count, `counts` -> those counts, `t` -> the
---   latest token granted;
+--   `n:<count>` -> how many permits asked for that count, `counts` -> those counts (the
+--   smallest wins), `t` -> the latest token granted;
 --   its leases, a sorted set: `<owner>:<token>` (or `<owner>:released`) -> expiry in server ms.
 -- So an attempt reads what it needs, never every grant: renewal touches the leases only.
 -- Waiters queue as for a mutex, with entries `<owner> <lease ms> <kind> <count>`.
@@ -90,7 +90,9 @@ local function remove_grant(lock_key, leases_key, grant, member)
     if redis.call('HGET', lock_key, 's:' .. grant.slot) == grant.owner then
       redis.call('HDEL', lock_key, 's:' .. grant.slot)
     end
-    count_grant(lock_key, grant.count, -1)
+    if grant.kind == 's' then
+      count_grant(lock_key, grant.count, -1)
+    end
   end
   if redis.call('ZCARD', leases_key) == 0 then
     redis.call('DEL', lock_key, leases_key)
@@ -111,7 +113,9 @@ local function add_grant(lock_key, leases_key, grant, expires, now_ms)
     redis.call('HSET', lock_key, 'w', grant.owner)
   elseif grant.kind == 's' or grant.kind == 'g' then
     redis.call('HSET', lock_key, 's:' .. grant.slot, grant.owner)
-    count_grant(lock_key, grant.count, 1)
+    if grant.kind == 's' then
+      count_grant(lock_key, grant.count, 1)
+    end
   end
   keep_alive(lock_key, expires - now_ms)
   keep_alive(leases_key, expires - now_ms)
@@ -172,12 +176,14 @@ local function admit(lock_key, leases_key, kind, count, held_back, start)
   if kind == 'w' then
     return redis.call('ZCARD', leases_key) == 0 and 0
   end
-  local smallest = count
-  for _, inside in ipairs(read_counts(lock_key)) do
-    smallest = math.min(smallest, tonumber(inside))
-  end
-  if redis.call('ZCARD', leases_key) >= smallest then
-    return false
+  if kind == 's' then
+    local smallest = count
+    for _, inside in ipairs(read_counts(lock_key)) do
+      smallest = math.min(smallest, tonumber(inside))
+    end
+    if redis.call('ZCARD', leases_key) >= smallest then
+      return false
+    end
   end
   for offset = 0, count - 1 do
     local slot = (start + offset) % count
@@ -218,18 +224,21 @@ local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadl
     local owner, lease_ms, kind, count = string.match(head, '^(%S+) (%d+) ([rwsg]) (%d+)$')
     local lapses_at = tonumber(redis.call('ZSCORE', deadlines_key, head))
     if owner and lapses_at and lapses_at > now_ms then
-      local slot = admit(lock_key, leases_key, kind, tonumber(count), false, now_us)
-      if not slot then
+      local slot, conflicting = admit(lock_key, leases_key, kind, tonumber(count), false, now_us)
+      -- A waiter of a kind the key does not serve now is skipped (its next attempt says so).
+      if not slot and not conflicting then
         break
       end
-      local token = next_token(fence_key, last, now_us)
-      last = tonumber(token)
-      local grant = {owner = owner, kind = kind, token = token, slot = slot, count = count}
-      add_grant(lock_key, leases_key, grant, now_ms + math.min(tonumber(lease_ms), lapses_at - now_ms),
-        now_ms)
-      table.insert(announced, 'granted ' .. redis.sha1hex(owner) .. ' ' .. token)
+      if slot then
+        local token = next_token(fence_key, last, now_us)
+        last = tonumber(token)
+        local grant = {owner = owner, kind = kind, token = token, slot = slot, count = count}
+        local lasts_ms = math.min(tonumber(lease_ms), lapses_at - now_ms)
+        add_grant(lock_key, leases_key, grant, now_ms + lasts_ms, now_ms)
+        table.insert(announced, 'granted ' .. redis.sha1hex(owner) .. ' ' .. token)
+      end
     end
-    -- An entry without a live place (or of another shape) is skipped.
+    -- An entry without a live place (or of another shape: a mutex's waiter) is skipped.
     redis.call('LPOP', queue_key)
     redis.call('ZREM', deadlines_key, head)
     head = redis.call('LINDEX', queue_key, 0)
