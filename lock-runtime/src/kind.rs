@@ -182,9 +182,13 @@ mod tests {
         assert!(LockKind::Read.reenters(LockKind::Write, None, "k").is_ok());
         assert!(LockKind::Write.reenters(LockKind::Write, None, "k").is_ok());
         assert!(LockKind::Read.reenters(LockKind::Read, None, "k").is_ok());
-        let upgrade = LockKind::Write.reenters(LockKind::Read, None, "k").unwrap_err();
+        let upgrade = LockKind::Write
+            .reenters(LockKind::Read, None, "k")
+            .unwrap_err();
         assert!(upgrade.to_string().contains("wait for itself"), "{upgrade}");
-        let mixed = LockKind::Mutex.reenters(LockKind::Read, None, "k").unwrap_err();
+        let mixed = LockKind::Mutex
+            .reenters(LockKind::Read, None, "k")
+            .unwrap_err();
         assert!(matches!(mixed, LockError::KeyInUse { .. }), "{mixed:?}");
     }
 
@@ -194,7 +198,10 @@ mod tests {
         let shards = |shards| LockKind::Segmented { shards };
         assert!(permits(5).reenters(permits(3), None, "k").is_ok());
         let fewer = permits(3).reenters(permits(5), None, "k").unwrap_err();
-        assert!(fewer.to_string().contains("up to 5 may be inside"), "{fewer}");
+        assert!(
+            fewer.to_string().contains("up to 5 may be inside"),
+            "{fewer}"
+        );
         assert!(shards(4).reenters(shards(100), Some(3), "k").is_ok());
         let outside = shards(4).reenters(shards(100), Some(63), "k").unwrap_err();
         assert!(outside.to_string().contains("shard 63"), "{outside}");

@@ -157,7 +157,11 @@ impl Releases {
     fn announced(&self, seen: u64, mine: Option<OwnerTag>) -> (u64, ReleaseEvent) {
         let announced = lock_ignoring_poison(&self.announced_so_far);
         let handed_to_mine = mine.and_then(|mine| {
-            let since = announced.recent.iter().rev().take_while(|(count, _)| *count > seen);
+            let since = announced
+                .recent
+                .iter()
+                .rev()
+                .take_while(|(count, _)| *count > seen);
             since
                 .map(|(_, event)| *event)
                 .find(|event| event.handed_to().is_some_and(|to| to.owner == mine))

@@ -10,11 +10,11 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{LockError, LockKind};
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::backend::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
+use crate::{LockError, LockKind};
 
 /// A call on its way to the wrapped backend.
 #[derive(Debug, Clone, Copy)]
