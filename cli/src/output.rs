@@ -164,7 +164,7 @@ impl From<ReleaseEvent> for EventView {
     fn from(event: ReleaseEvent) -> Self {
         let (event, token, to) = match event {
             ReleaseEvent::Released { token } => ("released", token, None),
-            ReleaseEvent::HandedOver { to, token } => ("handed_over", Some(token), Some(to)),
+            ReleaseEvent::HandedOver { to, token, .. } => ("handed_over", Some(token), Some(to)),
             ReleaseEvent::WaiterLeft => ("waiter_left", None, None),
             ReleaseEvent::Interrupted => ("interrupted", None, None),
             _ => ("unrecognised", None, None),
@@ -409,7 +409,7 @@ pub fn release_outcome(forced: &ForcedRelease) -> String {
         return not_held(&forced.key);
     }
     let after = match forced.announced {
-        Some(ReleaseEvent::HandedOver { to, token }) => {
+        Some(ReleaseEvent::HandedOver { to, token, .. }) => {
             format!("handed over to {to} with token {token}")
         }
         _ => "the key is free".to_owned(),

@@ -299,18 +299,17 @@ impl Acquisition {
         let owner = &self.pending.lease.owner;
         let latest_token = self.latest_token.unwrap_or(u64::MAX);
         match wait_for_release(self.releases.as_mut(), pause, owner, latest_token).await {
-            Woken::HandedOver(token) => {
+            Woken::HandedOver(token, slot) => {
                 let lease = self.handed_over_lease();
                 let placed_at = self.placed_at?;
                 let lasts = lease >= MIN_HANDED_OVER_LEASE && placed_at.elapsed() < lease / 3;
                 // With `min_replicas`, only an attempt of its own confirms the replicas; a
-                // semaphore's or segmented lock's learns its permit or shard, which
-                // announcements do not name.
-                let confirmed =
-                    self.options.min_replicas == 0 && self.pending.lease.kind.count().is_none();
+                // semaphore's or segmented lock's needs the permit or shard named.
+                let named = self.pending.lease.kind.count().is_none() || slot.is_some();
+                let confirmed = self.options.min_replicas == 0 && named;
                 (lasts && confirmed && self.options.renew).then(|| Granted {
                     token,
-                    slot: None,
+                    slot,
                     sent_at: placed_at,
                     lease,
                     acquired_at: Instant::now(),
@@ -389,8 +388,8 @@ struct Granted {
 
 /// How a pause ended.
 enum Woken {
-    /// A release handed the key to this waiter, with this fencing token.
-    HandedOver(u64),
+    /// A release handed the key to this waiter, with this fencing token and slot.
+    HandedOver(u64, Option<u32>),
     /// A release left the key free (or a release went to another waiter during the pause):
     /// the next attempt does not use up a retry.
     Released,
@@ -423,7 +422,7 @@ async fn wait_for_release(
             released = watch.released_to(Some(mine)) => match released {
                 Some(hand_off) if hand_off.owner != mine => released_to_another = true,
                 Some(hand_off) if hand_off.token > latest_token => {
-                    return Woken::HandedOver(hand_off.token);
+                    return Woken::HandedOver(hand_off.token, hand_off.slot);
                 }
                 Some(_) => {}
                 None => return Woken::Released,
@@ -531,6 +530,7 @@ mod tests {
         let hand_off = |token| ReleaseEvent::HandedOver {
             to: owner_tag("waiter"),
             token,
+            slot: None,
         };
         hub.announce("k", hand_off(5));
         let pause = Duration::from_millis(100);
@@ -542,7 +542,7 @@ mod tests {
         hub.announce("k", hand_off(8));
         let woken = wait_for_release(Some(&mut watch), pause, "waiter", 7).await;
         assert!(
-            matches!(woken, Woken::HandedOver(8)),
+            matches!(woken, Woken::HandedOver(8, None)),
             "a later one is taken"
         );
     }
@@ -605,6 +605,7 @@ mod tests {
                         ReleaseEvent::HandedOver {
                             to: owner_tag(&owner),
                             token,
+                            slot: None,
                         }
                     });
                 self.hub.announce(&lease.key, event);

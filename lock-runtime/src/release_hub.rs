@@ -115,6 +115,9 @@ pub enum ReleaseEvent {
         to: OwnerTag,
         /// The fencing token of its grant.
         token: u64,
+        /// The permit or shard granted, for a semaphore or a segmented lock; `None` for
+        /// other kinds.
+        slot: Option<u32>,
     },
     /// A waiter left the line of a free key (it gave up, or its request was dropped); it may
     /// have been the one whose turn it was, so the others try again.
@@ -130,7 +133,11 @@ impl ReleaseEvent {
     /// The hand-off this announces, if any.
     fn handed_to(self) -> Option<HandOff> {
         match self {
-            ReleaseEvent::HandedOver { to, token } => Some(HandOff { owner: to, token }),
+            ReleaseEvent::HandedOver { to, token, slot } => Some(HandOff {
+                owner: to,
+                token,
+                slot,
+            }),
             _ => None,
         }
     }
@@ -149,6 +156,8 @@ impl ReleaseEvent {
 pub(crate) struct HandOff {
     pub(crate) owner: OwnerTag,
     pub(crate) token: u64,
+    /// The permit or shard handed over (semaphores and segmented locks).
+    pub(crate) slot: Option<u32>,
 }
 
 impl Releases {
@@ -224,17 +233,23 @@ pub(crate) fn owner_tag(owner: &str) -> OwnerTag {
     OwnerTag(u64::from_be_bytes(first))
 }
 
-/// What a release message announces: `granted <sha1 of the owner token> <token>` a hand-off,
+/// What a release message announces: `granted <sha1 of the owner token> <token>` a hand-off
+/// (followed by ` <slot>` for a semaphore's permit or a segmented lock's shard),
 /// `released <token>` the end of that grant (`released` alone when the store does not name
 /// it), `left` a waiter that left a free key; anything else wakes the waiters and says
 /// nothing more.
 pub(crate) fn parse_announcement(message: &str) -> ReleaseEvent {
     let mut words = message.split(' ');
     let (kind, first, second) = (words.next(), words.next(), words.next());
+    let third = words.next();
     let parsed = match (kind, first, second) {
-        (Some("granted"), Some(tag), Some(token)) => OwnerTag::from_hex(tag)
-            .zip(token.parse().ok())
-            .map(|(to, token)| ReleaseEvent::HandedOver { to, token }),
+        (Some("granted"), Some(tag), Some(token)) => {
+            let slot = third.map(str::parse).transpose().ok();
+            OwnerTag::from_hex(tag)
+                .zip(token.parse().ok())
+                .zip(slot)
+                .map(|((to, token), slot)| ReleaseEvent::HandedOver { to, token, slot })
+        }
         (Some("released"), None, None) => Some(ReleaseEvent::Released { token: None }),
         (Some("released"), Some(token), None) => token
             .parse()
@@ -524,12 +539,20 @@ mod tests {
         let handed = ReleaseEvent::HandedOver {
             to: owner_tag("abc"),
             token: 17,
+            slot: None,
         };
         assert_eq!(parse(&format!("granted {hex} 17")), handed);
         assert_eq!(handed.handed_to().map(|h| h.token), Some(17));
+        let shard = ReleaseEvent::HandedOver {
+            to: owner_tag("abc"),
+            token: 17,
+            slot: Some(3),
+        };
+        assert_eq!(parse(&format!("granted {hex} 17 3")), shard);
         for unreadable in [
             format!("granted {hex}"),
             format!("granted {hex} x"),
+            format!("granted {hex} 17 x"),
             "x".into(),
         ] {
             assert_eq!(

@@ -476,3 +476,42 @@ async fn a_nested_count_reenters_only_the_grant_that_fits_it() {
         }
     }
 }
+
+/// A release that hands a shard to a waiter names it: the waiter holds that shard without
+/// another attempt (the release is the only script call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_shard_is_named_by_its_announcement() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let mut redis = inspector(&server).await;
+    // The scripts loaded: a first call of one is two (`NOSCRIPT`, then loaded and resent).
+    let warm = locks.segmented("warm", 2).acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let [first, second] = [(); 2].map(|()| locks.segmented("stock:tea", 2).acquire());
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    let started = support::script_calls(&mut redis).await;
+    let waiter = tokio::spawn({
+        let request = locks.segmented("stock:tea", 2).wait_ms(30_000);
+        async move { request.acquire().await.unwrap() }
+    });
+    // Its attempt, and the one right after it subscribed; then it waits.
+    let waiting = eventually(Duration::from_secs(10), || {
+        let mut redis = redis.clone();
+        async move { support::script_calls(&mut redis).await == started + 2 }
+    })
+    .await;
+    assert!(waiting, "the waiter made its two attempts");
+    let before = support::script_calls(&mut redis).await;
+    let shard = first.shard();
+    first.release().await.unwrap();
+    let handed = waiter.await.unwrap();
+    assert_eq!(handed.shard(), shard, "the waiter holds the shard released");
+    let calls = support::script_calls(&mut redis).await - before;
+    assert_eq!(
+        calls, 1,
+        "the release alone: the announcement named the shard"
+    );
+    for guard in [handed, second] {
+        guard.release().await.unwrap();
+    }
+}

@@ -223,6 +223,7 @@ impl State {
         Some(ReleaseEvent::HandedOver {
             to: owner_tag(&next.owner),
             token,
+            slot: None,
         })
     }
 
@@ -385,6 +386,7 @@ impl State {
             handed.push(ReleaseEvent::HandedOver {
                 to: owner_tag(&owner),
                 token,
+                slot: slot_of(kind, slot),
             });
         }
         handed

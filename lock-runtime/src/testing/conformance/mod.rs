@@ -730,7 +730,7 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
     let released = backend.release(&holder, Duration::ZERO).await;
     assert_eq!(released.ok(), Some(Release::NotOwner), "its release too");
     let next = if backend.hands_off() {
-        let ReleaseEvent::HandedOver { to, token } = announced else {
+        let ReleaseEvent::HandedOver { to, token, .. } = announced else {
             panic!("the key goes to the waiter in line: {announced:?}");
         };
         assert_eq!(to, owner_tag(&waiter.owner));

@@ -203,7 +203,8 @@ end
 -- Grants the shared key to the waiters at the head of its queue, oldest first, while admit
 -- lets each in (the first held back stops it: nobody overtakes it), each for its lease or
 -- until its place would have lapsed, whichever is sooner. Returns the announcements, one
--- `granted <sha1 of the owner token> <fencing token>` per grant.
+-- `granted <sha1 of the owner token> <fencing token>` per grant (and ` <slot>` for a permit or
+-- a shard, which its waiter then holds without another attempt).
 local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadlines_key,
                                now_ms, now_us)
   local announced = {}
@@ -235,7 +236,11 @@ local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadl
         local grant = {owner = owner, kind = kind, token = token, slot = slot, count = count}
         local lasts_ms = math.min(tonumber(lease_ms), lapses_at - now_ms)
         add_grant(lock_key, leases_key, grant, now_ms + lasts_ms, now_ms)
-        table.insert(announced, 'granted ' .. redis.sha1hex(owner) .. ' ' .. token)
+        local message = 'granted ' .. redis.sha1hex(owner) .. ' ' .. token
+        if kind == 's' or kind == 'g' then
+          message = message .. ' ' .. slot
+        end
+        table.insert(announced, message)
       end
     end
     -- An entry without a live place (or of another shape: a mutex's waiter) is skipped.
