@@ -419,7 +419,7 @@ async fn wait_for_release(
     loop {
         tokio::select! {
             biased;
-            released = watch.released_to(Some(mine)) => match released {
+            released = watch.released(Some(mine)) => match released {
                 Some(hand_off) if hand_off.owner != mine => released_to_another = true,
                 Some(hand_off) if hand_off.token > latest_token => {
                     return Woken::HandedOver(hand_off.token, hand_off.slot);

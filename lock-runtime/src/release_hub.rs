@@ -273,15 +273,10 @@ impl ReleaseWatch {
 
     /// Completes at the next release of the key after the watch was made or last completed,
     /// with the hand-off, when the release gave the key to a waiter (only that waiter can
-    /// use it). `None` when anyone may try. Of several releases at once, the last one tells.
-    /// Cancel-safe: a release is marked seen only when this returns it.
-    pub(crate) async fn released(&mut self) -> Option<HandOff> {
-        self.released_to(None).await
-    }
-
-    /// As [`released`](Self::released), for the waiter `mine`: of several releases at once,
-    /// a hand-off to `mine` tells, else the last one.
-    pub(crate) async fn released_to(&mut self, mine: Option<OwnerTag>) -> Option<HandOff> {
+    /// use it). `None` when anyone may try. Of several releases at once, a hand-off to the
+    /// waiter `mine` tells, else the last one. Cancel-safe: a release is marked seen only
+    /// when this returns it.
+    pub(crate) async fn released(&mut self, mine: Option<OwnerTag>) -> Option<HandOff> {
         if let [one] = self.stores.as_mut_slice() {
             return one.released(mine).await.handed_to();
         }
@@ -582,7 +577,7 @@ mod tests {
         let mut following = before.follow();
         hub.announce("k", ReleaseEvent::WaiterLeft);
         hub.announce("k", released(3));
-        assert_eq!(waiter.released().await, None);
+        assert_eq!(waiter.released(None).await, None);
         let mut events = Vec::new();
         for _ in 0..4 {
             events.push(following.next().await.expect("the hub is there"));
@@ -610,16 +605,16 @@ mod tests {
         let mut following = ReleaseWatch::any_of(hubs.iter().map(|hub| hub.watch("k").0)).follow();
         let ended = |grant| ReleaseEvent::Released { token: Some(grant) };
         hubs[0].announce("k", ended(7));
-        watch.released().await;
+        watch.released(None).await;
         hubs[1].announce("k", ended(7));
-        let copy = tokio::time::timeout(Duration::from_millis(20), watch.released()).await;
+        let copy = tokio::time::timeout(Duration::from_millis(20), watch.released(None)).await;
         assert!(copy.is_err(), "the second store's copy wakes nobody");
         hubs[1].announce("k", ended(9));
-        tokio::time::timeout(Duration::from_secs(5), watch.released())
+        tokio::time::timeout(Duration::from_secs(5), watch.released(None))
             .await
             .expect("another grant's release wakes the waiter");
         hubs[0].announce("k", ended(3));
-        tokio::time::timeout(Duration::from_secs(5), watch.released())
+        tokio::time::timeout(Duration::from_secs(5), watch.released(None))
             .await
             .expect("so does one with a lower token (a master whose clock is behind)");
         let mut followed = Vec::new();

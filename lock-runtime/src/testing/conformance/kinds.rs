@@ -552,7 +552,7 @@ pub async fn a_shared_release_is_announced_and_remembered(client: &LockClient, k
         .await
         .expect("backend answers");
     assert_eq!(released, crate::backend::Release::Released);
-    tokio::time::timeout(Duration::from_secs(5), watch.released())
+    tokio::time::timeout(Duration::from_secs(5), watch.released(None))
         .await
         .expect("the release is announced");
     let again = backend

@@ -378,10 +378,10 @@ pub async fn releases_are_announced(client: &LockClient, key: &str) {
         .await
         .expect("backend answers");
     holder.release().await.expect("release");
-    tokio::time::timeout(Duration::from_secs(5), watch.released())
+    tokio::time::timeout(Duration::from_secs(5), watch.released(None))
         .await
         .expect("the release is announced to a subscribed watch");
-    let unannounced = tokio::time::timeout(Duration::from_millis(50), watch.released()).await;
+    let unannounced = tokio::time::timeout(Duration::from_millis(50), watch.released(None)).await;
     assert!(unannounced.is_err(), "nothing happened since");
 }
 
@@ -433,7 +433,7 @@ async fn handed_over(client: &LockClient, from: &Lease, to: &Lease) -> HeldLease
     // to the subscriber: only this release hands the key over.
     let hand_off = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            if let Some(hand_off) = watch.released().await {
+            if let Some(hand_off) = watch.released(None).await {
                 return hand_off;
             }
         }
