@@ -17,7 +17,8 @@ if kind == 'string' then
 elseif kind == 'hash' and redis.call('TYPE', KEYS[2]).ok == 'zset' then
   local grant = read_grant(KEYS[1], ARGV[1])
   if grant then
-    remove_grant(KEYS[1], KEYS[2], grant, ARGV[1] .. ':' .. grant.token)
+    local now_ms = server_time()
+    remove_grant(KEYS[1], KEYS[2], grant, ARGV[1] .. ':' .. grant.token, now_ms)
     return 1
   end
 end

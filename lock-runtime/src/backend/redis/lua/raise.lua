@@ -34,8 +34,9 @@ end
 if kind == 'string' then
   redis.call('SET', KEYS[1], owner .. ':' .. chosen, 'KEEPTTL')
 else
-  redis.call('ZREM', KEYS[3], owner .. ':' .. granted)
+  -- Added before the old member goes: the set never empties, and keeps its TTL.
   redis.call('ZADD', KEYS[3], string.format('%.0f', expires), owner .. ':' .. chosen)
+  redis.call('ZREM', KEYS[3], owner .. ':' .. granted)
   redis.call('HSET', KEYS[1], 'o:' .. owner, grant.kind .. ' ' .. chosen .. ' ' .. grant.slot ..
     ' ' .. grant.count)
   if tonumber(chosen) > latest_shared_token(KEYS[1], 0) then

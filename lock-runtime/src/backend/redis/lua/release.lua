@@ -50,7 +50,14 @@ if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
   -- Not over another program's data: an empty key, or a string with a TTL, as this leaves.
   local kind = redis.call('TYPE', KEYS[5]).ok
-  if kind == 'none' or (kind == 'string' and redis.call('PTTL', KEYS[5]) > 0) then
+  -- A shared kind's memory of this key (a sorted set with a TTL) gives way too: the key
+  -- serves a mutex now.
+  local memory_ttl = redis.call('PTTL', KEYS[5])
+  if kind == 'zset' and memory_ttl > 0 and memory_ttl <= RELEASE_MEMORY_MS then
+    redis.call('DEL', KEYS[5])
+    kind = 'none'
+  end
+  if kind == 'none' or (kind == 'string' and memory_ttl > 0) then
     redis.call('SET', KEYS[5], ARGV[1], 'PX', RELEASE_MEMORY_MS)
   end
   announce_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], holder, ARGV[3], ARGV[5])

@@ -1,13 +1,13 @@
 -- Shared by the scripts of the shared kinds (read/write locks, semaphores, segmented locks),
 -- which are appended to this text (after grant.lua). A shared kind keeps two keys, both living
--- as long as the longest lease in them:
+-- exactly as long as the longest live lease in them (none: they go):
 --   the lock key, a hash: `o:<owner>` -> `<kind> <token> <slot> <count>` per grant (kind `r`,
 --   `w`, `s` for a semaphore's permit, `g` for a segmented lock's shard; token `released` once
 --   min_hold_ms keeps a released grant; slot the permit or shard, 0 for readers and writers;
 --   count the permits or shards asked for, 0 for readers and writers), `f` -> the kind family
 --   (`rw`, `s`, `g`), `w` -> the writer's owner, `s:<slot>` -> the owner of a permit or shard,
---   `n:<count>` -> how many permits asked for that count, `counts` -> those counts (the
---   smallest wins), `t` -> the latest token granted;
+--   `n:<count>` -> how many permits or shards asked for that count, `counts` -> those counts
+--   (a semaphore's smallest wins), `t` -> the latest token granted;
 --   its leases, a sorted set: `<owner>:<token>` (or `<owner>:released`) -> expiry in server ms.
 -- So an attempt reads what it needs, never every grant: renewal touches the leases only.
 -- Waiters queue as for a mutex, with entries `<owner> <lease ms> <kind> <count>`.
@@ -73,15 +73,22 @@ local function count_grant(lock_key, count, delta)
   redis.call('HSET', lock_key, 'counts', table.concat(counts, ' '))
 end
 
--- Makes `key` live at least `lasts_ms` more.
-local function keep_alive(key, lasts_ms)
-  if redis.call('PTTL', key) < lasts_ms then
-    redis.call('PEXPIRE', key, string.format('%.0f', lasts_ms))
+-- Makes both keys live as long as the longest lease in them, from `now_ms`; with none left,
+-- they go. So once every grant has ended, nothing is left to refuse another kind with.
+local function fit_lifetime(lock_key, leases_key, now_ms)
+  local last = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
+  if not last[2] then
+    redis.call('DEL', lock_key, leases_key)
+    return
   end
+  local lasts_ms = string.format('%.0f', math.max(tonumber(last[2]) - now_ms, 1))
+  redis.call('PEXPIRE', lock_key, lasts_ms)
+  redis.call('PEXPIRE', leases_key, lasts_ms)
 end
 
--- Takes `grant` out of both keys (its lease member is `member`); the keys go with the last.
-local function remove_grant(lock_key, leases_key, grant, member)
+-- Takes `grant` out of both keys (its lease member is `member`), which then live as long as
+-- the longest lease left.
+local function remove_grant(lock_key, leases_key, grant, member, now_ms)
   redis.call('ZREM', leases_key, member)
   redis.call('HDEL', lock_key, 'o:' .. grant.owner)
   if grant.kind == 'w' then
@@ -90,13 +97,9 @@ local function remove_grant(lock_key, leases_key, grant, member)
     if redis.call('HGET', lock_key, 's:' .. grant.slot) == grant.owner then
       redis.call('HDEL', lock_key, 's:' .. grant.slot)
     end
-    if grant.kind == 's' then
-      count_grant(lock_key, grant.count, -1)
-    end
+    count_grant(lock_key, grant.count, -1)
   end
-  if redis.call('ZCARD', leases_key) == 0 then
-    redis.call('DEL', lock_key, leases_key)
-  end
+  fit_lifetime(lock_key, leases_key, now_ms)
 end
 
 -- The owner named by a lease member (`<owner>:<token>` or `<owner>:released`).
@@ -113,12 +116,9 @@ local function add_grant(lock_key, leases_key, grant, expires, now_ms)
     redis.call('HSET', lock_key, 'w', grant.owner)
   elseif grant.kind == 's' or grant.kind == 'g' then
     redis.call('HSET', lock_key, 's:' .. grant.slot, grant.owner)
-    if grant.kind == 's' then
-      count_grant(lock_key, grant.count, 1)
-    end
+    count_grant(lock_key, grant.count, 1)
   end
-  keep_alive(lock_key, expires - now_ms)
-  keep_alive(leases_key, expires - now_ms)
+  fit_lifetime(lock_key, leases_key, now_ms)
 end
 
 -- Opens the shared kind's keys at `now_ms`: checks that they are a shared lock's, drops what
@@ -142,7 +142,18 @@ local function open_shared(lock_key, leases_key, now_ms)
   if foreign then
     return foreign
   end
+  -- A shared lock's hash always names its family; leases without their hash (it expired a
+  -- moment earlier) are `<owner>:<token>`.
+  if lock_type == 'hash' and redis.call('HEXISTS', lock_key, 'f') == 0 then
+    return 'it holds a hash that is not a lock\'s'
+  end
+  local first = lock_type == 'none' and leases_type == 'zset' and
+    redis.call('ZRANGE', leases_key, 0, 0)[1]
+  if first and not member_owner(first) then
+    return 'its leases `' .. leases_key .. '` hold a sorted set that is not a lock\'s'
+  end
   if lock_type == 'none' or leases_type == 'none' then
+    -- What is left of a pair whose other key expired a moment earlier.
     redis.call('DEL', lock_key, leases_key)
     return nil
   end
@@ -150,9 +161,10 @@ local function open_shared(lock_key, leases_key, now_ms)
     local owner = member_owner(member)
     local grant = owner and read_grant(lock_key, owner)
     if grant then
-      remove_grant(lock_key, leases_key, grant, member)
+      remove_grant(lock_key, leases_key, grant, member, now_ms)
     else
       redis.call('ZREM', leases_key, member)
+      fit_lifetime(lock_key, leases_key, now_ms)
     end
   end
   return nil
@@ -176,14 +188,17 @@ local function admit(lock_key, leases_key, kind, count, held_back, start)
   if kind == 'w' then
     return redis.call('ZCARD', leases_key) == 0 and 0
   end
-  if kind == 's' then
-    local smallest = count
-    for _, inside in ipairs(read_counts(lock_key)) do
-      smallest = math.min(smallest, tonumber(inside))
-    end
-    if redis.call('ZCARD', leases_key) >= smallest then
-      return false
-    end
+  local inside = redis.call('ZCARD', leases_key)
+  local smallest, largest = count, count
+  for _, asked in ipairs(read_counts(lock_key)) do
+    smallest = math.min(smallest, tonumber(asked))
+    largest = math.max(largest, tonumber(asked))
+  end
+  -- A semaphore: the smallest count wins. Either kind: when no grant inside asked for more
+  -- than this request, each holds a slot below its count, and as many as the count fill it
+  -- (no probing every slot of a full key).
+  if (kind == 's' and inside >= smallest) or (largest == count and inside >= count) then
+    return false
   end
   for offset = 0, count - 1 do
     local slot = (start + offset) % count

@@ -22,7 +22,7 @@ local member = mine and owner .. ':' .. mine.token
 local expires = member and tonumber(redis.call('ZSCORE', KEYS[5], member))
 if mine and not expires then
   -- A grant without its lease is no grant: what is left of it goes.
-  remove_grant(KEYS[1], KEYS[5], mine, member)
+  remove_grant(KEYS[1], KEYS[5], mine, member, now_ms)
   mine = nil
 end
 if mine and mine.token ~= 'released' then
@@ -30,8 +30,7 @@ if mine and mine.token ~= 'released' then
   if expires < now_ms + lease_ms or ARGV[5] == '1' then
     expires = math.max(expires, now_ms + lease_ms)
     redis.call('ZADD', KEYS[5], string.format('%.0f', expires), member)
-    keep_alive(KEYS[1], expires - now_ms)
-    keep_alive(KEYS[5], expires - now_ms)
+    fit_lifetime(KEYS[1], KEYS[5], now_ms)
   end
   return {1, mine.token, mine.slot}
 end

@@ -20,6 +20,8 @@
 -- reply was lost learns that the first one released it. PUBLISH goes through pcall: a user
 -- whose ACL grants no channels must still release; its waiters poll.
 local RELEASE_MEMORY_MS = 30000
+-- How many of a key's latest releases are remembered.
+local RELEASES_REMEMBERED = 64
 
 local now_ms, now_us = server_time()
 local entry = shared_entry(ARGV[1], ARGV[4], ARGV[6], ARGV[7])
@@ -53,16 +55,23 @@ if ARGV[2] ~= '0' then
   redis.call('ZADD', KEYS[6], string.format('%.0f', kept_until), ARGV[1] .. ':released')
   redis.call('HSET', KEYS[1], 'o:' .. ARGV[1], mine.kind .. ' released ' .. mine.slot .. ' ' ..
     mine.count)
-  keep_alive(KEYS[1], kept_until - now_ms)
-  keep_alive(KEYS[6], kept_until - now_ms)
+  fit_lifetime(KEYS[1], KEYS[6], now_ms)
   return 1
 end
-remove_grant(KEYS[1], KEYS[6], mine, member)
--- Not over another program's data: an empty key, or a sorted set with a TTL, as this leaves.
+remove_grant(KEYS[1], KEYS[6], mine, member, now_ms)
+-- Not over another program's data: an empty key, a sorted set with a TTL, as this leaves, or
+-- the string a mutex of this key leaves (the key served a mutex lately).
 local memory = redis.call('TYPE', KEYS[5]).ok
-if memory == 'none' or (memory == 'zset' and redis.call('PTTL', KEYS[5]) > 0) then
+local memory_ttl = redis.call('PTTL', KEYS[5])
+if memory == 'string' and memory_ttl > 0 and memory_ttl <= RELEASE_MEMORY_MS then
+  redis.call('DEL', KEYS[5])
+  memory = 'none'
+end
+if memory == 'none' or (memory == 'zset' and memory_ttl > 0) then
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
   redis.call('ZADD', KEYS[5], now_ms + RELEASE_MEMORY_MS, ARGV[1])
+  -- The latest releases only: a resend follows its first send within a response timeout.
+  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -(RELEASES_REMEMBERED + 1))
   redis.call('PEXPIRE', KEYS[5], RELEASE_MEMORY_MS)
 end
 local announced = {}

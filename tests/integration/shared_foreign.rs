@@ -1,0 +1,154 @@
+//! Shared kinds on Redis beside foreign data: another program's timed hash or sorted set is
+//! refused and left alone; a resent release is recognised after the key changed kind; a
+//! busy key remembers only its latest releases.
+
+use std::time::Duration;
+
+use fencelock::LockKind;
+use fencelock::backend::redis::{RedisBackend, RedisSettings};
+use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
+use redis::AsyncCommands;
+
+use crate::support::{inspector, redis_server};
+
+fn lease(key: &str, owner: &str, kind: LockKind) -> Lease {
+    Lease {
+        key: key.to_owned(),
+        owner: owner.to_owned(),
+        ttl: Duration::from_secs(10),
+        replicas: 0,
+        kind,
+    }
+}
+
+/// Another program's hash with a TTL (a session, a cache entry) at the lock key, or its
+/// sorted set with a TTL at `:leases`: a shared attempt deletes it and takes the key,
+/// where the mutex refuses a string that is not shaped as a lock's.
+#[tokio::test]
+async fn a_timed_foreign_hash_or_zset_is_refused_and_left_untouched() {
+    let server = redis_server();
+    let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
+        .await
+        .unwrap();
+    let mut conn = inspector(&server).await;
+    let _: () = conn.hset("lock:{session}", "user", "alice").await.unwrap();
+    let _: () = conn.pexpire("lock:{session}", 60_000).await.unwrap();
+    let _: () = conn.zadd("lock:{board}:leases", "alice", 42).await.unwrap();
+    let _: () = conn.pexpire("lock:{board}:leases", 60_000).await.unwrap();
+    let mut problems = Vec::new();
+    for (key, foreign) in [
+        ("session", "lock:{session}"),
+        ("board", "lock:{board}:leases"),
+    ] {
+        let outcome = backend
+            .acquire(&lease(key, "reader", LockKind::Read), Turn::Once)
+            .await;
+        let kept: bool = conn.exists(foreign).await.unwrap();
+        let is_foreign_again = match foreign.ends_with(":leases") {
+            true => conn
+                .zscore::<_, _, Option<f64>>(foreign, "alice")
+                .await
+                .unwrap()
+                .is_some(),
+            false => conn
+                .hget::<_, _, Option<String>>(foreign, "user")
+                .await
+                .unwrap()
+                .is_some(),
+        };
+        if !matches!(outcome, Err(fencelock::LockError::KeyInUse { .. }))
+            || !kept
+            || !is_foreign_again
+        {
+            problems.push(format!(
+                "{foreign}: acquire {outcome:?}, foreign data still there: {is_foreign_again}"
+            ));
+        }
+    }
+    // The mutex, for comparison: a timed string not shaped as a lock's is refused.
+    let _: () = conn.set_ex("lock:{greeting}", "hello", 60).await.unwrap();
+    let mutex = backend
+        .acquire(&lease("greeting", "m", LockKind::Mutex), Turn::Once)
+        .await;
+    assert!(
+        matches!(mutex, Err(fencelock::LockError::KeyInUse { .. })),
+        "{mutex:?}"
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// A shared release whose reply was lost is sent again; the first one released. When the
+/// key served a mutex less than 30 s before, `:released-by` is the mutex's string, the shared
+/// release is not remembered, and the resend reports NotOwner (the client: Lost). Also the
+/// other way round.
+#[tokio::test]
+async fn a_resent_release_is_remembered_after_the_key_changed_kind() {
+    let server = redis_server();
+    let backend = RedisBackend::connect(&server.url(), RedisSettings::default())
+        .await
+        .unwrap();
+    let mut problems = Vec::new();
+    for (first, then) in [
+        (LockKind::Mutex, LockKind::Read),
+        (LockKind::Read, LockKind::Mutex),
+    ] {
+        let key = format!("switch-{}", first.name());
+        let before = lease(&key, "before", first);
+        backend.acquire(&before, Turn::Once).await.unwrap();
+        backend.release(&before, Duration::ZERO).await.unwrap();
+        let after = lease(&key, "after", then);
+        assert!(matches!(
+            backend.acquire(&after, Turn::Once).await,
+            Ok(Acquire::Granted { .. })
+        ));
+        assert_eq!(
+            backend.release(&after, Duration::ZERO).await.unwrap(),
+            Release::Released
+        );
+        // The reply was lost; the release is sent again.
+        let again = backend.release(&after, Duration::ZERO).await.unwrap();
+        if again != Release::Released {
+            problems.push(format!(
+                "{first:?} then {then:?}: the resent release says {again:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Every shared release is remembered for a while (a resend after a lost reply learns it
+/// released), but a busy key keeps only its latest releasers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_remembers_only_its_latest_releases() {
+    let server = redis_server();
+    let backend = std::sync::Arc::new(
+        RedisBackend::connect(&server.url(), RedisSettings::default())
+            .await
+            .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let backend = backend.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..100 {
+                let releaser = lease(
+                    "hot",
+                    &format!("releaser-{task}-{i}"),
+                    LockKind::Segmented { shards: 16 },
+                );
+                if let Ok(Acquire::Granted { .. }) = backend.acquire(&releaser, Turn::Once).await {
+                    backend.release(&releaser, Duration::ZERO).await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let remembered: u64 = inspector(&server)
+        .await
+        .zcard("lock:{hot}:released-by")
+        .await
+        .unwrap();
+    assert!(remembered <= 64, "{remembered} releasers remembered");
+}
