@@ -263,10 +263,10 @@ fn check(s: &Snapshot, out: &mut Vec<(&'static str, String)>) {
     // Latest token.
     let t: u64 = s.hash.get("t").and_then(|t| t.parse().ok()).unwrap_or(0);
     for g in &grants {
-        if let Ok(tok) = g.token.parse::<u64>() {
-            if tok > t {
-                v("t below a grant's token", format!("t={t} {g:?}"));
-            }
+        if let Ok(tok) = g.token.parse::<u64>()
+            && tok > t
+        {
+            v("t below a grant's token", format!("t={t} {g:?}"));
         }
     }
     // Safety among live grants.
@@ -282,10 +282,10 @@ fn check(s: &Snapshot, out: &mut Vec<(&'static str, String)>) {
         v("writer not alone", format!("{live_g:?}"));
     }
     let sems: Vec<&&G> = live_g.iter().filter(|g| g.kind == "s").collect();
-    if let Some(min) = sems.iter().map(|g| g.count).min() {
-        if sems.len() as u32 > min {
-            v("more permits inside than asked for", format!("{sems:?}"));
-        }
+    if let Some(min) = sems.iter().map(|g| g.count).min()
+        && sems.len() as u32 > min
+    {
+        v("more permits inside than asked for", format!("{sems:?}"));
     }
     let mut slots = BTreeSet::new();
     for g in live_g.iter().filter(|g| g.kind == "s" || g.kind == "g") {
