@@ -26,16 +26,13 @@ pub async fn run(client: &LockClient, namespace: &str) {
         return;
     }
     readers_share_and_a_writer_excludes(client, &format!("{namespace}:rw")).await;
+    a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
     if client.backend().hands_off() {
-        a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
         a_release_hands_over_to_the_readers_at_the_head(
             client,
             &format!("{namespace}:rw-hand-off"),
         )
         .await;
-    } else {
-        a_waiting_writers_place_holds_back_later_readers(client, &format!("{namespace}:rw-place"))
-            .await;
     }
     a_semaphore_lets_in_its_permits(client, &format!("{namespace}:semaphore")).await;
     the_smallest_count_inside_wins(client, &format!("{namespace}:counts")).await;
@@ -115,7 +112,8 @@ pub async fn readers_share_and_a_writer_excludes(client: &LockClient, key: &str)
 }
 
 /// A writer that waits in line holds back the readers that arrive after it, though only
-/// readers hold the key; it gets the key when the readers leave, before those readers.
+/// readers hold the key; it gets the key when the readers leave (handed over by the last
+/// release, or at its next attempt where releases hand nothing over), before those readers.
 pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key: &str) {
     let backend = client.backend();
     let reader = lease(key, "reader", LockKind::Read);
@@ -140,8 +138,8 @@ pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key
     let written = expect_granted(
         backend,
         &writer,
-        Turn::Once,
-        "the release hands the writer the key",
+        Turn::Wait(LONG),
+        "the writer gets the key once the reader left",
     )
     .await;
     assert!(
@@ -160,67 +158,13 @@ pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key
         backend,
         &late,
         Turn::Once,
-        "the writer's release hands over to the reader",
+        "the reader gets the key once the writer left",
     )
     .await;
     assert!(
         read.token > written.token,
         "tokens increase across the hand-over"
     );
-    release_now(backend, &late).await;
-}
-
-/// Without hand-off: a writer that waits keeps a place that holds back the readers arriving
-/// after it, though only readers hold the key; once they leave, its next attempt is granted,
-/// and the later readers wait for it.
-pub async fn a_waiting_writers_place_holds_back_later_readers(client: &LockClient, key: &str) {
-    let backend = client.backend();
-    let reader = lease(key, "reader", LockKind::Read);
-    let writer = lease(key, "writer", LockKind::Write);
-    let late = lease(key, "late-reader", LockKind::Read);
-    let held = expect_granted(backend, &reader, Turn::Once, "a free key admits a reader").await;
-    expect_held(
-        backend,
-        &writer,
-        Turn::Wait(LONG),
-        "a writer waits for the reader",
-    )
-    .await;
-    expect_held(
-        backend,
-        &late,
-        Turn::Wait(LONG),
-        "a reader after a waiting writer waits, though only readers hold the key",
-    )
-    .await;
-    release_now(backend, &held.lease).await;
-    let written = expect_granted(
-        backend,
-        &writer,
-        Turn::Wait(LONG),
-        "the waiting writer's next attempt after the readers left is granted",
-    )
-    .await;
-    assert!(
-        written.token > held.token,
-        "the writer's token exceeds the reader's"
-    );
-    expect_held(
-        backend,
-        &late,
-        Turn::Wait(LONG),
-        "the late reader waits for the writer",
-    )
-    .await;
-    release_now(backend, &writer).await;
-    let read = expect_granted(
-        backend,
-        &late,
-        Turn::Once,
-        "a reader is admitted after the writer's release",
-    )
-    .await;
-    assert!(read.token > written.token, "tokens increase");
     release_now(backend, &late).await;
 }
 

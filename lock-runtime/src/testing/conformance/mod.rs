@@ -219,8 +219,14 @@ pub async fn give_up_makes_one_attempt(client: &LockClient, key: &str) {
 /// `Continue` makes `1 + retry` attempts, then reports `NotAcquired`.
 pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
     let holder = hold(client, key).await;
-    let refused = client.lock(key).retry(3).sleep_ms(10).acquire().await;
-    expect_not_acquired(refused, 4, "Continue with retry = 3 makes four attempts");
+    // A long `wait_ms`: the default bound (`retry × sleep_ms`, 30 ms) can run out before the
+    // retries on a loaded machine, where an attempt on Redlock takes longer than a pause.
+    let refused = client.lock(key).retry(3).sleep_ms(10).wait_ms(60_000);
+    expect_not_acquired(
+        refused.acquire().await,
+        4,
+        "Continue with retry = 3 makes four attempts",
+    );
     holder.release().await.expect("release");
 }
 

@@ -135,6 +135,21 @@ local function prune_queue(queue_key, deadlines_key, lapsed, head)
   return redis.call('LINDEX', queue_key, 0)
 end
 
+-- The head of the key's line for a hand-off at `now_ms`, lapsed places taken out, and the
+-- last fencing token; nil when nobody waits, or when the keys next to the lock are not a
+-- lock's (then nothing is handed over).
+local function line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
+  if redis.call('EXISTS', queue_key) == 0 then
+    return nil
+  end
+  local lapsed, head = read_queue(queue_key, deadlines_key, now_ms)
+  local last = lapsed and head and read_fence(fence_key)
+  if not last then
+    return nil
+  end
+  return prune_queue(queue_key, deadlines_key, lapsed, head), last
+end
+
 -- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
 -- or nil: a value of another type, a string without a TTL (every lease has one), or one not
 -- shaped as a lock's: `<owner>:<token>`, `<owner>:released` (kept by min_hold_ms), or a bare

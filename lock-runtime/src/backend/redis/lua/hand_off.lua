@@ -6,19 +6,8 @@
 -- the key no longer than either); returns the message that names it, or nil when nobody waits
 -- (or the keys next to the lock are not a lock's).
 local function hand_off(lock_key, fence_key, queue_key, deadlines_key)
-  if redis.call('EXISTS', queue_key) == 0 then
-    return nil
-  end
   local now_ms, now_us = server_time()
-  local lapsed, head = read_queue(queue_key, deadlines_key, now_ms)
-  if not lapsed or not head then
-    return nil
-  end
-  local last = read_fence(fence_key)
-  if not last then
-    return nil
-  end
-  head = prune_queue(queue_key, deadlines_key, lapsed, head)
+  local head, last = line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
   while head do
     redis.call('LPOP', queue_key)
     local lapses_at = redis.call('ZSCORE', deadlines_key, head)

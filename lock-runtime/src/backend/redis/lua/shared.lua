@@ -223,19 +223,11 @@ end
 local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadlines_key,
                                now_ms, now_us)
   local announced = {}
-  if redis.call('EXISTS', queue_key) == 0 then
-    return announced
-  end
-  local lapsed, head = read_queue(queue_key, deadlines_key, now_ms)
-  if not lapsed or not head then
-    return announced
-  end
-  local last = read_fence(fence_key)
-  if not last then
+  local head, last = line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
+  if not head then
     return announced
   end
   last = latest_shared_token(lock_key, last)
-  head = prune_queue(queue_key, deadlines_key, lapsed, head)
   while head do
     local owner, lease_ms, kind, count = string.match(head, '^(%S+) (%d+) ([rwsg]) (%d+)$')
     local lapses_at = tonumber(redis.call('ZSCORE', deadlines_key, head))
