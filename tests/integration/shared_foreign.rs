@@ -22,8 +22,8 @@ fn lease(key: &str, owner: &str, kind: LockKind) -> Lease {
 }
 
 /// Another program's hash with a TTL (a session, a cache entry) at the lock key, or its
-/// sorted set with a TTL at `:leases`: a shared attempt deletes it and takes the key,
-/// where the mutex refuses a string that is not shaped as a lock's.
+/// sorted set with a TTL at `:leases`, is refused with `KeyInUse` and left as it was, as the
+/// mutex refuses a string that is not shaped as a lock's.
 #[tokio::test]
 async fn a_timed_foreign_hash_or_zset_is_refused_and_left_untouched() {
     let server = redis_server();
@@ -77,10 +77,9 @@ async fn a_timed_foreign_hash_or_zset_is_refused_and_left_untouched() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
-/// A shared release whose reply was lost is sent again; the first one released. When the
-/// key served a mutex less than 30 s before, `:released-by` is the mutex's string, the shared
-/// release is not remembered, and the resend reports NotOwner (the client: Lost). Also the
-/// other way round.
+/// A shared release whose reply was lost is sent again; the first one released. The resend
+/// learns that it released also when the key served a mutex less than 30 s before (its
+/// `:released-by` is then the mutex's string, which gives way), and the other way round.
 #[tokio::test]
 async fn a_resent_release_is_remembered_after_the_key_changed_kind() {
     let server = redis_server();

@@ -52,7 +52,7 @@ async fn a_raised_shared_grant_keeps_its_leases_ttl() {
             ));
         }
     }
-    // A second reader, which should share the key, is told the key holds foreign data.
+    // A second reader shares the key (a leases key without a TTL would pass for foreign data).
     let second = LockClient::redlock(urls.clone()).await.unwrap();
     match second
         .read_lock("report")
@@ -133,7 +133,7 @@ async fn raise_of_the_only_lease_leaves_it_without_ttl() {
         .await
         .unwrap();
     assert_eq!(raised, 1);
-    // The reader dies. Its lease ends in 300 ms; a minute later the key is still refused.
+    // The reader dies. Its lease ends in 300 ms; then nothing of it may be left.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let other = Lease {
         owner: "writer".into(),
