@@ -48,7 +48,6 @@ use std::future::Future;
 use futures_util::future::join_all;
 
 use super::redis::{Proposal, RedisBackend, RedisSettings};
-use super::sharing::slot_of;
 use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
@@ -258,17 +257,14 @@ impl RedlockBackend {
             start: lease.kind.count().map_or(0, random::below),
         };
         let replies = self
-            .on_every_master(|m| m.acquire_slot(lease, turn, proposal))
+            .on_every_master(|m| m.acquire_as_proposed(lease, turn, proposal))
             .await;
         let (slot, agreeing) = largest_agreement(&replies);
         let token = self.settle_token(lease, &agreeing, started).await;
         let kept = if token.is_some() { &agreeing[..] } else { &[] };
         self.give_back_unkept(lease, &replies, kept).await;
         match token {
-            Some(token) => Ok(Acquire::Granted {
-                token,
-                slot: slot.and_then(|slot| slot_of(lease.kind, slot)),
-            }),
+            Some(token) => Ok(Acquire::Granted { token, slot }),
             None => self.refusal(lease, replies),
         }
     }
@@ -306,8 +302,8 @@ impl RedlockBackend {
             .iter()
             .enumerate()
             .filter(|(master, reply)| match reply {
-                Ok((Acquire::Held { .. }, _)) => false,
-                Ok((Acquire::Granted { .. }, _)) => !kept.iter().any(|(k, _)| k == master),
+                Ok(Acquire::Held { .. }) => false,
+                Ok(Acquire::Granted { .. }) => !kept.iter().any(|(k, _)| k == master),
                 Err(_) => kept.is_empty(),
             })
             .map(|(master, _)| (master, ()));
@@ -331,7 +327,7 @@ impl RedlockBackend {
         let answers = self.majority_answered(Some(&lease.key), "acquiring failed", replies)?;
         let mut remaining: Option<Duration> = None;
         let mut latest_token = 0;
-        for (_, (answer, _)) in answers {
+        for (_, answer) in answers {
             match answer {
                 Acquire::Granted { token, .. } => latest_token = latest_token.max(token),
                 Acquire::Held {
@@ -353,8 +349,8 @@ impl RedlockBackend {
     }
 }
 
-/// One master's answer to an acquire attempt, with the slot it granted.
-type Answer = Result<(Acquire, Option<u32>), LockError>;
+/// One master's answer to an acquire attempt.
+type Answer = Result<Acquire, LockError>;
 
 /// How an attempt of `kind` competes on each master. Masters keep no common line, so only a
 /// waiting writer keeps a place, on every master: there it holds back the readers that arrive
@@ -373,12 +369,12 @@ fn turn_on_masters(kind: LockKind, turn: Turn) -> Result<Turn, LockError> {
 
 /// The slot that the most masters granted, and those masters with their tokens. A permit or
 /// shard is held only where a majority granted that same one: two holders of one slot would
-/// need two majorities, which share a master that granted it to one of them only. Readers and
-/// writers are all granted slot 0, a mutex none: their grants form one group.
+/// need two majorities, which share a master that granted it to one of them only. Readers,
+/// writers and a mutex name no slot: their grants form one group.
 fn largest_agreement(replies: &[Answer]) -> (Option<u32>, Vec<(usize, u64)>) {
     let mut by_slot: BTreeMap<Option<u32>, Vec<(usize, u64)>> = BTreeMap::new();
     for (master, reply) in replies.iter().enumerate() {
-        if let Ok((Acquire::Granted { token, .. }, slot)) = reply {
+        if let Ok(Acquire::Granted { token, slot }) = reply {
             by_slot.entry(*slot).or_default().push((master, *token));
         }
     }

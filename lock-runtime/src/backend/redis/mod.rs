@@ -437,20 +437,17 @@ impl RedisBackend {
             floor: None,
             start: lease.kind.count().map_or(0, random::below),
         };
-        let (acquired, _) = self.acquire_slot(lease, turn, proposal).await?;
-        Ok(acquired)
+        self.acquire_as_proposed(lease, turn, proposal).await
     }
 
-    /// One acquire attempt as `proposal` says, with the slot granted alongside (the permit
-    /// or shard, 0 for readers and writers; `None` for a mutex or when nothing was granted),
-    /// which [`Acquire::Granted`] names for semaphores and segmented locks: Redlock's client groups
-    /// the masters by it.
-    pub(crate) async fn acquire_slot(
+    /// One acquire attempt as `proposal` says (Redlock's client gives every master the same
+    /// one, and groups the masters by the permit or shard each granted).
+    pub(crate) async fn acquire_as_proposed(
         &self,
         lease: &Lease,
         turn: Turn,
         proposal: Proposal,
-    ) -> Result<(Acquire, Option<u32>), LockError> {
+    ) -> Result<Acquire, LockError> {
         let lock_key = self.lock_key(&lease.key);
         let leases_key = layout::leases_key(&lock_key);
         let mut keys = layout::lock_keys(lock_key).to_vec();
@@ -504,7 +501,7 @@ impl RedisBackend {
             .run_on(connection, lent.live(), script, &keys, &args, &lease.key)
             .await?;
         let acquired = parse_acquire(lease, &reply)?;
-        if let (Acquire::Granted { .. }, _) = acquired {
+        if let Acquire::Granted { .. } = acquired {
             self.confirm_replicated(connection, lent.live(), lease)
                 .await?;
         }
@@ -914,9 +911,9 @@ fn integer(value: &Value) -> Option<i64> {
     }
 }
 
-/// What an acquire script replied, with the slot granted (see
-/// [`RedisBackend::acquire_slot`]).
-fn parse_acquire(lease: &Lease, reply: &Value) -> Result<(Acquire, Option<u32>), LockError> {
+/// What an acquire script replied: a grant names its permit or shard for the kinds that have
+/// one.
+fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
     let key = lease.key.as_str();
     let Value::Array(items) = reply else {
         return Err(unexpected(key, "acquire", reply));
@@ -927,10 +924,9 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<(Acquire, Option<u32>),
         return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
     }
     let numbers: Option<Vec<i64>> = items.iter().map(integer).collect();
-    let granted = |token: i64, slot: Option<u32>| {
-        let token = token as u64;
-        let named = slot.and_then(|slot| slot_of(lease.kind, slot));
-        (Acquire::Granted { token, slot: named }, slot)
+    let granted = |token: i64, slot: Option<u32>| Acquire::Granted {
+        token: token as u64,
+        slot: slot.and_then(|slot| slot_of(lease.kind, slot)),
     };
     match numbers.as_deref() {
         Some(&[1, token]) if token > 0 => Ok(granted(token, None)),
@@ -939,13 +935,12 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<(Acquire, Option<u32>),
             Err(_) => Err(unexpected(key, "acquire", reply)),
         },
         Some(&[0, remaining_ms, latest_token]) if latest_token >= 0 => {
-            let held = Acquire::Held {
+            Ok(Acquire::Held {
                 // PTTL is -1 for a key without expiry (a foreign value), -2 if it just
                 // vanished; -3 is a free key whose turn belongs to an earlier waiter.
                 remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
                 latest_token: latest_token as u64,
-            };
-            Ok((held, None))
+            })
         }
         _ => Err(unexpected(key, "acquire", reply)),
     }
