@@ -154,7 +154,7 @@ impl LockClient {
         LockClient::with_background(Arc::new(backend), Background::Runtime(runtime), true)
     }
 
-    fn with_background(
+    pub(crate) fn with_background(
         backend: Arc<dyn LockBackend>,
         background: Background,
         notifies: bool,

@@ -21,5 +21,6 @@ mod shared_foreign;
 mod shared_random;
 mod shared_redlock;
 mod shared_ttl;
+mod sql;
 mod support;
 mod waiting;

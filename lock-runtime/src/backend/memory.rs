@@ -10,7 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
-use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, RELEASED, Release,
+    ReleaseWatch, Turn, released_mark,
+};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::random;
@@ -610,17 +613,6 @@ impl std::fmt::Debug for MemoryBackend {
             .field("held", &held)
             .finish_non_exhaustive()
     }
-}
-
-/// How long the last release of a key is remembered.
-const RELEASE_MEMORY: Duration = Duration::from_secs(30);
-
-/// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token: the
-/// token followed by this.
-const RELEASED: &str = ":released";
-
-fn released_mark(owner: &str) -> String {
-    format!("{owner}{RELEASED}")
 }
 
 impl LockBackend for MemoryBackend {

@@ -19,6 +19,8 @@ pub mod memory;
 pub mod redis;
 pub mod redlock;
 pub(crate) mod sharing;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod sql;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -136,6 +138,19 @@ pub enum Release {
     Released,
     /// The key was not ours any more (expired, or taken by someone else); nothing changed.
     NotOwner,
+}
+
+/// How long the last release of a key is remembered (as Redis keeps `...:released-by`), so
+/// that a release sent again after its reply was lost learns that the first one released it.
+pub(crate) const RELEASE_MEMORY: Duration = Duration::from_secs(30);
+
+/// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token: the
+/// token followed by this.
+pub(crate) const RELEASED: &str = ":released";
+
+/// The owner a key kept after `owner`'s release holds: no renewal of `owner`'s matches it.
+pub(crate) fn released_mark(owner: &str) -> String {
+    format!("{owner}{RELEASED}")
 }
 
 /// Runs a backend call; if its reply is lost (a backend error), sends it once more at once:

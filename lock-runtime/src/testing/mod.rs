@@ -11,12 +11,16 @@ mod intercept;
 mod proxy;
 mod redis_server;
 mod sentinel;
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+mod sql;
 
 pub use cluster::RedisCluster;
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
 pub use sentinel::{ReplicationCut, SentinelGroup};
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+pub use sql::{DEFAULT_MYSQL_URL, DEFAULT_POSTGRES_URL, SqlDatabase, SqlKind};
 
 /// How long a topology may take to get ready, or to finish a failover.
 const TOPOLOGY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -1,0 +1,819 @@
+//! The SQL backends: locks in a PostgreSQL or MySQL/MariaDB table, with the semantics of
+//! every other backend (leases, owner-checked renewal and release, fencing tokens).
+//!
+//! Seed 000's table lock, without its three faults: a lock row carries its lease's expiry on
+//! the database's own clock (an expired row is taken over), waiters are woken by releases
+//! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
+//!
+//! Two tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
+//! fencing counter, which outlives the lock row, so tokens keep increasing per name. Every
+//! acquire and release of a name runs in one short transaction that first takes the name's
+//! fence row lock: acquirers of one name queue on it, one at a time, at each database's
+//! default isolation level. Renewal takes no fence lock: it updates only a row that is
+//! still live and its owner's, and an acquire takes over only a row that has expired, both
+//! checked on the row's latest version, so the two never both succeed. A deadlock, a
+//! serialization failure or a lock wait that timed out is retried inside the backend.
+//!
+//! What the SQL backends do not offer yet: lock kinds other than the mutex, fair mode (no
+//! line of waiters is kept: a release wakes the waiters, and they compete), `min_replicas`
+//! and TLS connections.
+
+mod calls;
+mod errors;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod session;
+mod statements;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::calls::Calls;
+use self::errors::{backend_error, is_missing_table, is_transient, redacted};
+use self::session::{Param, Session, Sessions, Transaction, Value};
+use self::statements::{Dialect, Statements};
+use super::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, RELEASED, Release,
+    ReleaseWatch, Turn, released_mark,
+};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState};
+use crate::driver::Background;
+use crate::glob::Glob;
+use crate::release_hub::{ReleaseEvent, owner_tag};
+use crate::{LockClient, LockError, random};
+
+/// The lock table's name unless one is configured.
+pub const DEFAULT_TABLE: &str = "fencelock_locks";
+
+/// How long a lock table name may be: PostgreSQL cuts identifiers at 63 bytes, and the
+/// fence table and the notification channel add to it.
+const MAX_TABLE_LEN: usize = 48;
+
+/// Grants renewed by one statement.
+const EXTEND_BATCH: usize = 200;
+
+/// How often a transaction that lost a race (deadlock, serialization failure, lock wait
+/// timeout) or its connection is tried again before the error is reported.
+const TRIES: u32 = 8;
+
+/// A lock backend on a PostgreSQL or MySQL/MariaDB database; see the [module](self) docs.
+/// Built by [`LockClient::postgres`] and [`LockClient::mysql`] (or their builders).
+pub struct SqlBackend {
+    store: Arc<Store>,
+    calls: Calls,
+    #[cfg(feature = "postgres")]
+    listener: Option<postgres::Listener>,
+}
+
+/// The tables and the connections to them.
+struct Store {
+    statements: Statements,
+    sessions: Box<dyn Sessions>,
+    /// The database's address without its password, for messages.
+    at: String,
+}
+
+impl std::fmt::Debug for SqlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlBackend")
+            .field("database", &self.store.statements.dialect.name())
+            .field("at", &self.store.at)
+            .field("table", &self.store.statements.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock row as read: its owner (or released mark), token, and time left.
+struct GrantRow {
+    owner: String,
+    token: u64,
+    remaining_us: i64,
+}
+
+impl GrantRow {
+    fn from_values(values: &[Value]) -> Result<GrantRow, sqlx::Error> {
+        match values {
+            [
+                Value::Text(owner),
+                Value::Int(token),
+                Value::Int(remaining_us),
+                ..,
+            ] => Ok(GrantRow {
+                owner: owner.clone(),
+                token: u64::try_from(*token).unwrap_or_default(),
+                remaining_us: *remaining_us,
+            }),
+            _ => Err(unexpected("a lock row")),
+        }
+    }
+
+    fn live(&self) -> bool {
+        self.remaining_us > 0
+    }
+
+    fn remaining(&self) -> Duration {
+        Duration::from_micros(u64::try_from(self.remaining_us).unwrap_or_default())
+    }
+
+    /// Who holds the row, as an operator sees it.
+    fn holding(&self) -> Holding {
+        let remaining = self.remaining();
+        match self.owner.strip_suffix(RELEASED) {
+            Some(owner) => Holding::Kept {
+                owner: owner_tag(owner),
+                remaining,
+            },
+            None => Holding::Held {
+                owner: owner_tag(&self.owner),
+                token: Some(self.token),
+                remaining,
+            },
+        }
+    }
+}
+
+/// A reply this backend's statements never give (a table changed by hand, say).
+fn unexpected(what: &str) -> sqlx::Error {
+    sqlx::Error::Protocol(format!("unexpected reply: {what} of another shape"))
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The first column of the first row, as an integer.
+fn first_int(rows: &[Vec<Value>]) -> Option<i64> {
+    rows.first()
+        .and_then(|row| row.first())
+        .and_then(Value::int)
+}
+
+impl Store {
+    fn dialect(&self) -> Dialect {
+        self.statements.dialect
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or has been tried [`TRIES`] times: a
+    /// transaction that lost a race, or whose connection broke, is tried again on a fresh
+    /// connection (each operation is safe to repeat for the same owner).
+    async fn retrying<T, F, Fut>(&self, key: Option<&str>, op: F) -> Result<T, LockError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let mut tries = 1;
+        loop {
+            match op().await {
+                Ok(done) => return Ok(done),
+                Err(error) if tries < TRIES && self.worth_retrying(&error) => {
+                    let pause = Duration::from_micros(500 + (random::unit() * 2_000.0) as u64);
+                    tokio::time::sleep(pause * tries).await;
+                    tries += 1;
+                }
+                Err(error) => return Err(backend_error(&self.statements, &self.at, key, error)),
+            }
+        }
+    }
+
+    fn worth_retrying(&self, error: &sqlx::Error) -> bool {
+        let broken = matches!(error, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed);
+        broken || is_transient(self.dialect(), error)
+    }
+
+    async fn transaction(&self) -> Result<Transaction, sqlx::Error> {
+        Transaction::begin(self.sessions.session().await?).await
+    }
+
+    /// Takes the fence row lock of `key`; returns the latest token granted for it.
+    async fn lock_fence(&self, session: &mut dyn Session, key: &str) -> Result<u64, sqlx::Error> {
+        let params = [Param::from(key)];
+        let mut rows = Vec::new();
+        for statement in &self.statements.lock_fence {
+            rows = session.fetch(statement, &params).await?;
+        }
+        let token = first_int(&rows).ok_or_else(|| unexpected("a fence row"))?;
+        Ok(u64::try_from(token).unwrap_or_default())
+    }
+
+    async fn read(
+        &self,
+        session: &mut dyn Session,
+        key: &str,
+    ) -> Result<Option<GrantRow>, sqlx::Error> {
+        let rows = session.fetch(&self.statements.read, &[key.into()]).await?;
+        rows.first()
+            .map(|row| GrantRow::from_values(row))
+            .transpose()
+    }
+
+    /// Announces `event` for `key` to the listeners, when the transaction commits.
+    async fn announce(
+        &self,
+        session: &mut dyn Session,
+        key: &str,
+        event: &str,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(notify) = &self.statements.notify {
+            let channel = channel(&self.statements.table);
+            let params = [Param::Text(channel), Param::Text(format!("{event}\n{key}"))];
+            session.execute(notify, &params).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the tables if they are missing (and `create` allows it).
+    async fn ensure_tables(&self, create: bool) -> Result<(), LockError> {
+        let probe = || async {
+            let mut session = self.sessions.session().await?;
+            session.execute(&self.statements.probe, &[]).await
+        };
+        match probe().await {
+            Ok(_) => return Ok(()),
+            Err(error) if !create || !is_missing_table(self.dialect(), &error) => {
+                return Err(backend_error(&self.statements, &self.at, None, error));
+            }
+            Err(_) => {}
+        }
+        self.retrying(None, || async {
+            let mut transaction = self.transaction().await?;
+            for statement in &self.statements.schema {
+                transaction.session().execute(statement, &[]).await?;
+            }
+            transaction.commit().await
+        })
+        .await
+    }
+
+    async fn acquire(&self, lease: &Lease) -> Result<Acquire, sqlx::Error> {
+        let key = lease.key.as_str();
+        let owner = lease.owner.as_str();
+        let ttl = Param::Int(millis(lease.ttl));
+        let statements = &self.statements;
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        let latest = self.lock_fence(session, key).await?;
+        let found = self.read(session, key).await?;
+        let outcome = match &found {
+            Some(grant) if grant.live() && grant.owner == owner => {
+                // The holder asks again (a retry after a lost reply): never shortened.
+                let params = [ttl, key.into(), owner.into()];
+                session.execute(&statements.refresh, &params).await?;
+                Acquire::Granted {
+                    token: grant.token,
+                    slot: None,
+                }
+            }
+            Some(grant) if grant.live() => Acquire::Held {
+                remaining: Some(grant.remaining()),
+                latest_token: latest,
+            },
+            _ => {
+                let token = latest + 1;
+                let as_token = Param::Int(i64::try_from(token).unwrap_or(i64::MAX));
+                let taken = match found {
+                    None => {
+                        let params = [key.into(), owner.into(), as_token.clone(), ttl];
+                        session.execute(&statements.insert, &params).await?
+                    }
+                    Some(_) => {
+                        let params = [owner.into(), as_token.clone(), ttl, key.into()];
+                        session.execute(&statements.take_over, &params).await?
+                    }
+                };
+                if taken == 0 {
+                    // Renewed by its holder meanwhile.
+                    Acquire::Held {
+                        remaining: None,
+                        latest_token: latest,
+                    }
+                } else {
+                    let params = [as_token, key.into()];
+                    session.execute(&statements.set_fence, &params).await?;
+                    Acquire::Granted { token, slot: None }
+                }
+            }
+        };
+        transaction.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn release(&self, lease: &Lease, keep: Duration) -> Result<Release, sqlx::Error> {
+        let key = lease.key.as_str();
+        let owner = lease.owner.as_str();
+        let statements = &self.statements;
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        self.lock_fence(session, key).await?;
+        let found = self.read(session, key).await?;
+        let marked = released_mark(owner);
+        let release = match found {
+            Some(grant) if grant.owner == owner && grant.live() => {
+                // As on Redis, whose lease has millisecond resolution.
+                if keep.as_millis() == 0 {
+                    let params = [key.into(), owner.into()];
+                    session.execute(&statements.delete, &params).await?;
+                    let memory = Param::Int(millis(RELEASE_MEMORY));
+                    let params = [owner.into(), memory, key.into()];
+                    session
+                        .execute(&statements.remember_release, &params)
+                        .await?;
+                    let event = format!("released {}", grant.token);
+                    self.announce(session, key, &event).await?;
+                } else {
+                    let keep = Param::Int(millis(keep));
+                    let params = [marked.as_str().into(), keep, key.into(), owner.into()];
+                    session.execute(&statements.keep, &params).await?;
+                }
+                Release::Released
+            }
+            Some(grant) if grant.owner == marked => Release::Released,
+            _ => {
+                let params = [key.into(), owner.into()];
+                let recent = session
+                    .fetch(&statements.released_recently, &params)
+                    .await?;
+                if recent.is_empty() {
+                    Release::NotOwner
+                } else {
+                    Release::Released
+                }
+            }
+        };
+        transaction.commit().await?;
+        Ok(release)
+    }
+
+    async fn extend(&self, held: &[HeldLease]) -> Result<Vec<bool>, sqlx::Error> {
+        let mut renewed = Vec::with_capacity(held.len());
+        for batch in held.chunks(EXTEND_BATCH) {
+            let (update, read_back) = self.statements.extend(batch.len());
+            let params: Vec<Param> = batch
+                .iter()
+                .flat_map(|h| {
+                    let ttl = millis(h.lease.ttl);
+                    Statements::extend_params(&h.lease.key, &h.lease.owner, h.token, ttl)
+                })
+                .collect();
+            let rows = match read_back {
+                None => {
+                    let mut session = self.sessions.session().await?;
+                    session.fetch(&update, &params).await?
+                }
+                Some(read_back) => {
+                    let mut transaction = self.transaction().await?;
+                    transaction.session().execute(&update, &params).await?;
+                    let rows = transaction.session().fetch(&read_back, &params).await?;
+                    transaction.commit().await?;
+                    rows
+                }
+            };
+            let grants: Vec<(&str, &str, i64)> = rows
+                .iter()
+                .filter_map(|row| {
+                    let [name, owner, token, ..] = row.as_slice() else {
+                        return None;
+                    };
+                    Some((name.text()?, owner.text()?, token.int()?))
+                })
+                .collect();
+            renewed.extend(batch.iter().map(|h| {
+                let token = i64::try_from(h.token).unwrap_or(i64::MAX);
+                grants.contains(&(h.lease.key.as_str(), h.lease.owner.as_str(), token))
+            }));
+        }
+        Ok(renewed)
+    }
+
+    async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, sqlx::Error> {
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        self.lock_fence(session, key).await?;
+        let Some(found) = self.read(session, key).await?.filter(GrantRow::live) else {
+            return Ok(ForcedRelease::not_held(key));
+        };
+        let holding = found.holding();
+        if !holding
+            .owner()
+            .is_some_and(|owner| grant.is(owner, Some(found.token)))
+        {
+            return Ok(ForcedRelease::of(key, holding));
+        }
+        let params = [key.into(), found.owner.as_str().into()];
+        session.execute(&self.statements.delete, &params).await?;
+        let event = ReleaseEvent::Released {
+            token: Some(found.token),
+        };
+        self.announce(session, key, &format!("released {}", found.token))
+            .await?;
+        transaction.commit().await?;
+        Ok(ForcedRelease {
+            released: true,
+            announced: Some(event),
+            ..ForcedRelease::of(key, holding)
+        })
+    }
+
+    async fn inspect(&self, key: &str) -> Result<LockState, sqlx::Error> {
+        let mut session = self.sessions.session().await?;
+        let found = self.read(&mut *session, key).await?;
+        let fence = session.fetch(&self.statements.fence, &[key.into()]).await?;
+        let holding = found
+            .filter(GrantRow::live)
+            .map_or(Holding::Free, |grant| grant.holding());
+        Ok(LockState {
+            holding,
+            fence: first_int(&fence).and_then(|token| u64::try_from(token).ok()),
+            ..LockState::free(key)
+        })
+    }
+
+    async fn list(&self, glob: &Glob) -> Result<Vec<LockState>, sqlx::Error> {
+        let mut session = self.sessions.session().await?;
+        let rows = session.fetch(&self.statements.list, &[]).await?;
+        let mut locks = Vec::new();
+        for row in &rows {
+            let key = row
+                .first()
+                .and_then(Value::text)
+                .ok_or_else(|| unexpected("a name"))?;
+            if !glob.matches(key) {
+                continue;
+            }
+            let grant = GrantRow::from_values(&row[1..])?;
+            locks.push(LockState {
+                holding: grant.holding(),
+                fence: row
+                    .get(4)
+                    .and_then(Value::int)
+                    .and_then(|t| u64::try_from(t).ok()),
+                ..LockState::free(key)
+            });
+        }
+        Ok(locks)
+    }
+}
+
+impl SqlBackend {
+    /// Runs `op` against the store on the driver, settled and retried (see [`Calls`]).
+    fn call<'a, T, F, Fut>(
+        &'a self,
+        key: Option<&'a str>,
+        op: F,
+    ) -> BoxFuture<'a, Result<T, LockError>>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Store>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, sqlx::Error>> + Send,
+    {
+        let store = self.store.clone();
+        let owned_key = key.map(str::to_owned);
+        Box::pin(self.calls.run(key, async move {
+            let key = owned_key.as_deref();
+            store.retrying(key, || op(store.clone())).await
+        }))
+    }
+}
+
+fn refused<'a, T: Send + 'a>(reason: &str) -> BoxFuture<'a, Result<T, LockError>> {
+    let refused = LockError::invalid_config(reason);
+    Box::pin(std::future::ready(Err(refused)))
+}
+
+impl LockBackend for SqlBackend {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        if lease.replicas > 0 {
+            return refused(
+                "`min_replicas` needs a Redis master with replicas; the SQL backends count \
+                 none (the database's own replication settings decide what a commit waits \
+                 for): remove `min_replicas` here",
+            );
+        }
+        if let Turn::Queue(_) = turn {
+            return refused(
+                "fair mode needs a line of waiters, which the SQL backends do not keep (a \
+                 release wakes the waiters, and they compete): drop `fair`, or use Redis or \
+                 the memory backend",
+            );
+        }
+        let owned = lease.clone();
+        self.call(Some(&lease.key), move |store| {
+            let lease = owned.clone();
+            async move { store.acquire(&lease).await }
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = &self.listener {
+            return Box::pin(listener.subscribe(key));
+        }
+        let _ = key;
+        refused(
+            "MySQL announces no releases: its waiters poll every `sleep_ms` (with jitter); \
+             PostgreSQL, Redis and the memory backend announce them",
+        )
+    }
+
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = &self.listener {
+            return listener.watch_if_subscribed(key);
+        }
+        let _ = key;
+        None
+    }
+
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        let held = held.to_vec();
+        self.call(None, move |store| {
+            let held = held.clone();
+            async move { store.extend(&held).await }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        let owned = lease.clone();
+        self.call(Some(&lease.key), move |store| {
+            let lease = owned.clone();
+            async move { store.release(&lease, keep).await }
+        })
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        let glob = match Glob::parse(pattern) {
+            Ok(glob) => Arc::new(glob),
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
+        self.call(None, move |store| {
+            let glob = glob.clone();
+            async move { store.list(&glob).await }
+        })
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        let owned = key.to_owned();
+        self.call(Some(key), move |store| {
+            let key = owned.clone();
+            async move { store.inspect(&key).await }
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+        grant: Grant,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        let owned = key.to_owned();
+        self.call(Some(key), move |store| {
+            let key = owned.clone();
+            async move { store.force_release(&key, grant).await }
+        })
+    }
+}
+
+/// A builder for a PostgreSQL or MySQL client: the lock table's name, the pool's size,
+/// timeouts. From [`LockClient::postgres_builder`] or [`LockClient::mysql_builder`].
+#[derive(Debug, Clone)]
+pub struct SqlClientBuilder {
+    dialect: Dialect,
+    url: String,
+    table: String,
+    max_connections: u32,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    create_tables: bool,
+}
+
+/// The pool's size unless configured.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// How long opening a connection may take unless configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call (an attempt, a renewal batch, a release, with its retries) may take
+/// unless configured.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a statement waits for a row lock held by another transaction before it gives
+/// up (and the backend tries the transaction again): the lock transactions take
+/// milliseconds, so a longer wait means a stopped client holds one.
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a transaction may sit idle before the server ends it (PostgreSQL, MariaDB): a
+/// client stopped inside one would otherwise keep its name's fence row locked.
+pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
+impl SqlClientBuilder {
+    fn new(dialect: Dialect, url: &str) -> Self {
+        SqlClientBuilder {
+            dialect,
+            url: url.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            create_tables: true,
+        }
+    }
+
+    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence table is named after it,
+    /// with `_fences`. Lowercase ASCII letters, digits and `_`, starting with a letter or
+    /// `_`, at most 48 bytes; the table lives in the connection's default schema (database).
+    pub fn table(mut self, name: impl Into<String>) -> Self {
+        self.table = name.into();
+        self
+    }
+
+    /// The connection pool's size (default [`DEFAULT_MAX_CONNECTIONS`]).
+    pub fn max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = connections;
+        self
+    }
+
+    /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one call may take, retries of lost races included (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]); past it, the call fails with [`LockError::Backend`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Whether [`connect`](Self::connect) creates the tables when they are missing
+    /// (default `true`; it needs the CREATE privilege). With `false`, create them beforehand
+    /// with [`schema`](Self::schema)'s statements, say in a migration.
+    pub fn create_tables(mut self, create: bool) -> Self {
+        self.create_tables = create;
+        self
+    }
+
+    /// The statements that create the tables (each idempotent), in order: for a migration.
+    pub fn schema(&self) -> Result<Vec<String>, LockError> {
+        check_table_name(&self.table)?;
+        let statements = Statements::new(self.dialect, &self.table);
+        Ok(statements.schema)
+    }
+
+    /// Connects (opening one connection now, so that a wrong URL, password or privilege is
+    /// an error here), creates the tables if they are missing and allowed to, and returns
+    /// the client.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        check_table_name(&self.table)?;
+        if self.max_connections == 0 {
+            return Err(LockError::invalid_config(
+                "`max_connections` is 0: a pool needs at least one connection",
+            ));
+        }
+        let statements = Statements::new(self.dialect, &self.table);
+        let at = redacted(&self.url);
+        let pool = match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => postgres::pool(&self).await,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::pool(&self).await,
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(LockError::invalid_config(
+                    "this SQL backend is not built in",
+                ));
+            }
+        };
+        let pool = pool.map_err(|error| backend_error(&statements, &at, None, error))?;
+        #[cfg(feature = "postgres")]
+        let listener = pool.listener(channel(&self.table), self.response_timeout);
+        // Waiters subscribe where releases are announced (PostgreSQL), else poll.
+        #[cfg(feature = "postgres")]
+        let notifies = listener.is_some();
+        #[cfg(not(feature = "postgres"))]
+        let notifies = false;
+        let store = Store {
+            statements,
+            sessions: pool.sessions,
+            at,
+        };
+        store.ensure_tables(self.create_tables).await?;
+        let backend = SqlBackend {
+            store: Arc::new(store),
+            calls: Calls::new(self.response_timeout),
+            #[cfg(feature = "postgres")]
+            listener,
+        };
+        Ok(LockClient::with_background(
+            Arc::new(backend),
+            Background::Driver,
+            notifies,
+        ))
+    }
+}
+
+/// An open pool, and (PostgreSQL) what a release listener connects with.
+pub(crate) struct Pool {
+    sessions: Box<dyn Sessions>,
+    #[cfg(feature = "postgres")]
+    listens: Option<sqlx::PgPool>,
+}
+
+#[cfg(feature = "postgres")]
+impl Pool {
+    fn listener(&self, channel: String, response_timeout: Duration) -> Option<postgres::Listener> {
+        let pool = self.listens.clone()?;
+        Some(postgres::Listener::new(pool, channel, response_timeout))
+    }
+}
+
+/// The notification channel of the lock table `table`.
+fn channel(table: &str) -> String {
+    format!("fencelock_{table}")
+}
+
+fn check_table_name(table: &str) -> Result<(), LockError> {
+    let mut chars = table.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_well = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if starts_well && rest_well && table.len() <= MAX_TABLE_LEN {
+        return Ok(());
+    }
+    Err(LockError::invalid_config(format!(
+        "the lock table name {table:?} is not one fencelock accepts: use lowercase ASCII \
+         letters, digits and `_`, starting with a letter or `_`, at most {MAX_TABLE_LEN} \
+         bytes (e.g. `fencelock_locks`)"
+    )))
+}
+
+impl LockClient {
+    /// Connects to PostgreSQL at `url` (`postgres://user:password@host:5432/database`) with
+    /// the default settings of [`LockClient::postgres_builder`]. Releases are announced
+    /// with `LISTEN/NOTIFY`.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str) -> Result<LockClient, LockError> {
+        LockClient::postgres_builder(url).connect().await
+    }
+
+    /// A builder for a PostgreSQL client: table name, pool size, timeouts.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_builder(url: &str) -> SqlClientBuilder {
+        SqlClientBuilder::new(Dialect::Postgres, url)
+    }
+
+    /// Connects to MySQL or MariaDB at `url` (`mysql://user:password@host:3306/database`)
+    /// with the default settings of [`LockClient::mysql_builder`]. Waiters poll every
+    /// `sleep_ms` (jittered): MySQL announces no releases.
+    #[cfg(feature = "mysql")]
+    pub async fn mysql(url: &str) -> Result<LockClient, LockError> {
+        LockClient::mysql_builder(url).connect().await
+    }
+
+    /// A builder for a MySQL or MariaDB client: table name, pool size, timeouts.
+    #[cfg(feature = "mysql")]
+    pub fn mysql_builder(url: &str) -> SqlClientBuilder {
+        SqlClientBuilder::new(Dialect::MySql, url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_lowercase_identifiers() {
+        for good in ["fencelock_locks", "_t", "locks2"] {
+            assert!(check_table_name(good).is_ok(), "{good}");
+        }
+        let too_long = "t".repeat(MAX_TABLE_LEN + 1);
+        for bad in [
+            "",
+            "Locks",
+            "2locks",
+            "locks;drop",
+            "a-b",
+            "\"x\"",
+            too_long.as_str(),
+        ] {
+            let error = check_table_name(bad).unwrap_err().to_string();
+            assert!(error.contains("lowercase ASCII"), "{bad}: {error}");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! MySQL and MariaDB: the pool. Waiters poll (MySQL has no notifications to offer).
+
+use std::str::FromStr;
+
+use sqlx::Executor;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder};
+use crate::driver::Background;
+
+/// Opens the pool on the driver runtime, with one connection now. Each connection waits for
+/// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
+/// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
+pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
+    let options = MySqlConnectOptions::from_str(&settings.url)?;
+    let pool_options = MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        .test_before_acquire(false)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                let lock_wait = LOCK_WAIT.as_secs().max(1);
+                let set = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
+                connection.execute(set.as_str()).await?;
+                let version: String = sqlx::query_scalar("SELECT VERSION()")
+                    .fetch_one(&mut *connection)
+                    .await?;
+                if version.contains("MariaDB") {
+                    let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
+                    let set = format!("SET SESSION idle_transaction_timeout = {idle}");
+                    connection.execute(set.as_str()).await?;
+                }
+                Ok(())
+            })
+        });
+    let opening = Background::Driver
+        .spawn(async move { pool_options.connect_with(options).await })
+        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
+    let pool = opening
+        .await
+        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))??;
+    Ok(Pool {
+        sessions: Box::new(pool),
+        #[cfg(feature = "postgres")]
+        listens: None,
+    })
+}

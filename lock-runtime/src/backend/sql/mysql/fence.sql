@@ -1,0 +1,1 @@
+SELECT token FROM {fences} WHERE name = ?

@@ -1,0 +1,4 @@
+-- The holder asks again: its lease runs at least `ttl` from now (never shortened).
+UPDATE {locks}
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? * 1000 MICROSECOND)
+WHERE name = ? AND owner = ?

@@ -1,0 +1,2 @@
+SELECT token FROM {fences}
+WHERE name = ? AND released_by = ? AND released_until > UTC_TIMESTAMP(6)

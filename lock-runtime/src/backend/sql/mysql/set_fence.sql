@@ -1,0 +1,1 @@
+UPDATE {fences} SET token = ? WHERE name = ?

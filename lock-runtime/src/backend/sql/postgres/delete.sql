@@ -1,0 +1,1 @@
+DELETE FROM {locks} WHERE name = $1 AND owner = $2

@@ -1,0 +1,2 @@
+-- Delivered to the listeners when the transaction commits, never before.
+SELECT pg_notify($1, $2)

@@ -1,0 +1,1 @@
+UPDATE {fences} SET token = $1 WHERE name = $2

@@ -1,0 +1,150 @@
+//! The SQL databases the tests run against: PostgreSQL and MySQL/MariaDB servers the machine
+//! provides (tests do not start their own: a database server takes seconds to start, and CI
+//! starts one of each). Each [`SqlDatabase`] uses lock tables of its own, dropped by
+//! [`SqlDatabase::drop_tables`], so tests on one server share nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::LockClient;
+use crate::backend::sql::SqlClientBuilder;
+
+/// The PostgreSQL URL unless `FENCELOCK_POSTGRES_URL` names another.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The MySQL/MariaDB URL unless `FENCELOCK_MYSQL_URL` names another.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// Which database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlKind {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+}
+
+impl SqlKind {
+    fn name(self) -> &'static str {
+        match self {
+            SqlKind::Postgres => "PostgreSQL",
+            SqlKind::MySql => "MySQL/MariaDB",
+        }
+    }
+
+    fn variable(self) -> &'static str {
+        match self {
+            SqlKind::Postgres => "FENCELOCK_POSTGRES_URL",
+            SqlKind::MySql => "FENCELOCK_MYSQL_URL",
+        }
+    }
+
+    /// The URL the tests use.
+    pub fn url(self) -> String {
+        let default = match self {
+            SqlKind::Postgres => DEFAULT_POSTGRES_URL,
+            SqlKind::MySql => DEFAULT_MYSQL_URL,
+        };
+        std::env::var(self.variable()).unwrap_or_else(|_| default.to_owned())
+    }
+}
+
+/// A database for one test, with lock tables of its own.
+#[derive(Debug, Clone)]
+pub struct SqlDatabase {
+    kind: SqlKind,
+    url: String,
+    table: String,
+}
+
+impl SqlDatabase {
+    /// The test database of `kind`, if its server answers. Without one, prints which suite
+    /// skips and why, and returns `None`; in CI (`CI` set) that is a failure, never a skip.
+    pub async fn reach(kind: SqlKind) -> Option<SqlDatabase> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let url = kind.url();
+        let table = format!(
+            "fencelock_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let database = SqlDatabase { kind, url, table };
+        let probe = tokio::time::timeout(Duration::from_secs(10), database.builder().connect());
+        match probe.await {
+            Ok(Ok(_)) => Some(database),
+            failed => {
+                let why = match failed {
+                    Ok(Err(error)) => crate::WithSources(&error).to_string(),
+                    _ => "no answer within 10 s".to_owned(),
+                };
+                let (name, variable) = (kind.name(), kind.variable());
+                if std::env::var_os("CI").is_some() {
+                    panic!("CI must run the {name} tests: {why}");
+                }
+                eprintln!(
+                    "SKIPPED: the {name} tests need a server at {} (set {variable}): {why}",
+                    database.url
+                );
+                None
+            }
+        }
+    }
+
+    /// Which database.
+    pub fn kind(&self) -> SqlKind {
+        self.kind
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The name of this database's lock table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A builder for a client on this database's lock table.
+    pub fn builder(&self) -> SqlClientBuilder {
+        let builder = match self.kind {
+            SqlKind::Postgres => LockClient::postgres_builder(&self.url),
+            SqlKind::MySql => LockClient::mysql_builder(&self.url),
+        };
+        builder.table(&self.table)
+    }
+
+    /// A client on this database's lock table.
+    pub async fn client(&self) -> LockClient {
+        let connecting = self.builder().connect().await;
+        connecting.unwrap_or_else(|e| panic!("{}: {}", self.kind.name(), crate::WithSources(&e)))
+    }
+
+    /// Runs `statement` (no parameters) on the database: for tests that change the tables
+    /// behind the backend's back.
+    pub async fn execute(&self, statement: &str) -> Result<u64, sqlx::Error> {
+        use sqlx::Connection;
+        let statement = statement.to_owned();
+        match self.kind {
+            SqlKind::Postgres => {
+                let mut connection = sqlx::PgConnection::connect(&self.url).await?;
+                let done = sqlx::Executor::execute(&mut connection, statement.as_str()).await?;
+                Ok(done.rows_affected())
+            }
+            SqlKind::MySql => {
+                let mut connection = sqlx::MySqlConnection::connect(&self.url).await?;
+                let done = sqlx::Executor::execute(&mut connection, statement.as_str()).await?;
+                Ok(done.rows_affected())
+            }
+        }
+    }
+
+    /// Drops this database's lock tables.
+    pub async fn drop_tables(&self) {
+        let dropped = self
+            .execute(&format!("DROP TABLE IF EXISTS {0}, {0}_fences", self.table))
+            .await;
+        if let Err(error) = dropped {
+            eprintln!("could not drop the test tables {}: {error}", self.table);
+        }
+    }
+}
