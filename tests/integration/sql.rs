@@ -1,19 +1,154 @@
 //! The SQL backends on the machine's PostgreSQL and MySQL/MariaDB servers
-//! (`FENCELOCK_POSTGRES_URL`, `FENCELOCK_MYSQL_URL`): the conformance suite, exclusion on
-//! recorded histories, fencing across deleted rows, and the errors a misconfigured client
-//! gets. Each test uses lock tables of its own.
+//! (`FENCELOCK_POSTGRES_URL`, `FENCELOCK_MYSQL_URL`): the conformance suite, exclusion across
+//! processes on recorded histories, fencing across deleted rows, and the errors a
+//! misconfigured client gets. Each test uses lock tables of its own.
 
+use std::time::Duration;
+
+use fencelock::testing::history::{HistoryWriter, Section, check, monotonic_ns, read_histories};
 use fencelock::testing::{SqlDatabase, SqlKind, conformance};
+use fencelock::{LockClient, LossCause};
+
+use crate::support::{expect_lost, spawn_test_process, test_process_output};
 
 const KINDS: [SqlKind; 2] = [SqlKind::Postgres, SqlKind::MySql];
 
+/// Each database of [`KINDS`] that answers (the others say that they skip).
+async fn databases() -> Vec<SqlDatabase> {
+    let mut reached = Vec::new();
+    for kind in KINDS {
+        reached.extend(SqlDatabase::reach(kind).await);
+    }
+    reached
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_pass_the_conformance_suite() {
-    for kind in KINDS {
-        let Some(database) = SqlDatabase::reach(kind).await else {
-            continue;
-        };
+    for database in databases().await {
         conformance::run(&database.client().await, "conformance").await;
+        database.drop_tables().await;
+    }
+}
+
+const WORKER: &str = "FENCELOCK_SQL_WORKER";
+const PROCESSES: usize = 3;
+const TASKS: u32 = 6;
+const ROUNDS: u32 = 12;
+const KEYS: u32 = 2;
+
+/// One child process of `processes_never_overlap_and_tokens_increase`: its tasks take the
+/// keys in turn (short leases, renewed) and record each critical section.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of processes_never_overlap_and_tokens_increase"]
+async fn history_worker() {
+    let setting = std::env::var(WORKER).expect("started by the parent test");
+    let [kind, url, table, history] = setting.splitn(4, '|').collect::<Vec<_>>()[..] else {
+        panic!("{WORKER} is kind|url|table|history file");
+    };
+    let builder = match kind {
+        "postgres" => LockClient::postgres_builder(url),
+        _ => LockClient::mysql_builder(url),
+    };
+    let locks = builder.table(table).connect().await.unwrap();
+    let history = std::sync::Arc::new(std::sync::Mutex::new(
+        HistoryWriter::append(history.as_ref()).unwrap(),
+    ));
+    let tasks = (0..TASKS).map(|task| {
+        let (locks, history) = (locks.clone(), history.clone());
+        tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let key = format!("hot:{}", (task + round) % KEYS);
+                let guard = locks
+                    .lock(&key)
+                    .ttl_ms(500)
+                    .sleep_ms(20)
+                    .wait_ms(30_000)
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {task} round {round}: {e}"));
+                let entered_ns = monotonic_ns();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let section = Section {
+                    process: std::process::id(),
+                    task,
+                    key,
+                    token: guard.token(),
+                    entered_ns,
+                    exited_ns: monotonic_ns(),
+                };
+                history.lock().unwrap().record(&section).unwrap();
+                guard.release().await.unwrap();
+            }
+        })
+    });
+    for task in tasks.collect::<Vec<_>>() {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_never_overlap_and_tokens_increase() {
+    for database in databases().await {
+        // The tables exist before the workers start (they would create them together too).
+        drop(database.client().await);
+        let kind = match database.kind() {
+            SqlKind::Postgres => "postgres",
+            SqlKind::MySql => "mysql",
+        };
+        let histories: Vec<_> = (0..PROCESSES)
+            .map(|n| std::env::temp_dir().join(format!("{}-{n}.history", database.table())))
+            .collect();
+        let workers: Vec<_> = histories
+            .iter()
+            .map(|history| {
+                let setting = format!(
+                    "{kind}|{}|{}|{}",
+                    database.url(),
+                    database.table(),
+                    history.display()
+                );
+                spawn_test_process("sql::history_worker", WORKER, &setting)
+            })
+            .collect();
+        for worker in workers {
+            test_process_output(worker);
+        }
+        let sections = read_histories(&histories).unwrap();
+        for history in &histories {
+            let _ = std::fs::remove_file(history);
+        }
+        assert_eq!(sections.len(), PROCESSES * (TASKS * ROUNDS) as usize);
+        let report = check(&sections);
+        assert_eq!(report.keys, KEYS as usize);
+        assert!(
+            report.violations.is_empty(),
+            "{kind}: {:#?}",
+            report.violations
+        );
+        database.drop_tables().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_when_lock_rows_are_deleted() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let first = locks.lock("job").acquire().await.unwrap();
+        // An operator deletes every lock row under the holder: the holder learns at its next
+        // renewal or release, and the name's next grant still gets a greater token.
+        let deleted = database
+            .execute(&format!("DELETE FROM {}", database.table()))
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        let second = locks.lock("job").give_up().acquire().await.unwrap();
+        assert!(second.token() > first.token(), "{second:?} after {first:?}");
+        expect_lost(first.release().await, LossCause::NotOwner);
+        let second_token = second.token();
+        second.release().await.unwrap();
+        let third = locks.lock("job").give_up().acquire().await.unwrap();
+        assert!(third.token() > second_token);
+        third.release().await.unwrap();
         database.drop_tables().await;
     }
 }
