@@ -152,3 +152,106 @@ async fn tokens_keep_increasing_when_lock_rows_are_deleted() {
         database.drop_tables().await;
     }
 }
+
+/// The message of a `LockError::Backend`, or a panic naming what came instead.
+fn backend_message(result: Result<LockClient, fencelock::LockError>) -> String {
+    match result {
+        Err(fencelock::LockError::Backend { message, .. }) => message,
+        other => panic!("expected a Backend error, got {other:?}"),
+    }
+}
+
+/// `url` with its user (and password) replaced.
+fn as_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{host}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
+    for database in databases().await {
+        let builder = |url: &str| match database.kind() {
+            SqlKind::Postgres => LockClient::postgres_builder(url),
+            SqlKind::MySql => LockClient::mysql_builder(url),
+        };
+        let name = match database.kind() {
+            SqlKind::Postgres => "PostgreSQL",
+            SqlKind::MySql => "MySQL",
+        };
+        let closed_port = as_user(database.url(), "nobody").replace(":5432/", ":1/");
+        let closed_port = closed_port.replace(":3306/", ":1/");
+        let unreachable = backend_message(builder(&closed_port).connect().await);
+        assert!(
+            unreachable.contains(&format!("cannot reach {name}")),
+            "{unreachable}"
+        );
+
+        // A login the server refuses, and a user without the privileges the tables need.
+        let (refused_login, limited) = match database.kind() {
+            SqlKind::Postgres => {
+                for role in [
+                    "CREATE ROLE fencelock_nologin NOLOGIN",
+                    "CREATE ROLE fencelock_limited LOGIN",
+                ] {
+                    let _ = database.execute(role).await;
+                }
+                let nologin = as_user(database.url(), "fencelock_nologin");
+                (nologin, as_user(database.url(), "fencelock_limited"))
+            }
+            SqlKind::MySql => {
+                let limited = "CREATE USER IF NOT EXISTS 'fencelock_limited'@'%'";
+                database.execute(limited).await.unwrap();
+                let wrong = database.url().replacen("://root@", "://root:wrong@", 1);
+                (wrong, as_user(database.url(), "fencelock_limited"))
+            }
+        };
+        let login = backend_message(
+            builder(&refused_login)
+                .table(database.table())
+                .connect()
+                .await,
+        );
+        assert!(login.contains("refused the login"), "{login}");
+        let privilege = builder(&limited).table(database.table()).connect().await;
+        let privilege = backend_message(privilege);
+        assert!(privilege.contains("lack of a privilege"), "{privilege}");
+        assert!(
+            privilege.contains(database.table()),
+            "names the table: {privilege}"
+        );
+
+        // Without the tables, and told not to create them.
+        let missing = builder(database.url())
+            .table(database.table())
+            .create_tables(false);
+        let missing = backend_message(missing.connect().await);
+        assert!(missing.contains("are missing"), "{missing}");
+
+        let refused = builder(database.url()).table("Locks; DROP").connect().await;
+        match refused {
+            Err(fencelock::LockError::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("lowercase ASCII"), "{reason}")
+            }
+            other => panic!("a bad table name is InvalidConfig: {other:?}"),
+        }
+        // None of these left a table behind.
+        let left = database
+            .execute(&format!("SELECT 1 FROM {}", database.table()))
+            .await;
+        assert!(left.is_err(), "no lock table was created");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_create_the_tables_at_once() {
+    for database in databases().await {
+        let connecting = (0..8).map(|_| database.builder().connect());
+        for client in futures::future::join_all(connecting).await {
+            let client = client.unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+            let guard = client.lock("first-use").acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+        database.drop_tables().await;
+    }
+}

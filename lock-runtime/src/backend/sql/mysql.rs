@@ -2,13 +2,13 @@
 
 use std::str::FromStr;
 
-use sqlx::Executor;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
+use sqlx::{Connection, Executor};
 
 use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder};
 use crate::driver::Background;
 
-/// Opens the pool on the driver runtime, with one connection now. Each connection waits for
+/// Opens the pool on the driver runtime, once a first connection succeeded. Each connection waits for
 /// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
 /// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
@@ -34,7 +34,15 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
             })
         });
     let opening = Background::Driver
-        .spawn(async move { pool_options.connect_with(options).await })
+        .spawn(async move {
+            // One connection of its own first: the pool would retry until its timeout and
+            // report only that, not why (a refused login, a closed port).
+            MySqlConnection::connect_with(&options)
+                .await?
+                .close()
+                .await?;
+            Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
+        })
         .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
     let pool = opening
         .await

@@ -12,8 +12,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Executor, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
+use sqlx::{Connection, Executor, PgPool};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
@@ -28,7 +28,7 @@ use crate::release_hub::{ReleaseHub, parse_announcement};
 /// found out.
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// Opens the pool on the driver runtime, with one connection now.
+/// Opens the pool on the driver runtime, once a first connection succeeded.
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
     let options = PgConnectOptions::from_str(&settings.url)?
         .application_name("fencelock")
@@ -44,7 +44,12 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
     let opening = Background::Driver
-        .spawn(async move { pool_options.connect_with(options).await })
+        .spawn(async move {
+            // One connection of its own first: the pool would retry until its timeout and
+            // report only that, not why (a refused login, a closed port).
+            PgConnection::connect_with(&options).await?.close().await?;
+            Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
+        })
         .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
     let pool = opening
         .await
