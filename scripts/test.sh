@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 # Installs redis-server, openssl and nftables with apt when missing and we are root; the tests
-# start their own private redis-server processes (and Sentinels) on free loopback ports.
+# start their own private redis-server processes (and Sentinels) on free loopback ports. The
+# SQL backends' tests use the machine's PostgreSQL and MariaDB (scripts/databases.sh starts,
+# or installs and starts, what does not answer), each test on lock tables of its own.
 #
 # `scripts/test.sh --extended` then also runs the simulation for 20,000 seeds (release build),
 # fuzzes the key-template parser and the attribute (cargo-fuzz, 60 s each; installs cargo-fuzz
@@ -33,6 +35,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 "${FENCELOCK_REDIS_SERVER:-redis-server}" --version
+# PostgreSQL and MariaDB for the SQL backends (installed and started when missing, as root).
+bash scripts/databases.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

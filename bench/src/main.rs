@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends] [--json PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
@@ -18,7 +18,9 @@
 //! workload about 4-10x shorter; `--topologies` runs only the topology table; `--telemetry`
 //! only W1 with and without a tracing subscriber and a metrics recorder listening; `--kinds`
 //! only the lock kinds (mutex, read, write, semaphore, segmented): W1, round trips per
-//! acquisition, and 8 workers on one key of each kind.
+//! acquisition, and 8 workers on one key of each kind; `--backends` only the topology
+//! table's rows an application chooses between: one Redis server, Redlock(3), PostgreSQL
+//! and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`).
 
 mod footprint;
 mod kinds;
@@ -89,6 +91,8 @@ struct Args {
     telemetry: bool,
     /// Only the lock kinds table.
     kinds: bool,
+    /// Only the backends table (Redis, Redlock, PostgreSQL, MySQL).
+    backends: bool,
     json: PathBuf,
 }
 
@@ -98,6 +102,7 @@ fn parse_args() -> Result<Args, BoxError> {
         topologies: false,
         telemetry: false,
         kinds: false,
+        backends: false,
         json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
@@ -107,10 +112,11 @@ fn parse_args() -> Result<Args, BoxError> {
             "--topologies" => args.topologies = true,
             "--telemetry" => args.telemetry = true,
             "--kinds" => args.kinds = true,
+            "--backends" => args.backends = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends] [--json PATH]"
                 )
                 .into());
             }
@@ -166,6 +172,13 @@ async fn main() -> Result<(), BoxError> {
     if args.topologies {
         let (ping, runs) =
             topologies::compare(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker).await?;
+        report::topologies(&ping, &runs, &mut targets);
+        return Ok(());
+    }
+    if args.backends {
+        let (ping, runs) =
+            topologies::backends(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker)
+                .await?;
         report::topologies(&ping, &runs, &mut targets);
         return Ok(());
     }

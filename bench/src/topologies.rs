@@ -2,12 +2,14 @@
 //! client, sequential acquire + release), W2 (`W2_WORKERS` workers with a client each on one
 //! key, default mode) and W3 (`W3_WORKERS` workers on as many keys through one shared client)
 //! on a single server, on Redlock over 3 and over 5 masters, on a master behind Sentinel (with
-//! and without `min_replicas = 1`), rslock on one and on the same 5 masters, and Redis
-//! Clusters of 1, 2 and 3 masters; with the first master's PING as the floor (the other
-//! topologies' servers are of the same kind).
+//! and without `min_replicas = 1`), rslock on one and on the same 5 masters, Redis Clusters
+//! of 1, 2 and 3 masters, and the machine's PostgreSQL and MySQL/MariaDB; with the first
+//! master's PING as the floor (the other Redis servers are of the same kind), and each
+//! database's own `SELECT 1` round trip as its floor.
 
 use fencelock::LockClient;
-use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup};
+use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind};
+use sqlx::Connection;
 
 use crate::locker::{Locker, RslockRetry};
 use crate::workloads::{
@@ -27,6 +29,9 @@ const CLUSTER_SIZES: [(&str, usize); 3] = [
 /// One topology's figures.
 pub struct TopologyRun {
     pub name: &'static str,
+    /// The store's own round trip, where it is not the first master's PING (a database's
+    /// `SELECT 1`).
+    pub own_floor: Option<Latency>,
     pub w1: Latency,
     pub w2: Contention,
     pub w3: Throughput,
@@ -39,6 +44,7 @@ enum Topology<'a> {
     Sentinel(&'a SentinelGroup, u32),
     Cluster(&'a RedisCluster),
     Rslock(&'a [String]),
+    Sql(&'a SqlDatabase),
 }
 
 impl Topology<'_> {
@@ -57,6 +63,7 @@ impl Topology<'_> {
             Topology::Rslock(urls) => {
                 Locker::rslock_over(urls.to_vec(), RslockRetry::DEFAULT).await
             }
+            Topology::Sql(database) => Locker::fencelock(database.builder().connect().await?),
         })
     }
 }
@@ -94,7 +101,48 @@ pub async fn compare(
         let cluster = RedisCluster::start(size, 0).await?;
         runs.push(run(name, &Topology::Cluster(&cluster), &counter, sizes).await?);
     }
+    runs.extend(databases(&counter, sizes).await?);
     Ok((ping, runs))
+}
+
+/// The backends an application chooses between, for the README's table: one Redis server,
+/// Redlock over 3 masters, PostgreSQL and MySQL.
+pub async fn backends(
+    sequential: usize,
+    w2_per_worker: usize,
+    w3_per_worker: usize,
+) -> Result<(Latency, Vec<TopologyRun>), BoxError> {
+    let masters = (0..3)
+        .map(|_| RedisServer::start())
+        .collect::<Result<Vec<_>, _>>()?;
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let counter = RedisServer::start()?;
+    let ping = workloads::ping(&workloads::connect(&urls[0]).await?, sequential).await;
+    let sizes = (sequential, w2_per_worker, w3_per_worker);
+    let mut runs = vec![
+        run("Redis, one server", &Topology::Single(&urls[0]), &counter, sizes).await?,
+        run("Redlock(3)", &Topology::Redlock(&urls), &counter, sizes).await?,
+    ];
+    runs.extend(databases(&counter, sizes).await?);
+    Ok((ping, runs))
+}
+
+/// The runs on the machine's databases (each on lock tables of its own), with their floors.
+async fn databases(
+    counter: &RedisServer,
+    sizes: (usize, usize, usize),
+) -> Result<Vec<TopologyRun>, BoxError> {
+    let mut runs = Vec::new();
+    for (name, kind) in [("PostgreSQL", SqlKind::Postgres), ("MySQL", SqlKind::MySql)] {
+        let Some(database) = SqlDatabase::reach(kind).await else {
+            continue;
+        };
+        let mut sql = run(name, &Topology::Sql(&database), counter, sizes).await?;
+        sql.own_floor = Some(select_one(database.url(), sizes.0).await?);
+        database.drop_tables().await;
+        runs.push(sql);
+    }
+    Ok(runs)
 }
 
 async fn run(
@@ -115,5 +163,34 @@ async fn run(
     };
     let w2 = workloads::contention_with(&counter.url(), mode, own, w2_per_worker).await?;
     let w3 = workloads::many_keys(vec![shared; W3_WORKERS], w3_per_worker).await?;
-    Ok(TopologyRun { name, w1, w2, w3 })
+    Ok(TopologyRun {
+        name,
+        own_floor: None,
+        w1,
+        w2,
+        w3,
+    })
+}
+
+/// A database's floor: `SELECT 1`, sequential, on one connection.
+async fn select_one(url: &str, iterations: usize) -> Result<Latency, BoxError> {
+    async fn time<C: Connection>(url: &str, iterations: usize) -> Result<Latency, BoxError>
+    where
+        for<'c> &'c mut C: sqlx::Executor<'c>,
+    {
+        let connection = tokio::sync::Mutex::new(C::connect(url).await?);
+        Ok(workloads::measure(iterations, || async {
+            let mut connection = connection.lock().await;
+            sqlx::Executor::execute(&mut *connection, "SELECT 1")
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .await)
+    }
+    if url.starts_with("postgres") {
+        time::<sqlx::PgConnection>(url, iterations).await
+    } else {
+        time::<sqlx::MySqlConnection>(url, iterations).await
+    }
 }

@@ -11,7 +11,7 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
     println!(
         "\nTopologies: W1 ({} sequential pairs), W2 ({} workers with a client each on one key) \
          and W3 ({} workers on their own keys, one shared client); floor: PING {:.1} µs on the \
-         first master",
+         first master (a database: its own SELECT 1, in the last column)",
         ping.iterations,
         crate::workloads::W2_WORKERS,
         crate::workloads::W3_WORKERS,
@@ -31,6 +31,10 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
                 format!("{:.0}", run.w3.ops_per_s()),
                 (run.w1.failures.count + run.w2.acquire_failures.count + run.w3.failures.count)
                     .to_string(),
+                run.own_floor.as_ref().map_or_else(String::new, |floor| {
+                    let ratio = run.w1.summary.mean.as_secs_f64() / floor.summary.mean.as_secs_f64();
+                    format!("{:.1} µs, W1 {ratio:.1}x", us(floor.summary.mean))
+                }),
             ]
         })
         .collect();
@@ -44,6 +48,7 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
             "W2 max wait ms",
             "W3 pairs/s",
             "failures",
+            "own floor",
         ],
         &rows,
     );
@@ -93,6 +98,7 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
             "w2_lost_updates": run.w2.lost_updates(),
             "w3_pairs_per_s": run.w3.ops_per_s(),
                 "w3_failures": failures_json(&run.w3.failures),
+                "own_floor": run.own_floor.as_ref().map(|floor| summary_json(&floor.summary)),
             }))
             .collect::<Vec<_>>()
     )

@@ -131,6 +131,11 @@ impl TcpProxy {
         })
     }
 
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://<proxy address>/`.
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)

@@ -105,6 +105,80 @@ impl SqlDatabase {
         &self.table
     }
 
+    /// The server's address (host and port of the URL, on loopback unless it names another
+    /// IP address).
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        let rest = self.url.split_once("://")?.1;
+        let authority = rest.split('/').next()?;
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        let (host, port) = host_port.rsplit_once(':')?;
+        let ip = match host {
+            "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+            ip => ip.parse().ok()?,
+        };
+        Some(std::net::SocketAddr::new(ip, port.parse().ok()?))
+    }
+
+    /// This database's URL with its server's address replaced by `addr` (a proxy's).
+    pub fn url_via(&self, addr: std::net::SocketAddr) -> Option<String> {
+        let server = self.addr()?;
+        let port = format!(":{}/", server.port());
+        let (scheme, rest) = self.url.split_once("://")?;
+        let (user, authority_rest) = match rest.rsplit_once('@') {
+            Some((user, rest)) => (format!("{user}@"), rest),
+            None => (String::new(), rest),
+        };
+        let path = authority_rest.split_once(&port)?.1;
+        Some(format!("{scheme}://{user}{addr}/{path}"))
+    }
+
+    /// Restarts the machine's database server, as its packages run it (as root: PostgreSQL
+    /// with `pg_ctlcluster`, MariaDB with `mariadb-admin shutdown` and `mariadbd` started
+    /// again in the background), and waits (at most 60 s) until it answers. Data on disk
+    /// survives; connections do not.
+    pub async fn restart_server(&self) -> std::io::Result<()> {
+        let run = |program: &str, args: &[&str]| -> std::io::Result<()> {
+            let status = std::process::Command::new(program)
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!("{program} {args:?}: {status}")))
+            }
+        };
+        match self.kind {
+            SqlKind::Postgres => {
+                let version = std::fs::read_dir("/etc/postgresql")?
+                    .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                    .next()
+                    .ok_or_else(|| std::io::Error::other("no cluster under /etc/postgresql"))?;
+                let args = ["--skip-systemctl-redirect", &version, "main", "restart"];
+                run("pg_ctlcluster", &args)?;
+            }
+            SqlKind::MySql => {
+                run("mariadb-admin", &["-h127.0.0.1", "-uroot", "shutdown"])?;
+                // The shutdown's reply may come before the server has exited.
+                let started = std::time::Instant::now();
+                let running = || run("pgrep", &["-x", "mariadbd"]).is_ok();
+                while running() && started.elapsed() < Duration::from_secs(60) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let start = ["--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"];
+                run("start-stop-daemon", &start)?;
+            }
+        }
+        let started = std::time::Instant::now();
+        while self.execute("SELECT 1").await.is_err() {
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err(std::io::Error::other("the database did not come back in 60 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
     /// A builder for a client on this database's lock table.
     pub fn builder(&self) -> SqlClientBuilder {
         let builder = match self.kind {
@@ -139,13 +213,18 @@ impl SqlDatabase {
         }
     }
 
-    /// Drops this database's lock tables.
+    /// Drops this database's lock tables (tried 3 times: the connections of a test's
+    /// finished processes may still hold locks on them for a moment).
     pub async fn drop_tables(&self) {
-        let dropped = self
-            .execute(&format!("DROP TABLE IF EXISTS {0}, {0}_fences", self.table))
-            .await;
-        if let Err(error) = dropped {
-            eprintln!("could not drop the test tables {}: {error}", self.table);
+        let drop = format!("DROP TABLE IF EXISTS {0}, {0}_fences", self.table);
+        for tries_left in (0..3).rev() {
+            match self.execute(&drop).await {
+                Ok(_) => return,
+                Err(error) if tries_left == 0 => {
+                    eprintln!("could not drop the test tables {}: {error}", self.table);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fencelock::testing::history::{Violation, check, read_histories};
-use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, TcpProxy};
+use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy};
 use redis::AsyncCommands;
 
 use crate::worker::{self, KEYS};
@@ -58,23 +58,38 @@ pub enum Topology {
     /// A master, its replica and three Sentinels; the workers' sections ask for this many
     /// replicas (`min_replicas`).
     Sentinel(Box<SentinelGroup>, u32),
+    /// A lock table of its own on the machine's PostgreSQL or MySQL/MariaDB server.
+    Sql(SqlDatabase),
 }
 
 impl Topology {
     /// The server a fault on "the lock server" hits: the one server, the first master (of
     /// Redlock, or of the cluster as created), or the master the Sentinel group started
-    /// with.
-    pub fn server(&mut self) -> &mut RedisServer {
+    /// with; `None` for a database.
+    pub fn server(&mut self) -> Option<&mut RedisServer> {
         match self {
-            Topology::Single(server) => server,
-            Topology::Redlock(masters) => &mut masters[0],
-            Topology::Cluster(cluster) => &mut cluster.nodes[0],
-            Topology::Sentinel(group, _) => &mut group.master,
+            Topology::Single(server) => Some(server),
+            Topology::Redlock(masters) => Some(&mut masters[0]),
+            Topology::Cluster(cluster) => Some(&mut cluster.nodes[0]),
+            Topology::Sentinel(group, _) => Some(&mut group.master),
+            Topology::Sql(_) => None,
         }
     }
 
-    /// What the workers are told: the topology, its URLs, and `min_replicas`.
-    fn worker_env(&self, single_url: Option<String>) -> [(&'static str, String); 3] {
+    /// The address of the server a proxy goes in front of.
+    fn upstream(&mut self) -> std::io::Result<std::net::SocketAddr> {
+        let address = match self {
+            Topology::Sql(database) => database.addr(),
+            redis => redis
+                .server()
+                .map(|server| ([127, 0, 0, 1], server.port()).into()),
+        };
+        address.ok_or_else(|| std::io::Error::other("no address to put a proxy in front of"))
+    }
+
+    /// What the workers are told: the topology, its URLs, `min_replicas` and (for a
+    /// database) the lock table; `proxy` stands in front of the one server, if any.
+    fn worker_env(&self, proxy: Option<std::net::SocketAddr>) -> [(&'static str, String); 4] {
         let urls = |servers: &[RedisServer]| {
             servers
                 .iter()
@@ -85,7 +100,17 @@ impl Topology {
         let (topology, urls, min_replicas) = match self {
             Topology::Single(server) => (
                 "single".to_owned(),
-                single_url.unwrap_or_else(|| server.url()),
+                proxy.map_or_else(|| server.url(), |addr| format!("redis://{addr}/")),
+                0,
+            ),
+            Topology::Sql(database) => (
+                match database.kind() {
+                    SqlKind::Postgres => "postgres".to_owned(),
+                    SqlKind::MySql => "mysql".to_owned(),
+                },
+                proxy
+                    .and_then(|addr| database.url_via(addr))
+                    .unwrap_or_else(|| database.url().to_owned()),
                 0,
             ),
             Topology::Redlock(masters) => ("redlock".to_owned(), urls(masters), 0),
@@ -96,10 +121,15 @@ impl Topology {
                 *min_replicas,
             ),
         };
+        let table = match self {
+            Topology::Sql(database) => database.table().to_owned(),
+            _ => String::new(),
+        };
         [
             (worker::TOPOLOGY, topology),
             (worker::URL, urls),
             (worker::MIN_REPLICAS, min_replicas.to_string()),
+            (worker::TABLE, table),
         ]
     }
 }
@@ -127,12 +157,11 @@ impl Run {
     ) -> std::io::Result<Run> {
         let resource = RedisServer::start()?;
         let proxy = if through_proxy {
-            let upstream = ([127, 0, 0, 1], topology.server().port()).into();
-            Some(TcpProxy::start(upstream)?)
+            Some(TcpProxy::start(topology.upstream()?)?)
         } else {
             None
         };
-        let worker_env = topology.worker_env(proxy.as_ref().map(TcpProxy::url));
+        let worker_env = topology.worker_env(proxy.as_ref().map(TcpProxy::addr));
         let dir = std::env::temp_dir().join(format!(
             "fencelock-torture-{}-{}",
             std::process::id(),
@@ -233,6 +262,9 @@ impl Run {
             Ok::<_, redis::RedisError>((accepted, counted))
         })?;
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Topology::Sql(database) = &self.topology {
+            tokio::runtime::Runtime::new()?.block_on(database.drop_tables());
+        }
         Ok(Report {
             scenario: self.scenario,
             promise,

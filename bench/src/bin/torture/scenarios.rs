@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::{
-    RedisCluster, RedisServer, SentinelGroup, continue_process, stop_process,
+    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, continue_process,
+    stop_process,
 };
 
 use crate::run::{Promise, Report, Run, Topology};
@@ -86,6 +87,38 @@ pub const ALL: &[Scenario] = &[
         name: "sentinel-failover-min-replicas",
         run: sentinel_failover_min_replicas,
     },
+    Scenario {
+        name: "postgres-holder-sigkill",
+        run: |ms| sql_holder_sigkill(SqlKind::Postgres, ms),
+    },
+    Scenario {
+        name: "postgres-holder-sigstop",
+        run: |ms| sql_holder_sigstop(SqlKind::Postgres, ms),
+    },
+    Scenario {
+        name: "postgres-latency-and-cuts",
+        run: |ms| sql_latency_and_cuts(SqlKind::Postgres, ms),
+    },
+    Scenario {
+        name: "postgres-restart",
+        run: |ms| sql_restart(SqlKind::Postgres, ms),
+    },
+    Scenario {
+        name: "mysql-holder-sigkill",
+        run: |ms| sql_holder_sigkill(SqlKind::MySql, ms),
+    },
+    Scenario {
+        name: "mysql-holder-sigstop",
+        run: |ms| sql_holder_sigstop(SqlKind::MySql, ms),
+    },
+    Scenario {
+        name: "mysql-latency-and-cuts",
+        run: |ms| sql_latency_and_cuts(SqlKind::MySql, ms),
+    },
+    Scenario {
+        name: "mysql-restart",
+        run: |ms| sql_restart(SqlKind::MySql, ms),
+    },
 ];
 
 /// One private Redis server.
@@ -117,6 +150,20 @@ fn sentinel(min_replicas: u32) -> Result<Topology, Box<dyn std::error::Error>> {
 /// would still run when the server, back, hands its expired key to the next waiter.
 const OUTLASTING_BODY_MS: u64 = 2_500;
 
+/// The Redis server a fault hits.
+fn redis_server(topology: &mut Topology) -> Result<&mut RedisServer, Box<dyn std::error::Error>> {
+    topology
+        .server()
+        .ok_or_else(|| "this fault needs a Redis server".into())
+}
+
+/// A lock table of its own on the machine's `kind` of database.
+fn database(kind: SqlKind) -> Result<Topology, Box<dyn std::error::Error>> {
+    let reached = tokio::runtime::Runtime::new()?.block_on(SqlDatabase::reach(kind));
+    let database = reached.ok_or_else(|| format!("no {kind:?} server to run the scenario on"))?;
+    Ok(Topology::Sql(database))
+}
+
 fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
@@ -139,7 +186,13 @@ fn no_faults(run_ms: u64) -> Outcome {
 }
 
 fn holder_sigkill(run_ms: u64) -> Outcome {
-    let mut run = Run::start("holder SIGKILL", single()?, 3, run_ms, false)?;
+    killed_holder("holder SIGKILL", single()?, run_ms)
+}
+
+/// A worker killed with SIGKILL a third into the run: its leases expire, and the others go
+/// on without overlapping.
+fn killed_holder(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
+    let mut run = Run::start(scenario, topology, 3, run_ms, false)?;
     sleep_ms(run_ms / 3);
     run.workers[0].kill()?;
     run.finish(Promise::Exclusion, Some(0))
@@ -152,14 +205,19 @@ fn client_kill(run_ms: u64) -> Outcome {
         sleep_ms(300);
         let mut kill = redis::cmd("CLIENT");
         kill.arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"]);
-        send(run.topology.server(), kill)?;
+        send(redis_server(&mut run.topology)?, kill)?;
     }
     run.finish(Promise::Exclusion, None)
 }
 
 fn latency_and_cuts(run_ms: u64) -> Outcome {
-    let name = "20 ms latency, connections cut every 500 ms";
-    let run = Run::start(name, single()?, 3, run_ms, true)?;
+    cut_connections("20 ms latency, connections cut every 500 ms", single()?, run_ms)
+}
+
+/// 20 ms of latency, and every connection cut every 500 ms, by a proxy in front of the
+/// server.
+fn cut_connections(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
+    let run = Run::start(scenario, topology, 3, run_ms, true)?;
     if let Some(proxy) = &run.proxy {
         proxy.set_latency(Duration::from_millis(20));
         let started = Instant::now();
@@ -187,7 +245,7 @@ fn server_outage(
         false,
     )?;
     sleep_ms(run_ms / 4);
-    fault(run.topology.server())?;
+    fault(redis_server(&mut run.topology)?)?;
     run.finish(Promise::Exclusion, None)
 }
 
@@ -231,14 +289,12 @@ fn debug_sleep(run_ms: u64) -> Outcome {
 }
 
 fn holder_sigstop(run_ms: u64) -> Outcome {
+    frozen_holder("holder SIGSTOP 2 x TTL", single()?, run_ms)
+}
+
+fn frozen_holder(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
     // Its body outlasts the freeze, so that after thawing it still runs and must be stopped.
-    let run = Run::start(
-        "holder SIGSTOP 2 x TTL",
-        single()?,
-        OUTLASTING_BODY_MS,
-        run_ms,
-        false,
-    )?;
+    let run = Run::start(scenario, topology, OUTLASTING_BODY_MS, run_ms, false)?;
     let Some(holder) = run.first_to_enter() else {
         return Err("no worker entered a critical section".into());
     };
@@ -290,7 +346,7 @@ fn clock_jump(run_ms: u64) -> Outcome {
 fn redis_restart(run_ms: u64) -> Outcome {
     let mut run = Run::start("Redis restart (data lost)", single()?, 200, run_ms, false)?;
     sleep_ms(run_ms / 2);
-    run.topology.server().restart()?;
+    redis_server(&mut run.topology)?.restart()?;
     run.finish(Promise::FencingOnly, None)
 }
 
@@ -387,4 +443,48 @@ fn cluster_master_sigkill(run_ms: u64) -> Outcome {
         tokio::runtime::Runtime::new()?.block_on(cluster.wait_until_ready())?;
     }
     run.finish(Promise::FencingOnly, None)
+}
+
+/// The scenario's name in the table, for `kind`'s database.
+fn on(kind: SqlKind, postgres: &'static str, mysql: &'static str) -> &'static str {
+    match kind {
+        SqlKind::Postgres => postgres,
+        SqlKind::MySql => mysql,
+    }
+}
+
+fn sql_holder_sigkill(kind: SqlKind, run_ms: u64) -> Outcome {
+    let name = on(kind, "PostgreSQL: holder SIGKILL", "MySQL: holder SIGKILL");
+    killed_holder(name, database(kind)?, run_ms)
+}
+
+fn sql_holder_sigstop(kind: SqlKind, run_ms: u64) -> Outcome {
+    let name = on(
+        kind,
+        "PostgreSQL: holder SIGSTOP 2 x TTL",
+        "MySQL: holder SIGSTOP 2 x TTL",
+    );
+    frozen_holder(name, database(kind)?, run_ms)
+}
+
+fn sql_latency_and_cuts(kind: SqlKind, run_ms: u64) -> Outcome {
+    let name = on(
+        kind,
+        "PostgreSQL: 20 ms latency, cuts every 500 ms",
+        "MySQL: 20 ms latency, cuts every 500 ms",
+    );
+    cut_connections(name, database(kind)?, run_ms)
+}
+
+/// The database server restarted a third into the run (its data on disk survives): holders
+/// whose renewal cannot reach it stop at their loss deadline, and the rows' expiry on the
+/// database's clock keeps the next holder out until then.
+fn sql_restart(kind: SqlKind, run_ms: u64) -> Outcome {
+    let name = on(kind, "PostgreSQL: server restart", "MySQL: server restart");
+    let run = Run::start(name, database(kind)?, 200, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    if let Topology::Sql(database) = &run.topology {
+        tokio::runtime::Runtime::new()?.block_on(database.restart_server())?;
+    }
+    run.finish(Promise::Exclusion, None)
 }

@@ -23,9 +23,12 @@ pub const RUN_MS: &str = "FENCELOCK_TORTURE_RUN_MS";
 /// A folder in which each worker creates `entered-<pid>` as it enters a critical section.
 pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
 /// How the workers reach the lock servers: `single` (the default; `URL` is one server),
-/// `redlock` (`URL` lists the masters, comma-separated), `cluster` (`URL` lists the nodes) or
-/// `sentinel:<service>` (`URL` lists the Sentinels).
+/// `redlock` (`URL` lists the masters, comma-separated), `cluster` (`URL` lists the nodes),
+/// `sentinel:<service>` (`URL` lists the Sentinels), `postgres` or `mysql` (`URL` is the
+/// database's, `TABLE` the lock table).
 pub const TOPOLOGY: &str = "FENCELOCK_TORTURE_TOPOLOGY";
+/// The lock table, for `postgres` and `mysql` (`URL` is the database's).
+pub const TABLE: &str = "FENCELOCK_TORTURE_TABLE";
 /// `min_replicas` of every section (default 0).
 pub const MIN_REPLICAS: &str = "FENCELOCK_TORTURE_MIN_REPLICAS";
 
@@ -139,6 +142,14 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let locks = match topology.as_str() {
         "redlock" => LockClient::redlock(urls.split(',')).await?,
         "cluster" => LockClient::cluster(urls.split(',')).await?,
+        "postgres" => {
+            let builder = LockClient::postgres_builder(&urls);
+            builder.table(env(TABLE)?).connect().await?
+        }
+        "mysql" => {
+            let builder = LockClient::mysql_builder(&urls);
+            builder.table(env(TABLE)?).connect().await?
+        }
         _ => match topology.strip_prefix("sentinel:") {
             Some(service) => LockClient::sentinel(urls.split(','), service).await?,
             None => LockClient::connect(&urls).await?,
