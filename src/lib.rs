@@ -36,7 +36,7 @@
 
 #![deny(missing_docs)]
 
-pub use fencelock_macros::redis_lock;
+pub use fencelock_macros::{lock, redis_lock};
 pub use fencelock_runtime::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient,
     LockClientBuilder, LockError, LockGuard, LockKind, LockOptions, LockRequest, LossCause,

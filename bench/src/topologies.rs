@@ -120,7 +120,13 @@ pub async fn backends(
     let ping = workloads::ping(&workloads::connect(&urls[0]).await?, sequential).await;
     let sizes = (sequential, w2_per_worker, w3_per_worker);
     let mut runs = vec![
-        run("Redis, one server", &Topology::Single(&urls[0]), &counter, sizes).await?,
+        run(
+            "Redis, one server",
+            &Topology::Single(&urls[0]),
+            &counter,
+            sizes,
+        )
+        .await?,
         run("Redlock(3)", &Topology::Redlock(&urls), &counter, sizes).await?,
     ];
     runs.extend(databases(&counter, sizes).await?);

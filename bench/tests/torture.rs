@@ -4,8 +4,15 @@
 use std::process::Command;
 
 fn scenario(name: &str) {
+    scenarios(&[name]);
+}
+
+/// Runs `names` one after the other, in one torture process.
+fn scenarios(names: &[&str]) {
+    let name = names.join(", ");
     let output = Command::new(env!("CARGO_BIN_EXE_torture"))
-        .args(["--seconds", "3", name])
+        .args(["--seconds", "3"])
+        .args(names)
         .output()
         .expect("the torture binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -95,4 +102,20 @@ fn cluster_failover() {
 #[test]
 fn cluster_master_killed() {
     scenario("cluster-master-sigkill");
+}
+
+/// The SQL backends' scenarios, one after the other: two of them restart the machine's
+/// database servers (as root), which a scenario running beside them would feel.
+#[test]
+fn sql_backends_under_faults() {
+    scenarios(&[
+        "postgres-holder-sigkill",
+        "postgres-holder-sigstop",
+        "postgres-latency-and-cuts",
+        "postgres-restart",
+        "mysql-holder-sigkill",
+        "mysql-holder-sigstop",
+        "mysql-latency-and-cuts",
+        "mysql-restart",
+    ]);
 }

@@ -1,4 +1,5 @@
-//! The `#[redis_lock]` attribute of [fencelock](https://docs.rs/fencelock).
+//! The `#[redis_lock]` attribute of [fencelock](https://docs.rs/fencelock) (also named
+//! `#[lock]`: the client, not the attribute, chooses the store).
 //!
 //! Use it through the `fencelock` crate, which re-exports it next to the
 //! runtime that the generated code calls.
@@ -200,5 +201,29 @@ use proc_macro::TokenStream;
 /// creates no span.
 #[proc_macro_attribute]
 pub fn redis_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::redis_lock(attr.into(), item.into()).into()
+}
+
+/// [`redis_lock`] under a name that names no store: the attribute is the same, with the same
+/// arguments and checks, and the client decides where the lock lives (Redis, PostgreSQL,
+/// MySQL, the memory backend).
+///
+/// ```
+/// use fencelock::{LockClient, LockError, lock, with_client};
+///
+/// #[lock(key = "report:{day}", ttl_ms = 60_000, action = GiveUp)]
+/// async fn build_report(day: u32) -> Result<u32, LockError> {
+///     Ok(day)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // `LockClient::postgres("postgres://...")` or `LockClient::connect("redis://...")` alike.
+/// let built = with_client(LockClient::memory(), build_report(3)).await;
+/// assert_eq!(built.unwrap(), 3);
+/// # }
+/// ```
+#[proc_macro_attribute]
+pub fn lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::redis_lock(attr.into(), item.into()).into()
 }

@@ -32,7 +32,8 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
                 (run.w1.failures.count + run.w2.acquire_failures.count + run.w3.failures.count)
                     .to_string(),
                 run.own_floor.as_ref().map_or_else(String::new, |floor| {
-                    let ratio = run.w1.summary.mean.as_secs_f64() / floor.summary.mean.as_secs_f64();
+                    let ratio =
+                        run.w1.summary.mean.as_secs_f64() / floor.summary.mean.as_secs_f64();
                     format!("{:.1} µs, W1 {ratio:.1}x", us(floor.summary.mean))
                 }),
             ]

@@ -110,7 +110,9 @@ impl SqlDatabase {
     pub fn addr(&self) -> Option<std::net::SocketAddr> {
         let rest = self.url.split_once("://")?.1;
         let authority = rest.split('/').next()?;
-        let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        let host_port = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
         let (host, port) = host_port.rsplit_once(':')?;
         let ip = match host {
             "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
@@ -145,7 +147,9 @@ impl SqlDatabase {
             if status.success() {
                 Ok(())
             } else {
-                Err(std::io::Error::other(format!("{program} {args:?}: {status}")))
+                Err(std::io::Error::other(format!(
+                    "{program} {args:?}: {status}"
+                )))
             }
         };
         match self.kind {
@@ -165,14 +169,22 @@ impl SqlDatabase {
                 while running() && started.elapsed() < Duration::from_secs(60) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                let start = ["--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"];
+                let start = [
+                    "--start",
+                    "--oknodo",
+                    "--background",
+                    "--exec",
+                    "/usr/sbin/mariadbd",
+                ];
                 run("start-stop-daemon", &start)?;
             }
         }
         let started = std::time::Instant::now();
         while self.execute("SELECT 1").await.is_err() {
             if started.elapsed() > Duration::from_secs(60) {
-                return Err(std::io::Error::other("the database did not come back in 60 s"));
+                return Err(std::io::Error::other(
+                    "the database did not come back in 60 s",
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

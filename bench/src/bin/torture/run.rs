@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fencelock::testing::history::{Violation, check, read_histories};
-use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy};
+use fencelock::testing::{
+    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy,
+};
 use redis::AsyncCommands;
 
 use crate::worker::{self, KEYS};

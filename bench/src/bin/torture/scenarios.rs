@@ -6,8 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::{
-    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, continue_process,
-    stop_process,
+    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, continue_process, stop_process,
 };
 
 use crate::run::{Promise, Report, Run, Topology};
@@ -211,7 +210,11 @@ fn client_kill(run_ms: u64) -> Outcome {
 }
 
 fn latency_and_cuts(run_ms: u64) -> Outcome {
-    cut_connections("20 ms latency, connections cut every 500 ms", single()?, run_ms)
+    cut_connections(
+        "20 ms latency, connections cut every 500 ms",
+        single()?,
+        run_ms,
+    )
 }
 
 /// 20 ms of latency, and every connection cut every 500 ms, by a proxy in front of the

@@ -35,7 +35,9 @@ use std::time::Duration;
 use self::calls::Calls;
 use self::errors::{backend_error, is_missing_table, is_transient, redacted};
 use self::session::{Param, Session, Sessions, Transaction, Value};
-use self::statements::{Dialect, Statements};
+#[cfg(feature = "mysql")]
+use self::statements::{AcquireSteps, ReleaseSteps};
+use self::statements::{Acquiring, Dialect, Releasing, Statements};
 use super::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, RELEASED, Release,
     ReleaseWatch, Turn, released_mark,
@@ -249,10 +251,52 @@ impl Store {
     }
 
     async fn acquire(&self, lease: &Lease) -> Result<Acquire, sqlx::Error> {
+        match &self.statements.acquiring {
+            #[cfg(feature = "postgres")]
+            Acquiring::AtOnce(statement) => self.acquire_at_once(statement, lease).await,
+            #[cfg(feature = "mysql")]
+            Acquiring::InSteps(steps) => self.acquire_in_steps(steps, lease).await,
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn acquire_at_once(
+        &self,
+        statement: &str,
+        lease: &Lease,
+    ) -> Result<Acquire, sqlx::Error> {
+        let ttl = Param::Int(millis(lease.ttl));
+        let params = [lease.key.as_str().into(), lease.owner.as_str().into(), ttl];
+        let mut session = self.sessions.session().await?;
+        let rows = session.fetch(statement, &params).await?;
+        let Some([granted, latest, remaining]) = rows.first().map(Vec::as_slice) else {
+            return Err(unexpected("an acquire's answer"));
+        };
+        let latest = latest.int().ok_or_else(|| unexpected("a fence token"))?;
+        Ok(match granted.int() {
+            Some(token) => Acquire::Granted {
+                token: u64::try_from(token).unwrap_or_default(),
+                slot: None,
+            },
+            None => Acquire::Held {
+                remaining: remaining
+                    .int()
+                    .and_then(|us| u64::try_from(us).ok())
+                    .map(Duration::from_micros),
+                latest_token: u64::try_from(latest).unwrap_or_default(),
+            },
+        })
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn acquire_in_steps(
+        &self,
+        steps: &AcquireSteps,
+        lease: &Lease,
+    ) -> Result<Acquire, sqlx::Error> {
         let key = lease.key.as_str();
         let owner = lease.owner.as_str();
         let ttl = Param::Int(millis(lease.ttl));
-        let statements = &self.statements;
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
         let latest = self.lock_fence(session, key).await?;
@@ -261,7 +305,7 @@ impl Store {
             Some(grant) if grant.live() && grant.owner == owner => {
                 // The holder asks again (a retry after a lost reply): never shortened.
                 let params = [ttl, key.into(), owner.into()];
-                session.execute(&statements.refresh, &params).await?;
+                session.execute(&steps.refresh, &params).await?;
                 Acquire::Granted {
                     token: grant.token,
                     slot: None,
@@ -277,11 +321,11 @@ impl Store {
                 let taken = match found {
                     None => {
                         let params = [key.into(), owner.into(), as_token.clone(), ttl];
-                        session.execute(&statements.insert, &params).await?
+                        session.execute(&steps.insert, &params).await?
                     }
                     Some(_) => {
                         let params = [owner.into(), as_token.clone(), ttl, key.into()];
-                        session.execute(&statements.take_over, &params).await?
+                        session.execute(&steps.take_over, &params).await?
                     }
                 };
                 if taken == 0 {
@@ -292,7 +336,7 @@ impl Store {
                     }
                 } else {
                     let params = [as_token, key.into()];
-                    session.execute(&statements.set_fence, &params).await?;
+                    session.execute(&steps.set_fence, &params).await?;
                     Acquire::Granted { token, slot: None }
                 }
             }
@@ -302,9 +346,51 @@ impl Store {
     }
 
     async fn release(&self, lease: &Lease, keep: Duration) -> Result<Release, sqlx::Error> {
+        match &self.statements.releasing {
+            #[cfg(feature = "postgres")]
+            Releasing::AtOnce(statement) => self.release_at_once(statement, lease, keep).await,
+            #[cfg(feature = "mysql")]
+            Releasing::InSteps(steps) => self.release_in_steps(steps, lease, keep).await,
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn release_at_once(
+        &self,
+        statement: &str,
+        lease: &Lease,
+        keep: Duration,
+    ) -> Result<Release, sqlx::Error> {
+        let params = [
+            lease.key.as_str().into(),
+            lease.owner.as_str().into(),
+            Param::Int(millis(keep)),
+            Param::Text(released_mark(&lease.owner)),
+            Param::Int(millis(RELEASE_MEMORY)),
+            Param::Text(channel(&self.statements.table)),
+        ];
+        let mut session = self.sessions.session().await?;
+        let rows = session.fetch(statement, &params).await?;
+        let Some([now, before]) = rows.first().map(Vec::as_slice) else {
+            return Err(unexpected("a release's answer"));
+        };
+        let released = now.int().unwrap_or_default() + before.int().unwrap_or_default();
+        Ok(if released > 0 {
+            Release::Released
+        } else {
+            Release::NotOwner
+        })
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn release_in_steps(
+        &self,
+        steps: &ReleaseSteps,
+        lease: &Lease,
+        keep: Duration,
+    ) -> Result<Release, sqlx::Error> {
         let key = lease.key.as_str();
         let owner = lease.owner.as_str();
-        let statements = &self.statements;
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
         self.lock_fence(session, key).await?;
@@ -315,27 +401,21 @@ impl Store {
                 // As on Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
                     let params = [key.into(), owner.into()];
-                    session.execute(&statements.delete, &params).await?;
+                    session.execute(&self.statements.delete, &params).await?;
                     let memory = Param::Int(millis(RELEASE_MEMORY));
                     let params = [owner.into(), memory, key.into()];
-                    session
-                        .execute(&statements.remember_release, &params)
-                        .await?;
-                    let event = format!("released {}", grant.token);
-                    self.announce(session, key, &event).await?;
+                    session.execute(&steps.remember_release, &params).await?;
                 } else {
                     let keep = Param::Int(millis(keep));
                     let params = [marked.as_str().into(), keep, key.into(), owner.into()];
-                    session.execute(&statements.keep, &params).await?;
+                    session.execute(&steps.keep, &params).await?;
                 }
                 Release::Released
             }
             Some(grant) if grant.owner == marked => Release::Released,
             _ => {
                 let params = [key.into(), owner.into()];
-                let recent = session
-                    .fetch(&statements.released_recently, &params)
-                    .await?;
+                let recent = session.fetch(&steps.released_recently, &params).await?;
                 if recent.is_empty() {
                     Release::NotOwner
                 } else {

@@ -46,6 +46,44 @@ macro_rules! sql_file {
     };
 }
 
+/// How an acquire runs: one statement that does it all (PostgreSQL's data-modifying
+/// `WITH`), or steps in a transaction, decided in Rust between them (MySQL).
+#[derive(Debug)]
+pub(crate) enum Acquiring {
+    #[cfg(feature = "postgres")]
+    AtOnce(String),
+    #[cfg(feature = "mysql")]
+    InSteps(AcquireSteps),
+}
+
+/// How a release runs, as [`Acquiring`] says of an acquire.
+#[derive(Debug)]
+pub(crate) enum Releasing {
+    #[cfg(feature = "postgres")]
+    AtOnce(String),
+    #[cfg(feature = "mysql")]
+    InSteps(ReleaseSteps),
+}
+
+/// An acquire's steps after the fence lock and the read of the lock row.
+#[cfg(feature = "mysql")]
+#[derive(Debug)]
+pub(crate) struct AcquireSteps {
+    pub(crate) refresh: String,
+    pub(crate) insert: String,
+    pub(crate) take_over: String,
+    pub(crate) set_fence: String,
+}
+
+/// A release's steps after the fence lock and the read of the lock row (besides `delete`).
+#[cfg(feature = "mysql")]
+#[derive(Debug)]
+pub(crate) struct ReleaseSteps {
+    pub(crate) keep: String,
+    pub(crate) remember_release: String,
+    pub(crate) released_recently: String,
+}
+
 /// Every statement the backend sends, for one lock table.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -61,15 +99,10 @@ pub(crate) struct Statements {
     /// Takes the name's fence row lock; the last statement returns the latest token.
     pub(crate) lock_fence: Vec<String>,
     pub(crate) read: String,
-    pub(crate) refresh: String,
-    pub(crate) insert: String,
-    pub(crate) take_over: String,
-    pub(crate) set_fence: String,
     pub(crate) delete: String,
-    pub(crate) keep: String,
-    pub(crate) remember_release: String,
-    pub(crate) released_recently: String,
     pub(crate) fence: String,
+    pub(crate) acquiring: Acquiring,
+    pub(crate) releasing: Releasing,
     pub(crate) list: String,
     /// PostgreSQL's `pg_notify` (MySQL announces nothing: waiters poll).
     pub(crate) notify: Option<String>,
@@ -110,15 +143,33 @@ impl Statements {
             probe: prepare(sql_file!(dialect, "probe.sql")),
             lock_fence: split(sql_file!(dialect, "lock_fence.sql")),
             read: prepare(sql_file!(dialect, "read.sql")),
-            refresh: prepare(sql_file!(dialect, "refresh.sql")),
-            insert: prepare(sql_file!(dialect, "insert.sql")),
-            take_over: prepare(sql_file!(dialect, "take_over.sql")),
-            set_fence: prepare(sql_file!(dialect, "set_fence.sql")),
             delete: prepare(sql_file!(dialect, "delete.sql")),
-            keep: prepare(sql_file!(dialect, "keep.sql")),
-            remember_release: prepare(sql_file!(dialect, "remember_release.sql")),
-            released_recently: prepare(sql_file!(dialect, "released_recently.sql")),
             fence: prepare(sql_file!(dialect, "fence.sql")),
+            acquiring: match dialect {
+                #[cfg(feature = "postgres")]
+                Dialect::Postgres => {
+                    Acquiring::AtOnce(prepare(include_str!("postgres/acquire.sql")))
+                }
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => Acquiring::InSteps(AcquireSteps {
+                    refresh: prepare(include_str!("mysql/refresh.sql")),
+                    insert: prepare(include_str!("mysql/insert.sql")),
+                    take_over: prepare(include_str!("mysql/take_over.sql")),
+                    set_fence: prepare(include_str!("mysql/set_fence.sql")),
+                }),
+            },
+            releasing: match dialect {
+                #[cfg(feature = "postgres")]
+                Dialect::Postgres => {
+                    Releasing::AtOnce(prepare(include_str!("postgres/release.sql")))
+                }
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => Releasing::InSteps(ReleaseSteps {
+                    keep: prepare(include_str!("mysql/keep.sql")),
+                    remember_release: prepare(include_str!("mysql/remember_release.sql")),
+                    released_recently: prepare(include_str!("mysql/released_recently.sql")),
+                }),
+            },
             list: prepare(sql_file!(dialect, "list.sql")),
             notify: match dialect {
                 #[cfg(feature = "postgres")]

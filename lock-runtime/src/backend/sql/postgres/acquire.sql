@@ -1,0 +1,32 @@
+-- One acquire attempt in one statement (one round trip). Parameters: name, owner, lease ms.
+-- `fence` takes the name's fence row lock first, as every acquire and release does (and
+-- draws a token from its counter: a token no grant has had, so tokens strictly increase
+-- per name); `granted` then inserts the lock row, takes over an expired one, or refreshes
+-- the caller's own (keeping its token; a lease is never shortened). ON CONFLICT sees the
+-- row's latest version, whatever the statement's snapshot. "Now" is the statement's start:
+-- earlier than the grant, so an expiry is never set later than the caller counts on.
+-- Returns the granted token (NULL: held by another), the latest token drawn, and the
+-- holder's microseconds left as of the snapshot (a hint).
+WITH fence AS (
+    INSERT INTO {fences} AS f (name, token) VALUES ($1, 1)
+    ON CONFLICT (name) DO UPDATE SET token = f.token + 1
+    RETURNING f.token
+), granted AS (
+    INSERT INTO {locks} AS l (name, owner, token, expires_at)
+    SELECT $1, $2, fence.token,
+        statement_timestamp() + $3::BIGINT * INTERVAL '1 millisecond'
+    FROM fence
+    ON CONFLICT (name) DO UPDATE SET
+        token = CASE WHEN l.expires_at > statement_timestamp()
+            THEN l.token ELSE EXCLUDED.token END,
+        expires_at = CASE WHEN l.expires_at > statement_timestamp()
+            THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+        owner = EXCLUDED.owner
+    WHERE l.owner = EXCLUDED.owner OR l.expires_at <= statement_timestamp()
+    RETURNING l.token
+)
+SELECT
+    (SELECT token FROM granted),
+    (SELECT token FROM fence),
+    (SELECT (EXTRACT(EPOCH FROM expires_at - statement_timestamp()) * 1000000)::BIGINT
+        FROM {locks} WHERE name = $1)

@@ -1,1 +1,0 @@
-UPDATE {fences} SET token = $1 WHERE name = $2
