@@ -9,11 +9,12 @@ mod memory_test;
 mod observability;
 mod redis_test;
 mod spawned_tasks;
+mod sql;
 mod tracing_order;
 mod usage;
 
 /// The example files in the order the README shows them.
-const EXAMPLES: [(&str, &str); 8] = [
+const EXAMPLES: [(&str, &str); 9] = [
     ("usage.rs", include_str!("readme/usage.rs")),
     ("guard.rs", include_str!("readme/guard.rs")),
     ("kinds.rs", include_str!("readme/kinds.rs")),
@@ -22,6 +23,7 @@ const EXAMPLES: [(&str, &str); 8] = [
     ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),
     ("memory_test.rs", include_str!("readme/memory_test.rs")),
     ("redis_test.rs", include_str!("readme/redis_test.rs")),
+    ("sql.rs", include_str!("readme/sql.rs")),
 ];
 
 /// The languages a README block may have; only Rust blocks are code that must compile.

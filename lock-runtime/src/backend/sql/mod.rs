@@ -59,8 +59,10 @@ const MAX_TABLE_LEN: usize = 48;
 const EXTEND_BATCH: usize = 200;
 
 /// How often a transaction that lost a race (deadlock, serialization failure, lock wait
-/// timeout) or its connection is tried again before the error is reported.
-const TRIES: u32 = 8;
+/// timeout) or its connection is tried before the error is reported (the response timeout
+/// bounds the time): enough to get past every pooled connection a cut or a restart of the
+/// server broke (each is closed when it fails).
+const TRIES: u32 = 24;
 
 /// A lock backend on a PostgreSQL or MySQL/MariaDB database; see the [module](self) docs.
 /// Built by [`LockClient::postgres`] and [`LockClient::mysql`] (or their builders).
@@ -147,13 +149,6 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The first column of the first row, as an integer.
-fn first_int(rows: &[Vec<Value>]) -> Option<i64> {
-    rows.first()
-        .and_then(|row| row.first())
-        .and_then(Value::int)
-}
-
 impl Store {
     fn dialect(&self) -> Dialect {
         self.statements.dialect
@@ -190,26 +185,41 @@ impl Store {
         Transaction::begin(self.sessions.session().await?).await
     }
 
-    /// Takes the fence row lock of `key`; returns the latest token granted for it.
-    async fn lock_fence(&self, session: &mut dyn Session, key: &str) -> Result<u64, sqlx::Error> {
-        let params = [Param::from(key)];
-        let mut rows = Vec::new();
-        for statement in &self.statements.lock_fence {
-            rows = session.fetch(statement, &params).await?;
-        }
-        let token = first_int(&rows).ok_or_else(|| unexpected("a fence row"))?;
-        Ok(u64::try_from(token).unwrap_or_default())
+    /// Takes the fence row lock of `key`; with `draw`, also draws a token from its counter
+    /// (what [`read`](Self::read) then returns as the latest).
+    async fn lock_fence(
+        &self,
+        session: &mut dyn Session,
+        key: &str,
+        draw: bool,
+    ) -> Result<(), sqlx::Error> {
+        let increment = Param::Int(i64::from(draw));
+        let params = [key.into(), increment.clone(), increment];
+        session
+            .execute(&self.statements.lock_fence, &params)
+            .await?;
+        Ok(())
     }
 
+    /// The latest token drawn for `key` (`None`: it was never locked) and its lock row.
     async fn read(
         &self,
         session: &mut dyn Session,
         key: &str,
-    ) -> Result<Option<GrantRow>, sqlx::Error> {
+    ) -> Result<(Option<u64>, Option<GrantRow>), sqlx::Error> {
         let rows = session.fetch(&self.statements.read, &[key.into()]).await?;
-        rows.first()
-            .map(|row| GrantRow::from_values(row))
-            .transpose()
+        let Some(row) = rows.first() else {
+            return Ok((None, None));
+        };
+        let latest = row
+            .first()
+            .and_then(Value::int)
+            .ok_or_else(|| unexpected("a fence row"))?;
+        let grant = match row.get(1) {
+            Some(Value::Null) => None,
+            _ => Some(GrantRow::from_values(&row[1..])?),
+        };
+        Ok((Some(u64::try_from(latest).unwrap_or_default()), grant))
     }
 
     /// Announces `event` for `key` to the listeners, when the transaction commits.
@@ -299,8 +309,9 @@ impl Store {
         let ttl = Param::Int(millis(lease.ttl));
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
-        let latest = self.lock_fence(session, key).await?;
-        let found = self.read(session, key).await?;
+        self.lock_fence(session, key, true).await?;
+        let (drawn, found) = self.read(session, key).await?;
+        let drawn = drawn.ok_or_else(|| unexpected("a missing fence row"))?;
         let outcome = match &found {
             Some(grant) if grant.live() && grant.owner == owner => {
                 // The holder asks again (a retry after a lost reply): never shortened.
@@ -313,18 +324,17 @@ impl Store {
             }
             Some(grant) if grant.live() => Acquire::Held {
                 remaining: Some(grant.remaining()),
-                latest_token: latest,
+                latest_token: drawn,
             },
             _ => {
-                let token = latest + 1;
-                let as_token = Param::Int(i64::try_from(token).unwrap_or(i64::MAX));
+                let as_token = Param::Int(i64::try_from(drawn).unwrap_or(i64::MAX));
                 let taken = match found {
                     None => {
-                        let params = [key.into(), owner.into(), as_token.clone(), ttl];
+                        let params = [key.into(), owner.into(), as_token, ttl];
                         session.execute(&steps.insert, &params).await?
                     }
                     Some(_) => {
-                        let params = [owner.into(), as_token.clone(), ttl, key.into()];
+                        let params = [owner.into(), as_token, ttl, key.into()];
                         session.execute(&steps.take_over, &params).await?
                     }
                 };
@@ -332,12 +342,13 @@ impl Store {
                     // Renewed by its holder meanwhile.
                     Acquire::Held {
                         remaining: None,
-                        latest_token: latest,
+                        latest_token: drawn,
                     }
                 } else {
-                    let params = [as_token, key.into()];
-                    session.execute(&steps.set_fence, &params).await?;
-                    Acquire::Granted { token, slot: None }
+                    Acquire::Granted {
+                        token: drawn,
+                        slot: None,
+                    }
                 }
             }
         };
@@ -393,8 +404,8 @@ impl Store {
         let owner = lease.owner.as_str();
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
-        self.lock_fence(session, key).await?;
-        let found = self.read(session, key).await?;
+        self.lock_fence(session, key, false).await?;
+        let (_, found) = self.read(session, key).await?;
         let marked = released_mark(owner);
         let release = match found {
             Some(grant) if grant.owner == owner && grant.live() => {
@@ -471,42 +482,46 @@ impl Store {
     async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, sqlx::Error> {
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
-        self.lock_fence(session, key).await?;
-        let Some(found) = self.read(session, key).await?.filter(GrantRow::live) else {
-            return Ok(ForcedRelease::not_held(key));
+        self.lock_fence(session, key, false).await?;
+        let (_, found) = self.read(session, key).await?;
+        let forced = match found.filter(GrantRow::live) {
+            None => ForcedRelease::not_held(key),
+            Some(found) => {
+                let holding = found.holding();
+                let its = holding
+                    .owner()
+                    .is_some_and(|owner| grant.is(owner, Some(found.token)));
+                if its {
+                    let params = [key.into(), found.owner.as_str().into()];
+                    session.execute(&self.statements.delete, &params).await?;
+                    let event = format!("released {}", found.token);
+                    self.announce(session, key, &event).await?;
+                    let released = ReleaseEvent::Released {
+                        token: Some(found.token),
+                    };
+                    ForcedRelease {
+                        released: true,
+                        announced: Some(released),
+                        ..ForcedRelease::of(key, holding)
+                    }
+                } else {
+                    ForcedRelease::of(key, holding)
+                }
+            }
         };
-        let holding = found.holding();
-        if !holding
-            .owner()
-            .is_some_and(|owner| grant.is(owner, Some(found.token)))
-        {
-            return Ok(ForcedRelease::of(key, holding));
-        }
-        let params = [key.into(), found.owner.as_str().into()];
-        session.execute(&self.statements.delete, &params).await?;
-        let event = ReleaseEvent::Released {
-            token: Some(found.token),
-        };
-        self.announce(session, key, &format!("released {}", found.token))
-            .await?;
         transaction.commit().await?;
-        Ok(ForcedRelease {
-            released: true,
-            announced: Some(event),
-            ..ForcedRelease::of(key, holding)
-        })
+        Ok(forced)
     }
 
     async fn inspect(&self, key: &str) -> Result<LockState, sqlx::Error> {
         let mut session = self.sessions.session().await?;
-        let found = self.read(&mut *session, key).await?;
-        let fence = session.fetch(&self.statements.fence, &[key.into()]).await?;
+        let (fence, found) = self.read(&mut *session, key).await?;
         let holding = found
             .filter(GrantRow::live)
             .map_or(Holding::Free, |grant| grant.holding());
         Ok(LockState {
             holding,
-            fence: first_int(&fence).and_then(|token| u64::try_from(token).ok()),
+            fence,
             ..LockState::free(key)
         })
     }

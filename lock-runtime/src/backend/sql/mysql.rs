@@ -1,6 +1,7 @@
 //! MySQL and MariaDB: the pool. Waiters poll (MySQL has no notifications to offer).
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
@@ -16,31 +17,33 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
     let pool_options = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
-        .test_before_acquire(false)
-        .after_connect(|connection, _| {
-            Box::pin(async move {
-                let lock_wait = LOCK_WAIT.as_secs().max(1);
-                let set = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
-                connection.execute(set.as_str()).await?;
-                let version: String = sqlx::query_scalar("SELECT VERSION()")
-                    .fetch_one(&mut *connection)
-                    .await?;
-                if version.contains("MariaDB") {
-                    let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
-                    let set = format!("SET SESSION idle_transaction_timeout = {idle}");
-                    connection.execute(set.as_str()).await?;
-                }
-                Ok(())
-            })
-        });
+        .test_before_acquire(false);
     let opening = Background::Driver
         .spawn(async move {
             // One connection of its own first: the pool would retry until its timeout and
-            // report only that, not why (a refused login, a closed port).
-            MySqlConnection::connect_with(&options)
-                .await?
-                .close()
+            // report only that, not why (a refused login, a closed port). It also tells
+            // MySQL from MariaDB, for the settings of the pool's connections.
+            let mut first = MySqlConnection::connect_with(&options).await?;
+            let version: String = sqlx::query_scalar("SELECT VERSION()")
+                .fetch_one(&mut first)
                 .await?;
+            first.close().await?;
+            let mut settings = format!(
+                "SET SESSION innodb_lock_wait_timeout = {}",
+                LOCK_WAIT.as_secs().max(1)
+            );
+            if version.contains("MariaDB") {
+                let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
+                settings.push_str(&format!(", idle_transaction_timeout = {idle}"));
+            }
+            let settings: Arc<str> = settings.into();
+            let pool_options = pool_options.after_connect(move |connection, _| {
+                let settings = settings.clone();
+                Box::pin(async move {
+                    connection.execute(&*settings).await?;
+                    Ok(())
+                })
+            });
             Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
         })
         .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;

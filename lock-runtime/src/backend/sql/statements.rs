@@ -65,14 +65,14 @@ pub(crate) enum Releasing {
     InSteps(ReleaseSteps),
 }
 
-/// An acquire's steps after the fence lock and the read of the lock row.
+/// An acquire's steps after the fence lock and the read of the lock row (nothing more when
+/// another holds it).
 #[cfg(feature = "mysql")]
 #[derive(Debug)]
 pub(crate) struct AcquireSteps {
     pub(crate) refresh: String,
     pub(crate) insert: String,
     pub(crate) take_over: String,
-    pub(crate) set_fence: String,
 }
 
 /// A release's steps after the fence lock and the read of the lock row (besides `delete`).
@@ -96,11 +96,11 @@ pub(crate) struct Statements {
     pub(crate) schema: Vec<String>,
     /// Fails when a table is missing.
     pub(crate) probe: String,
-    /// Takes the name's fence row lock; the last statement returns the latest token.
-    pub(crate) lock_fence: Vec<String>,
+    /// Takes the name's fence row lock (and draws a token, for an acquire).
+    pub(crate) lock_fence: String,
+    /// The name's latest token and lock row.
     pub(crate) read: String,
     pub(crate) delete: String,
-    pub(crate) fence: String,
     pub(crate) acquiring: Acquiring,
     pub(crate) releasing: Releasing,
     pub(crate) list: String,
@@ -141,10 +141,9 @@ impl Statements {
             table: table.to_owned(),
             schema: split(sql_file!(dialect, "schema.sql")),
             probe: prepare(sql_file!(dialect, "probe.sql")),
-            lock_fence: split(sql_file!(dialect, "lock_fence.sql")),
+            lock_fence: prepare(sql_file!(dialect, "lock_fence.sql")),
             read: prepare(sql_file!(dialect, "read.sql")),
             delete: prepare(sql_file!(dialect, "delete.sql")),
-            fence: prepare(sql_file!(dialect, "fence.sql")),
             acquiring: match dialect {
                 #[cfg(feature = "postgres")]
                 Dialect::Postgres => {
@@ -155,7 +154,6 @@ impl Statements {
                     refresh: prepare(include_str!("mysql/refresh.sql")),
                     insert: prepare(include_str!("mysql/insert.sql")),
                     take_over: prepare(include_str!("mysql/take_over.sql")),
-                    set_fence: prepare(include_str!("mysql/set_fence.sql")),
                 }),
             },
             releasing: match dialect {
@@ -247,7 +245,7 @@ mod tests {
             let (update, read_back) = statements.extend(3);
             let mut all = vec![statements.probe.clone(), statements.read.clone(), update];
             all.extend(statements.schema.clone());
-            all.extend(statements.lock_fence.clone());
+            all.push(statements.lock_fence.clone());
             all.extend(read_back);
             for statement in all {
                 assert!(!statement.contains('{'), "{dialect:?}: {statement}");

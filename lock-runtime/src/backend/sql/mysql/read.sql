@@ -1,4 +1,9 @@
--- The name's grant, if any: owner, token, and microseconds left on the database's clock
--- (zero or less: expired).
-SELECT CAST(owner AS CHAR), token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
-FROM {locks} WHERE name = ?
+-- The name's latest token and grant, if any: owner, token, and microseconds left on the
+-- database's clock (zero or less: expired). No row: the name was never locked. A plain read:
+-- its snapshot is taken here, after the fence row lock (the first read of the transaction),
+-- so it sees every commit of an earlier holder of that lock; it takes no gap lock, which
+-- would make inserts of neighbouring names deadlock.
+SELECT f.token, CAST(l.owner AS CHAR), l.token,
+    TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM {fences} AS f LEFT JOIN {locks} AS l ON l.name = f.name
+WHERE f.name = ?

@@ -1,5 +1,6 @@
--- Takes the name's fence row (created at 0 on first use) and its row lock, which every
--- acquire and release of the name holds until it commits; returns the latest token.
-INSERT INTO {fences} (name, token) VALUES ($1, 0)
-ON CONFLICT (name) DO UPDATE SET token = {fences}.token
-RETURNING token
+-- Takes the name's fence row lock (creating the row on first use), which every acquire and
+-- release of the name holds until it commits. Parameters: name, the increment twice (1 for
+-- an acquire, which draws a token no grant has had, so a grant under it is greater than
+-- every earlier one; 0 for a release, which leaves the counter as it is).
+INSERT INTO {fences} AS f (name, token) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET token = f.token + $3

@@ -1,1 +1,0 @@
-UPDATE {fences} SET token = ? WHERE name = ?

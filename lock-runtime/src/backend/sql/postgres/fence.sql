@@ -1,1 +1,0 @@
-SELECT token FROM {fences} WHERE name = $1
