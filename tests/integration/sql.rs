@@ -255,3 +255,29 @@ async fn many_clients_create_the_tables_at_once() {
         database.drop_tables().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_wait_that_times_out_is_retried_not_surfaced() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let first = locks.lock("stuck").acquire().await.unwrap();
+        first.release().await.unwrap();
+        // Another transaction keeps the name's fence row locked past two of the backend's lock
+        // waits (1 s each; the client itself resends a failed call only once): the attempt's
+        // statement times out inside the backend and is tried again until the row is free.
+        let holder = database
+            .hold_fence_row("stuck", Duration::from_millis(2_500))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let guard = locks.lock("stuck").give_up().acquire().await;
+        let guard = guard.unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "it waited for the row lock"
+        );
+        guard.release().await.unwrap();
+        holder.await.unwrap();
+        database.drop_tables().await;
+    }
+}

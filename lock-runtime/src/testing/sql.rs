@@ -225,6 +225,37 @@ impl SqlDatabase {
         }
     }
 
+    /// Locks the fence row of `key` (which must exist: lock `key` once first) in a
+    /// transaction of its own, as a stuck client would, and returns once it is locked; the
+    /// returned task commits after `hold`.
+    pub async fn hold_fence_row(
+        &self,
+        key: &str,
+        hold: Duration,
+    ) -> Result<tokio::task::JoinHandle<()>, sqlx::Error> {
+        use sqlx::Connection;
+        let select = format!("SELECT token FROM {}_fences WHERE name = ", self.table);
+        macro_rules! hold_with {
+            ($connection:ty, $placeholder:literal) => {{
+                let mut connection = <$connection>::connect(&self.url).await?;
+                sqlx::Executor::execute(&mut connection, "BEGIN").await?;
+                let select = format!("{select}{} FOR UPDATE", $placeholder);
+                sqlx::query(&select)
+                    .bind(key)
+                    .execute(&mut connection)
+                    .await?;
+                tokio::spawn(async move {
+                    tokio::time::sleep(hold).await;
+                    let _ = sqlx::Executor::execute(&mut connection, "COMMIT").await;
+                })
+            }};
+        }
+        Ok(match self.kind {
+            SqlKind::Postgres => hold_with!(sqlx::PgConnection, "$1"),
+            SqlKind::MySql => hold_with!(sqlx::MySqlConnection, "?"),
+        })
+    }
+
     /// Drops this database's lock tables (tried 3 times: the connections of a test's
     /// finished processes may still hold locks on them for a moment).
     pub async fn drop_tables(&self) {

@@ -167,6 +167,7 @@ impl Store {
             match op().await {
                 Ok(done) => return Ok(done),
                 Err(error) if tries < TRIES && self.worth_retrying(&error) => {
+                    tracing::debug!(target: "fencelock", key, tries, error = %error, "database statement failed; trying again");
                     let pause = Duration::from_micros(500 + (random::unit() * 2_000.0) as u64);
                     tokio::time::sleep(pause * tries).await;
                     tries += 1;
