@@ -281,3 +281,35 @@ async fn a_lock_wait_that_times_out_is_retried_not_surfaced() {
         database.drop_tables().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listening_connection_wakes_the_watchers_and_listening_resumes() {
+    let Some(database) = SqlDatabase::reach(SqlKind::Postgres).await else {
+        return;
+    };
+    let locks = database.client().await;
+    let mut events = locks.admin().watch("listened").await.unwrap();
+    // The server ends the listening connection (as a restart or a network cut would).
+    let listening = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'fencelock' AND query LIKE 'LISTEN%fencelock_{}%'",
+        database.table()
+    );
+    assert_eq!(database.execute(&listening).await.unwrap(), 1);
+    let heard = tokio::time::timeout(Duration::from_secs(15), events.next()).await;
+    let heard = heard.expect("the watch hears of the loss").unwrap();
+    assert_eq!(heard, fencelock::admin::ReleaseEvent::Interrupted);
+    // The next watch listens on a new connection (it returns once that listens), and hears
+    // the next release.
+    let mut events = locks.admin().watch("listened").await.unwrap();
+    let guard = locks.lock("listened").acquire().await.unwrap();
+    let token = guard.token();
+    guard.release().await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(15), events.next()).await;
+    let heard = heard.expect("the release is heard").unwrap();
+    assert_eq!(
+        heard,
+        fencelock::admin::ReleaseEvent::Released { token: Some(token) }
+    );
+    database.drop_tables().await;
+}

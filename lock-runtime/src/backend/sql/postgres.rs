@@ -10,6 +10,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
@@ -60,6 +61,14 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
     })
 }
 
+/// The task that reads a listening connection.
+struct Reader {
+    task: AbortHandle,
+    /// Cleared by the task before it wakes the waiters at its end, so that the watch they
+    /// take next starts a new one (the task may not have finished yet by then).
+    listening: Arc<AtomicBool>,
+}
+
 /// A client's release listener.
 pub(super) struct Listener {
     pool: PgPool,
@@ -67,8 +76,9 @@ pub(super) struct Listener {
     response_timeout: Duration,
     hub: Arc<ReleaseHub>,
     /// The task reading the listening connection, once started (aborting it closes the
-    /// connection). Its lock also makes concurrent first waiters start one.
-    reader: Mutex<Option<AbortHandle>>,
+    /// connection), and whether it still listens. Its lock also makes concurrent first
+    /// waiters start one.
+    reader: Mutex<Option<Reader>>,
 }
 
 impl Listener {
@@ -97,7 +107,10 @@ impl Listener {
     /// Starts the reading task unless it runs; returns once its connection listens.
     async fn listening(&self) -> Result<(), LockError> {
         let mut reader = self.reader.lock().await;
-        if reader.as_ref().is_some_and(|task| !task.is_finished()) {
+        if reader
+            .as_ref()
+            .is_some_and(|reader| reader.listening.load(Ordering::Acquire))
+        {
             return Ok(());
         }
         let (pool, channel) = (self.pool.clone(), self.channel.clone());
@@ -112,16 +125,18 @@ impl Listener {
             Ok(Ok(Err(error))) => return Err(listen_error(Some(error))),
             _ => return Err(listen_error(None)),
         };
-        let task = Background::Driver.spawn(read(listener, self.hub.clone()))?;
-        *reader = Some(task.abort_handle());
+        let listening = Arc::new(AtomicBool::new(true));
+        let reading = read(listener, self.hub.clone(), listening.clone());
+        let task = Background::Driver.spawn(reading)?.abort_handle();
+        *reader = Some(Reader { task, listening });
         Ok(())
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Some(task) = self.reader.get_mut().take() {
-            task.abort();
+        if let Some(reader) = self.reader.get_mut().take() {
+            reader.task.abort();
         }
     }
 }
@@ -136,8 +151,8 @@ fn listen_error(error: Option<sqlx::Error>) -> LockError {
 }
 
 /// Hands each notification to the waiters of its key, until the connection fails; then
-/// wakes every waiter (a release may have gone unheard).
-async fn read(mut listener: PgListener, hub: Arc<ReleaseHub>) {
+/// clears `listening` and wakes every waiter (a release may have gone unheard).
+async fn read(mut listener: PgListener, hub: Arc<ReleaseHub>, listening: Arc<AtomicBool>) {
     loop {
         match tokio::time::timeout(KEEPALIVE, listener.try_recv()).await {
             Ok(Ok(Some(notification))) => {
@@ -156,5 +171,6 @@ async fn read(mut listener: PgListener, hub: Arc<ReleaseHub>) {
             Ok(Ok(None) | Err(_)) => break,
         }
     }
+    listening.store(false, Ordering::Release);
     hub.subscriptions_lost();
 }
