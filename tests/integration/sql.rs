@@ -3,11 +3,13 @@
 //! processes on recorded histories, fencing across deleted rows, and the errors a
 //! misconfigured client gets. Each test uses lock tables of its own.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::testing::history::{HistoryWriter, Section, check, monotonic_ns, read_histories};
 use fencelock::testing::{SqlDatabase, SqlKind, conformance};
-use fencelock::{LockClient, LossCause};
+use fencelock::{LockClient, LockError, LossCause, with_client};
+use tokio::sync::Notify;
 
 use crate::support::{expect_lost, spawn_test_process, test_process_output};
 
@@ -312,4 +314,39 @@ async fn a_lost_listening_connection_wakes_the_watchers_and_listening_resumes() 
         fencelock::admin::ReleaseEvent::Released { token: Some(token) }
     );
     database.drop_tables().await;
+}
+
+/// Re-enters its own lock, then waits in its body until stopped.
+#[fencelock::lock(key = "job:{id}", ttl_ms = 900)]
+async fn reentrant_job(id: u32, entered: Arc<Notify>) -> Result<(), LockError> {
+    inner_step(id).await?;
+    entered.notify_one();
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[fencelock::lock(key = "job:{id}", ttl_ms = 900)]
+async fn inner_step(id: u32) -> Result<u64, LockError> {
+    Ok(u64::from(id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrancy_and_abort_on_loss_come_from_the_runtime() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let entered = Arc::new(Notify::new());
+        let job = tokio::spawn(with_client(locks, reentrant_job(7, entered.clone())));
+        entered.notified().await;
+        // The lock row deleted under the running body: its next renewal finds the lease gone
+        // and the body is stopped with `Lost`.
+        let deleted = database
+            .execute(&format!("DELETE FROM {}", database.table()))
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1, "{:?}: one row, for both entries", database.kind());
+        let stopped = tokio::time::timeout(Duration::from_secs(30), job).await;
+        let result = stopped.expect("the body is stopped").unwrap();
+        expect_lost(result, LossCause::NotOwner);
+        database.drop_tables().await;
+    }
 }
