@@ -21,7 +21,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct Connection {
     /// A Redis URL (`redis://[user:password@]host[:port][/db]`, `rediss://...`); give it several
-    /// times with --redlock, --cluster or --sentinel.
+    /// times with --redlock, --cluster or --sentinel. Or a database's
+    /// (`postgres://user[:password]@host[:port]/db`, `mysql://...`), with --table.
     #[arg(
         long = "url",
         value_name = "URL",
@@ -31,9 +32,12 @@ pub struct Connection {
         global = true
     )]
     pub urls: Vec<String>,
-    /// The key prefix the applications use.
+    /// The key prefix the applications use (Redis).
     #[arg(long, default_value = "lock:", global = true)]
     pub prefix: String,
+    /// The lock table the applications use (PostgreSQL, MySQL).
+    #[arg(long, default_value = "fencelock_locks", global = true)]
+    pub table: String,
     /// The URLs are nodes of one Redis Cluster.
     #[arg(long, global = true, conflicts_with_all = ["sentinel", "redlock"])]
     pub cluster: bool,

@@ -6,8 +6,23 @@ use crate::args::Connection;
 use crate::failure::Failure;
 
 /// Connects as the options say. A server that may evict keys is accepted: an operator must
-/// still reach the locks on it.
+/// still reach the locks on it. A `postgres://` or `mysql://` URL reaches the lock table
+/// `--table` there, which the command never creates.
 pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
+    if let [url] = connection.urls.as_slice() {
+        let database = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(LockClient::postgres_builder(url))
+        } else if url.starts_with("mysql://") {
+            Some(LockClient::mysql_builder(url))
+        } else {
+            None
+        };
+        if let Some(database) = database {
+            let builder = database.table(&connection.table).create_tables(false);
+            let connecting = builder.connect().await;
+            return connecting.map_err(|error| Failure::new("cannot connect", error));
+        }
+    }
     let builder = builder(connection)?
         .key_prefix(&connection.prefix)
         .allow_eviction(true);
