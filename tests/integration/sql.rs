@@ -343,7 +343,12 @@ async fn reentrancy_and_abort_on_loss_come_from_the_runtime() {
             .execute(&format!("DELETE FROM {}", database.table()))
             .await
             .unwrap();
-        assert_eq!(deleted, 1, "{:?}: one row, for both entries", database.kind());
+        assert_eq!(
+            deleted,
+            1,
+            "{:?}: one row, for both entries",
+            database.kind()
+        );
         let stopped = tokio::time::timeout(Duration::from_secs(30), job).await;
         let result = stopped.expect("the body is stopped").unwrap();
         expect_lost(result, LossCause::NotOwner);

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, RELEASED, Release,
-    ReleaseWatch, Turn, released_mark,
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
+    holding_of, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
@@ -571,17 +571,7 @@ impl Holder {
     /// Who holds the key, owner by tag.
     fn holding(&self, now: Instant) -> Holding {
         let remaining = self.expires_at.saturating_duration_since(now);
-        match self.owner.strip_suffix(RELEASED) {
-            Some(owner) => Holding::Kept {
-                owner: owner_tag(owner),
-                remaining,
-            },
-            None => Holding::Held {
-                owner: owner_tag(&self.owner),
-                token: Some(self.token),
-                remaining,
-            },
-        }
+        holding_of(&self.owner, self.token, remaining)
     }
 }
 

@@ -26,8 +26,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::admin::{ForcedRelease, Grant, LockState};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState};
 pub use crate::release_hub::ReleaseWatch;
+use crate::release_hub::owner_tag;
 use crate::{LockError, LockKind};
 
 /// A boxed future, as backend methods return them (the client holds backends as trait
@@ -151,6 +152,22 @@ pub(crate) const RELEASED: &str = ":released";
 /// The owner a key kept after `owner`'s release holds: no renewal of `owner`'s matches it.
 pub(crate) fn released_mark(owner: &str) -> String {
     format!("{owner}{RELEASED}")
+}
+
+/// Who holds a mutex whose grant has `stored_owner` (an owner token, or a released mark),
+/// `token` and `remaining` of its lease, as an operator sees it: owners by tag.
+pub(crate) fn holding_of(stored_owner: &str, token: u64, remaining: Duration) -> Holding {
+    match stored_owner.strip_suffix(RELEASED) {
+        Some(owner) => Holding::Kept {
+            owner: owner_tag(owner),
+            remaining,
+        },
+        None => Holding::Held {
+            owner: owner_tag(stored_owner),
+            token: Some(token),
+            remaining,
+        },
+    }
 }
 
 /// Runs a backend call; if its reply is lost (a backend error), sends it once more at once:

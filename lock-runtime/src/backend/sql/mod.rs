@@ -39,13 +39,13 @@ use self::session::{Param, Session, Sessions, Transaction, Value};
 use self::statements::{AcquireSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Releasing, Statements};
 use super::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, RELEASED, Release,
-    ReleaseWatch, Turn, released_mark,
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
+    holding_of, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState};
 use crate::driver::Background;
 use crate::glob::Glob;
-use crate::release_hub::{ReleaseEvent, owner_tag};
+use crate::release_hub::ReleaseEvent;
 use crate::{LockClient, LockError, random};
 
 /// The lock table's name unless one is configured.
@@ -125,18 +125,7 @@ impl GrantRow {
 
     /// Who holds the row, as an operator sees it.
     fn holding(&self) -> Holding {
-        let remaining = self.remaining();
-        match self.owner.strip_suffix(RELEASED) {
-            Some(owner) => Holding::Kept {
-                owner: owner_tag(owner),
-                remaining,
-            },
-            None => Holding::Held {
-                owner: owner_tag(&self.owner),
-                token: Some(self.token),
-                remaining,
-            },
-        }
+        holding_of(&self.owner, self.token, self.remaining())
     }
 }
 
@@ -821,6 +810,18 @@ impl SqlClientBuilder {
             notifies,
         ))
     }
+}
+
+/// Runs `opening` on the driver runtime, where the pool must live (its connections are
+/// driven there, whatever runtime its users run on).
+async fn on_driver<T: Send + 'static>(
+    opening: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T, sqlx::Error> {
+    let task = Background::Driver
+        .spawn(opening)
+        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
+    task.await
+        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?
 }
 
 /// An open pool, and (PostgreSQL) what a release listener connects with.

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder};
-use crate::driver::Background;
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, on_driver};
 
 /// Opens the pool on the driver runtime, once a first connection succeeded. Each connection waits for
 /// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
@@ -18,38 +17,34 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
-    let opening = Background::Driver
-        .spawn(async move {
-            // One connection of its own first: the pool would retry until its timeout and
-            // report only that, not why (a refused login, a closed port). It also tells
-            // MySQL from MariaDB, for the settings of the pool's connections.
-            let mut first = MySqlConnection::connect_with(&options).await?;
-            let version: String = sqlx::query_scalar("SELECT VERSION()")
-                .fetch_one(&mut first)
-                .await?;
-            first.close().await?;
-            let mut settings = format!(
-                "SET SESSION innodb_lock_wait_timeout = {}",
-                LOCK_WAIT.as_secs().max(1)
-            );
-            if version.contains("MariaDB") {
-                let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
-                settings.push_str(&format!(", idle_transaction_timeout = {idle}"));
-            }
-            let settings: Arc<str> = settings.into();
-            let pool_options = pool_options.after_connect(move |connection, _| {
-                let settings = settings.clone();
-                Box::pin(async move {
-                    connection.execute(&*settings).await?;
-                    Ok(())
-                })
-            });
-            Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
-        })
-        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
-    let pool = opening
-        .await
-        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))??;
+    let pool = on_driver(async move {
+        // One connection of its own first: the pool would retry until its timeout and
+        // report only that, not why (a refused login, a closed port). It also tells
+        // MySQL from MariaDB, for the settings of the pool's connections.
+        let mut first = MySqlConnection::connect_with(&options).await?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&mut first)
+            .await?;
+        first.close().await?;
+        let mut settings = format!(
+            "SET SESSION innodb_lock_wait_timeout = {}",
+            LOCK_WAIT.as_secs().max(1)
+        );
+        if version.contains("MariaDB") {
+            let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
+            settings.push_str(&format!(", idle_transaction_timeout = {idle}"));
+        }
+        let settings: Arc<str> = settings.into();
+        let pool_options = pool_options.after_connect(move |connection, _| {
+            let settings = settings.clone();
+            Box::pin(async move {
+                connection.execute(&*settings).await?;
+                Ok(())
+            })
+        });
+        Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
+    })
+    .await?;
     Ok(Pool {
         sessions: Box::new(pool),
         #[cfg(feature = "postgres")]

@@ -18,7 +18,7 @@ use sqlx::{Connection, Executor, PgPool};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, on_driver};
 use crate::LockError;
 use crate::backend::ReleaseWatch;
 use crate::driver::Background;
@@ -44,17 +44,13 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
-    let opening = Background::Driver
-        .spawn(async move {
-            // One connection of its own first: the pool would retry until its timeout and
-            // report only that, not why (a refused login, a closed port).
-            PgConnection::connect_with(&options).await?.close().await?;
-            Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
-        })
-        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
-    let pool = opening
-        .await
-        .map_err(|error| sqlx::Error::Configuration(Box::new(error)))??;
+    let pool = on_driver(async move {
+        // One connection of its own first: the pool would retry until its timeout and
+        // report only that, not why (a refused login, a closed port).
+        PgConnection::connect_with(&options).await?.close().await?;
+        Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
+    })
+    .await?;
     Ok(Pool {
         sessions: Box::new(pool.clone()),
         listens: Some(pool),
