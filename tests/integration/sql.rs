@@ -355,3 +355,28 @@ async fn reentrancy_and_abort_on_loss_come_from_the_runtime() {
         database.drop_tables().await;
     }
 }
+
+/// A client outlives the runtime it was made on (the contract's, for every backend): its pool
+/// and listener live on the library's driver.
+#[test]
+fn a_client_made_on_one_runtime_works_on_another() {
+    let runtime = || tokio::runtime::Runtime::new().unwrap();
+    let made = runtime().block_on(async {
+        let mut made = Vec::new();
+        for database in databases().await {
+            let client = database.client().await;
+            let guard = client.lock("outlives").acquire().await.unwrap();
+            guard.release().await.unwrap();
+            made.push((database, client));
+        }
+        made
+    });
+    runtime().block_on(async {
+        for (database, client) in made {
+            let guard = client.lock("outlives").give_up().acquire().await;
+            let guard = guard.unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+            guard.release().await.unwrap();
+            database.drop_tables().await;
+        }
+    });
+}

@@ -797,13 +797,17 @@ impl SqlClientBuilder {
             sessions: pool.sessions,
             at,
         };
-        store.ensure_tables(self.create_tables).await?;
         let backend = SqlBackend {
             store: Arc::new(store),
             calls: Calls::new(self.response_timeout),
             #[cfg(feature = "postgres")]
             listener,
         };
+        // On the driver, as every call: a connection the pool opens belongs to the runtime
+        // it was opened on.
+        let (store, create) = (backend.store.clone(), self.create_tables);
+        let ensuring = async move { store.ensure_tables(create).await };
+        backend.calls.run(None, ensuring).await?;
         Ok(LockClient::with_background(
             Arc::new(backend),
             Background::Driver,
