@@ -44,6 +44,11 @@ pub use fencelock_runtime::{
     backend, current_shard, current_token, escape_into, is_lost, lost, telemetry, with_client,
 };
 
+/// The builder of a PostgreSQL or MySQL client ([`LockClient::postgres_builder`],
+/// [`LockClient::mysql_builder`]).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use fencelock_runtime::SqlClientBuilder;
+
 /// Test support: private `redis-server` processes and the backend conformance suite.
 #[cfg(feature = "testing")]
 pub use fencelock_runtime::testing;
