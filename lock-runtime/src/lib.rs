@@ -34,9 +34,9 @@ pub mod __private;
 
 pub use admin::LockAdmin;
 pub use ambient::with_client;
-pub use body_locks::{current_shard, current_token, is_lost, lost};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use backend::sql::SqlClientBuilder;
+pub use body_locks::{current_shard, current_token, is_lost, lost};
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, WithSources};
 pub use guard::LockGuard;

@@ -294,7 +294,7 @@ async fn a_lost_listening_connection_wakes_the_watchers_and_listening_resumes() 
     // The server ends the listening connection (as a restart or a network cut would).
     let listening = format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE application_name = 'fencelock' AND query LIKE 'LISTEN%fencelock_{}%'",
+         WHERE application_name = 'fencelock {0}' AND query LIKE 'LISTEN%fencelock_{0}%'",
         database.table()
     );
     assert_eq!(database.execute(&listening).await.unwrap(), 1);
@@ -379,4 +379,155 @@ fn a_client_made_on_one_runtime_works_on_another() {
             database.drop_tables().await;
         }
     });
+}
+
+/// A client whose calls give up after `ms` (the response timeout).
+async fn impatient(database: &SqlDatabase, ms: u64) -> LockClient {
+    let builder = database
+        .builder()
+        .response_timeout(Duration::from_millis(ms));
+    builder.connect().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_its_timeout_learns_that_the_first_released() {
+    for database in databases().await {
+        let locks = impatient(&database, 500).await;
+        let guard = locks.lock("resent").acquire().await.unwrap();
+        // The first send waits for the fence row past the response timeout, then releases;
+        // the client sends it again meanwhile, which must wait for the first and say so.
+        let holder = database
+            .hold_fence_row("resent", Duration::from_millis(800))
+            .await
+            .unwrap();
+        let released = guard.release().await;
+        released.unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+        holder.await.unwrap();
+        let state = locks.admin().inspect("resent").await.unwrap();
+        assert_eq!(state.holding, fencelock::admin::Holding::Free);
+        database.drop_tables().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_stuck_on_one_key_holds_up_no_other_lease() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let once = locks.lock("stuck").acquire().await.unwrap();
+        once.release().await.unwrap();
+        let busy = locks.lock("busy").ttl_ms(1_500).acquire().await.unwrap();
+        let holder = database
+            .hold_fence_row("stuck", Duration::from_millis(3_000))
+            .await
+            .unwrap();
+        // Cut at its deadline, the attempt runs on in the backend until the row is free.
+        let cut = locks.lock("stuck").wait_ms(100).acquire().await;
+        assert!(cut.is_err(), "{:?}: the row is locked", database.kind());
+        // Longer than the lease: only renewal keeps `busy`.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert!(!busy.is_lost(), "{:?}: busy was lost", database.kind());
+        busy.release().await.unwrap();
+        holder.await.unwrap();
+        database.drop_tables().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_connection_pool_releases_while_a_waiter_listens() {
+    let Some(database) = SqlDatabase::reach(SqlKind::Postgres).await else {
+        return;
+    };
+    let builder = database.builder().max_connections(1);
+    let locks = builder.connect().await.unwrap();
+    let guard = locks.lock("narrow").acquire().await.unwrap();
+    let waiting = locks.lock("narrow").wait_ms(10_000).acquire();
+    let waiter = tokio::spawn(waiting);
+    // The waiter listens (or polls) while the holder releases on the one connection.
+    let mut events = locks.admin().watch("narrow").await.unwrap();
+    guard.release().await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+    assert!(heard.is_ok(), "the release is announced");
+    let next = tokio::time::timeout(Duration::from_secs(15), waiter).await;
+    let next = next.expect("the waiter is granted").unwrap().unwrap();
+    next.release().await.unwrap();
+    database.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_ended_are_tried_again() {
+    let Some(database) = SqlDatabase::reach(SqlKind::Postgres).await else {
+        return;
+    };
+    let locks = database.client().await;
+    // Several pooled connections, all ended by the server (as a restart or a failover does).
+    let guards: Vec<_> =
+        futures::future::join_all((0..4).map(|n| locks.lock(format!("ended:{n}")).acquire())).await;
+    for guard in guards {
+        guard.unwrap().release().await.unwrap();
+    }
+    let end = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'fencelock {}'",
+        database.table()
+    );
+    assert!(database.execute(&end).await.unwrap() >= 1);
+    let guard = locks.lock("ended:0").give_up().acquire().await;
+    let guard = guard.unwrap_or_else(|e| panic!("{}", fencelock::WithSources(&e)));
+    guard.release().await.unwrap();
+    database.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_table_of_that_name_gets_an_error_naming_it_once() {
+    for database in databases().await {
+        let table = database.table();
+        let foreign = format!("CREATE TABLE {table} (name VARCHAR(100) PRIMARY KEY, holder TEXT)");
+        database.execute(&foreign).await.unwrap();
+        let error = database.builder().connect().await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("not a fencelock lock table"), "{message}");
+        assert!(message.contains(table), "{message}");
+        // The database's own message, once: shown by the error's source, not repeated.
+        let full = fencelock::WithSources(&error).to_string();
+        let cause = std::error::Error::source(&error)
+            .expect("a source")
+            .to_string();
+        assert_eq!(full.matches(cause.as_str()).count(), 1, "{full}");
+        database.drop_tables().await;
+    }
+}
+
+#[test]
+fn a_builder_shows_no_password() {
+    let builder = LockClient::postgres_builder("postgres://app:s3cret-pw@db:5432/app");
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains("postgres://app@db:5432/app"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_rows_can_be_pruned_under_a_held_lock() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let guard = locks.lock("pruned").acquire().await.unwrap();
+        let token = guard.token();
+        let prune = format!("DELETE FROM {}_fences", database.table());
+        assert_eq!(database.execute(&prune).await.unwrap(), 1);
+        let state = locks.admin().inspect("pruned").await.unwrap();
+        assert!(state.holding.is_held(), "{:?}: {state:?}", database.kind());
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+        database.execute(&prune).await.unwrap();
+        let next = locks.lock("pruned").give_up().acquire().await.unwrap();
+        assert!(
+            next.token() > token,
+            "{:?}: {} after {token}",
+            database.kind(),
+            next.token()
+        );
+        next.release().await.unwrap();
+        database.drop_tables().await;
+    }
 }

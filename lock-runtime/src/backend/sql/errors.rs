@@ -12,6 +12,11 @@ use crate::LockError;
 enum Cause {
     /// A transaction lost a race it can win next time: retried.
     Transient,
+    /// The server ended the connection (restart, administrator, idle timeout): retried on
+    /// another.
+    Broken,
+    /// The table of that name is not a lock table of this version.
+    ForeignTable,
     Login,
     Privilege,
     MissingTable,
@@ -29,6 +34,12 @@ fn cause(dialect: Dialect, error: &sqlx::Error) -> Cause {
             // serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
             // unique_violation (a racing insert of the same row).
             Some("40001" | "40P01" | "55P03" | "23505") => Cause::Transient,
+            // admin_shutdown, crash_shutdown, cannot_connect_now, the connection exceptions,
+            // idle_in_transaction_session_timeout.
+            Some("57P01" | "57P02" | "57P03" | "25P03") => Cause::Broken,
+            Some(code) if code.starts_with("08") => Cause::Broken,
+            // undefined_column, datatype_mismatch.
+            Some("42703" | "42804") => Cause::ForeignTable,
             Some("28P01" | "28000") => Cause::Login,
             Some("42501") => Cause::Privilege,
             Some("42P01") => Cause::MissingTable,
@@ -41,6 +52,10 @@ fn cause(dialect: Dialect, error: &sqlx::Error) -> Cause {
             match number {
                 // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_DUP_ENTRY (a racing insert).
                 Some(1213 | 1205 | 1062) => Cause::Transient,
+                // ER_SERVER_SHUTDOWN, CR_SERVER_GONE_ERROR, CR_SERVER_LOST, ER_CONNECTION_KILLED.
+                Some(1053 | 2006 | 2013 | 1927) => Cause::Broken,
+                // ER_BAD_FIELD_ERROR.
+                Some(1054) => Cause::ForeignTable,
                 // ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR.
                 Some(1045 | 1698) => Cause::Login,
                 // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR,
@@ -61,9 +76,11 @@ fn mysql_number(error: &dyn sqlx::error::DatabaseError) -> Option<u16> {
         .map(sqlx::mysql::MySqlDatabaseError::number)
 }
 
-/// Whether a statement failed on a race that the next try can win.
+/// Whether a statement failed on a race that the next try can win, or on a connection that
+/// broke (a fresh one may work).
 pub(crate) fn is_transient(dialect: Dialect, error: &sqlx::Error) -> bool {
-    cause(dialect, error) == Cause::Transient
+    let broken = matches!(error, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed);
+    broken || matches!(cause(dialect, error), Cause::Transient | Cause::Broken)
 }
 
 /// Whether a statement failed because a table is missing.
@@ -101,6 +118,15 @@ pub(crate) fn backend_error(
             "the database named in the URL does not exist on {db} at {at}: create it, or \
              name an existing one"
         ),
+        Cause::ForeignTable => format!(
+            "the table `{table}` or `{fences}` in {db} at {at} is not a fencelock lock table of \
+             this version (another program's, or an older layout): name another table with \
+             `table(...)`, or compare it with the statements of `SqlClientBuilder::schema`"
+        ),
+        Cause::Broken => format!(
+            "{db} at {at} kept ending the connections (restarting, or an administrator ended \
+             them), each tried again on another"
+        ),
         Cause::Transient => format!(
             "{db} at {at} kept failing a lock statement on a race with another transaction \
              (deadlock, serialization failure or lock wait timeout), retried each time"
@@ -117,7 +143,14 @@ pub(crate) fn backend_error(
             _ => format!("{db} at {at} failed a lock statement"),
         },
     };
-    LockError::backend(key, message, Some(Arc::new(error)))
+    // The database's own error as the source: sqlx's wrapper would show its text twice.
+    let source: Arc<dyn std::error::Error + Send + Sync> = match error {
+        sqlx::Error::Database(database) => {
+            Arc::from(database as Box<dyn std::error::Error + Send + Sync>)
+        }
+        error => Arc::new(error),
+    };
+    LockError::backend(key, message, Some(source))
 }
 
 /// `url` without its password, for messages.

@@ -143,10 +143,15 @@ impl Store {
         self.statements.dialect
     }
 
-    /// Runs `op` until it succeeds, fails for good, or has been tried [`TRIES`] times: a
-    /// transaction that lost a race, or whose connection broke, is tried again on a fresh
-    /// connection (each operation is safe to repeat for the same owner).
-    async fn retrying<T, F, Fut>(&self, key: Option<&str>, op: F) -> Result<T, LockError>
+    /// Runs `op` until it succeeds, fails for good, or has been tried [`TRIES`] times or until
+    /// `retry_until`: a transaction that lost a race, or whose connection broke, is tried
+    /// again on a fresh connection (each operation is safe to repeat for the same owner).
+    async fn retrying<T, F, Fut>(
+        &self,
+        key: Option<&str>,
+        retry_until: tokio::time::Instant,
+        op: F,
+    ) -> Result<T, LockError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -155,7 +160,11 @@ impl Store {
         loop {
             match op().await {
                 Ok(done) => return Ok(done),
-                Err(error) if tries < TRIES && self.worth_retrying(&error) => {
+                Err(error)
+                    if tries < TRIES
+                        && tokio::time::Instant::now() < retry_until
+                        && is_transient(self.dialect(), &error) =>
+                {
                     tracing::debug!(target: "fencelock", key, tries, error = %error, "database statement failed; trying again");
                     let pause = Duration::from_micros(500 + (random::unit() * 2_000.0) as u64);
                     tokio::time::sleep(pause * tries).await;
@@ -164,11 +173,6 @@ impl Store {
                 Err(error) => return Err(backend_error(&self.statements, &self.at, key, error)),
             }
         }
-    }
-
-    fn worth_retrying(&self, error: &sqlx::Error) -> bool {
-        let broken = matches!(error, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed);
-        broken || is_transient(self.dialect(), error)
     }
 
     async fn transaction(&self) -> Result<Transaction, sqlx::Error> {
@@ -183,33 +187,32 @@ impl Store {
         key: &str,
         draw: bool,
     ) -> Result<(), sqlx::Error> {
-        let increment = Param::Int(i64::from(draw));
-        let params = [key.into(), increment.clone(), increment];
+        let draw = Param::Int(i64::from(draw));
+        let params = [key.into(), draw.clone(), draw.clone(), draw];
         session
             .execute(&self.statements.lock_fence, &params)
             .await?;
         Ok(())
     }
 
-    /// The latest token drawn for `key` (`None`: it was never locked) and its lock row.
+    /// The latest token drawn for `key` (`None`: no fence row, as before its first lock or
+    /// after the row was pruned) and its lock row.
     async fn read(
         &self,
         session: &mut dyn Session,
         key: &str,
     ) -> Result<(Option<u64>, Option<GrantRow>), sqlx::Error> {
-        let rows = session.fetch(&self.statements.read, &[key.into()]).await?;
+        let params = [key.into(), key.into()];
+        let rows = session.fetch(&self.statements.read, &params).await?;
         let Some(row) = rows.first() else {
-            return Ok((None, None));
+            return Err(unexpected("a lock row read"));
         };
-        let latest = row
-            .first()
-            .and_then(Value::int)
-            .ok_or_else(|| unexpected("a fence row"))?;
+        let latest = row.first().and_then(Value::int);
         let grant = match row.get(1) {
             Some(Value::Null) => None,
             _ => Some(GrantRow::from_values(&row[1..])?),
         };
-        Ok((Some(u64::try_from(latest).unwrap_or_default()), grant))
+        Ok((latest.and_then(|token| u64::try_from(token).ok()), grant))
     }
 
     /// Announces `event` for `key` to the listeners, when the transaction commits.
@@ -228,7 +231,11 @@ impl Store {
     }
 
     /// Creates the tables if they are missing (and `create` allows it).
-    async fn ensure_tables(&self, create: bool) -> Result<(), LockError> {
+    async fn ensure_tables(
+        &self,
+        create: bool,
+        retry_until: tokio::time::Instant,
+    ) -> Result<(), LockError> {
         let probe = || async {
             let mut session = self.sessions.session().await?;
             session.execute(&self.statements.probe, &[]).await
@@ -240,14 +247,19 @@ impl Store {
             }
             Err(_) => {}
         }
-        self.retrying(None, || async {
+        self.retrying(None, retry_until, || async {
             let mut transaction = self.transaction().await?;
             for statement in &self.statements.schema {
                 transaction.session().execute(statement, &[]).await?;
             }
             transaction.commit().await
         })
-        .await
+        .await?;
+        // Once more: a table of that name that was there already may be another's.
+        probe()
+            .await
+            .map(drop)
+            .map_err(|error| backend_error(&self.statements, &self.at, None, error))
     }
 
     async fn acquire(&self, lease: &Lease) -> Result<Acquire, sqlx::Error> {
@@ -556,9 +568,9 @@ impl SqlBackend {
     {
         let store = self.store.clone();
         let owned_key = key.map(str::to_owned);
-        Box::pin(self.calls.run(key, async move {
+        Box::pin(self.calls.run(key, move |retry_until| async move {
             let key = owned_key.as_deref();
-            store.retrying(key, || op(store.clone())).await
+            store.retrying(key, retry_until, || op(store.clone())).await
         }))
     }
 }
@@ -677,7 +689,7 @@ impl LockBackend for SqlBackend {
 
 /// A builder for a PostgreSQL or MySQL client: the lock table's name, the pool's size,
 /// timeouts. From [`LockClient::postgres_builder`] or [`LockClient::mysql_builder`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqlClientBuilder {
     dialect: Dialect,
     url: String,
@@ -686,6 +698,21 @@ pub struct SqlClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     create_tables: bool,
+}
+
+// The URL's password stays out of Debug output.
+impl std::fmt::Debug for SqlClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlClientBuilder")
+            .field("database", &self.dialect.name())
+            .field("url", &redacted(&self.url))
+            .field("table", &self.table)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("create_tables", &self.create_tables)
+            .finish()
+    }
 }
 
 /// The pool's size unless configured.
@@ -806,7 +833,7 @@ impl SqlClientBuilder {
         // On the driver, as every call: a connection the pool opens belongs to the runtime
         // it was opened on.
         let (store, create) = (backend.store.clone(), self.create_tables);
-        let ensuring = async move { store.ensure_tables(create).await };
+        let ensuring = |retry_until| async move { store.ensure_tables(create, retry_until).await };
         backend.calls.run(None, ensuring).await?;
         Ok(LockClient::with_background(
             Arc::new(backend),

@@ -13,6 +13,7 @@ use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, on_driver};
 /// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
     let options = MySqlConnectOptions::from_str(&settings.url)?;
+    let response_timeout = settings.response_timeout;
     let pool_options = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
@@ -26,13 +27,19 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
             .fetch_one(&mut first)
             .await?;
         first.close().await?;
+        // UTC: tokens draw on the clock's microseconds, which a daylight-saving fold of a
+        // local time zone would step back.
         let mut settings = format!(
-            "SET SESSION innodb_lock_wait_timeout = {}",
+            "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = {}",
             LOCK_WAIT.as_secs().max(1)
         );
         if version.contains("MariaDB") {
             let idle = IDLE_IN_TRANSACTION.as_secs().max(1);
-            settings.push_str(&format!(", idle_transaction_timeout = {idle}"));
+            // No statement outlives a call's task (see `Calls`).
+            let statement = response_timeout.as_secs_f64();
+            settings.push_str(&format!(
+                ", idle_transaction_timeout = {idle}, max_statement_time = {statement}"
+            ));
         }
         let settings: Arc<str> = settings.into();
         let pool_options = pool_options.after_connect(move |connection, _| {

@@ -32,9 +32,15 @@ const KEEPALIVE: Duration = Duration::from_secs(5);
 /// Opens the pool on the driver runtime, once a first connection succeeded.
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
     let options = PgConnectOptions::from_str(&settings.url)?
-        .application_name("fencelock")
+        // Names the table, so that an operator tells the clients of each table apart.
+        .application_name(&format!("fencelock {}", settings.table))
         .options([
             ("lock_timeout", LOCK_WAIT.as_millis().to_string()),
+            // No statement outlives a call's task (see `Calls`).
+            (
+                "statement_timeout",
+                settings.response_timeout.as_millis().to_string(),
+            ),
             (
                 "idle_in_transaction_session_timeout",
                 IDLE_IN_TRANSACTION.as_millis().to_string(),
@@ -44,16 +50,21 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
-    let pool = on_driver(async move {
+    let (pool, listens) = on_driver(async move {
         // One connection of its own first: the pool would retry until its timeout and
         // report only that, not why (a refused login, a closed port).
         PgConnection::connect_with(&options).await?.close().await?;
-        Ok::<_, sqlx::Error>(pool_options.connect_lazy_with(options))
+        // The listener keeps its connection for good: from a pool of its own, so that it
+        // never takes one the statements need.
+        let listens = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options.clone());
+        Ok::<_, sqlx::Error>((pool_options.connect_lazy_with(options), listens))
     })
     .await?;
     Ok(Pool {
-        sessions: Box::new(pool.clone()),
-        listens: Some(pool),
+        sessions: Box::new(pool),
+        listens: Some(listens),
     })
 }
 

@@ -1,15 +1,16 @@
 -- One acquire attempt in one statement (one round trip). Parameters: name, owner, lease ms.
--- `fence` takes the name's fence row lock first, as every acquire and release does (and
--- draws a token from its counter: a token no grant has had, so tokens strictly increase
--- per name); `granted` then inserts the lock row, takes over an expired one, or refreshes
+-- `fence` takes the name's fence row lock first, as every acquire and release does, and
+-- draws a token as lock_fence.sql does (greater than every earlier one of the name); `granted` then inserts the lock row, takes over an expired one, or refreshes
 -- the caller's own (keeping its token; a lease is never shortened). ON CONFLICT sees the
 -- row's latest version, whatever the statement's snapshot. "Now" is the statement's start:
 -- earlier than the grant, so an expiry is never set later than the caller counts on.
 -- Returns the granted token (NULL: held by another), the latest token drawn, and the
 -- holder's microseconds left as of the snapshot (a hint).
 WITH fence AS (
-    INSERT INTO {fences} AS f (name, token) VALUES ($1, 1)
-    ON CONFLICT (name) DO UPDATE SET token = f.token + 1
+    INSERT INTO {fences} AS f (name, token)
+    VALUES ($1, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT)
+    ON CONFLICT (name) DO UPDATE
+    SET token = GREATEST(f.token + 1, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT)
     RETURNING f.token
 ), granted AS (
     INSERT INTO {locks} AS l (name, owner, token, expires_at)
