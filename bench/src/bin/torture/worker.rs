@@ -124,22 +124,11 @@ fn env(name: &str) -> Result<String, String> {
     std::env::var(name).map_err(|_| format!("{name} is not set: workers are started by a scenario"))
 }
 
-/// Runs the worker until its run ends; prints its error counts on one line.
-pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let history = HistoryWriter::append(Path::new(&env(HISTORY)?))?;
-    let resource = redis::Client::open(env(RESOURCE)?)?;
-    let worker: &'static Worker = Box::leak(Box::new(Worker {
-        history: Mutex::new(history),
-        resource: resource.get_multiplexed_async_connection().await?,
-        body: Duration::from_millis(env(BODY_MS)?.parse()?),
-        entry_mark: std::env::var(ENTRY_MARKS)
-            .ok()
-            .map(|dir| Path::new(&dir).join(format!("entered-{}", std::process::id()))),
-        min_replicas: std::env::var(MIN_REPLICAS).map_or(Ok(0), |n| n.parse())?,
-    }));
+/// A client of the topology the scenario names.
+async fn connect() -> Result<LockClient, Box<dyn std::error::Error>> {
     let urls = env(URL)?;
     let topology = std::env::var(TOPOLOGY).unwrap_or_default();
-    let locks = match topology.as_str() {
+    Ok(match topology.as_str() {
         "redlock" => LockClient::redlock(urls.split(',')).await?,
         "cluster" => LockClient::cluster(urls.split(',')).await?,
         "postgres" => {
@@ -154,8 +143,39 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
             Some(service) => LockClient::sentinel(urls.split(','), service).await?,
             None => LockClient::connect(&urls).await?,
         },
-    };
+    })
+}
+
+/// Runs the worker until its run ends; prints its error counts on one line.
+pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let history = HistoryWriter::append(Path::new(&env(HISTORY)?))?;
+    let resource = redis::Client::open(env(RESOURCE)?)?;
+    let worker: &'static Worker = Box::leak(Box::new(Worker {
+        history: Mutex::new(history),
+        resource: resource.get_multiplexed_async_connection().await?,
+        body: Duration::from_millis(env(BODY_MS)?.parse()?),
+        entry_mark: std::env::var(ENTRY_MARKS)
+            .ok()
+            .map(|dir| Path::new(&dir).join(format!("entered-{}", std::process::id()))),
+        min_replicas: std::env::var(MIN_REPLICAS).map_or(Ok(0), |n| n.parse())?,
+    }));
     let until = Instant::now() + Duration::from_millis(env(RUN_MS)?.parse()?);
+    // A worker that cannot connect yet (the scenario may be cutting connections already)
+    // tries again until its run ends, each failure counted as a backend error.
+    let mut failed_connects = 0;
+    let locks = loop {
+        match connect().await {
+            Ok(locks) => break locks,
+            Err(_) if Instant::now() < until => {
+                failed_connects += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(_) => {
+                println!("errors 0 0 {failed_connects} 0");
+                return Ok(());
+            }
+        }
+    };
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let locks = locks.clone();
@@ -173,7 +193,7 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .collect();
-    let mut counts = [0u32; 4];
+    let mut counts = [0, 0, failed_connects, 0];
     for task in tasks {
         for error in task.await? {
             counts[match error {

@@ -855,6 +855,35 @@ async fn on_driver<T: Send + 'static>(
         .map_err(|error| sqlx::Error::Configuration(Box::new(error)))?
 }
 
+/// Runs `attempt` until it succeeds, fails other than on a connection cut under it, or
+/// `timeout` has passed: a first connection that a network blip cuts is tried again, while a
+/// refused connection, login or database is an answer.
+async fn connecting<T, F, Fut>(timeout: Duration, attempt: F) -> Result<T, sqlx::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    use std::io::ErrorKind;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match attempt().await {
+            Err(sqlx::Error::Io(cut))
+                if tokio::time::Instant::now() < deadline
+                    && matches!(
+                        cut.kind(),
+                        ErrorKind::UnexpectedEof
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::ConnectionAborted
+                            | ErrorKind::BrokenPipe
+                    ) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// An open pool, and (PostgreSQL) what a release listener connects with.
 pub(crate) struct Pool {
     sessions: Box<dyn Sessions>,

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, on_driver};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_driver};
 
 /// Opens the pool on the driver runtime, once a first connection succeeded. Each connection waits for
 /// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
 /// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
     let options = MySqlConnectOptions::from_str(&settings.url)?;
-    let response_timeout = settings.response_timeout;
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
     let pool_options = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
@@ -22,11 +22,15 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         // One connection of its own first: the pool would retry until its timeout and
         // report only that, not why (a refused login, a closed port). It also tells
         // MySQL from MariaDB, for the settings of the pool's connections.
-        let mut first = MySqlConnection::connect_with(&options).await?;
-        let version: String = sqlx::query_scalar("SELECT VERSION()")
-            .fetch_one(&mut first)
-            .await?;
-        first.close().await?;
+        let version = connecting(connect_timeout, || async {
+            let mut first = MySqlConnection::connect_with(&options).await?;
+            let version: String = sqlx::query_scalar("SELECT VERSION()")
+                .fetch_one(&mut first)
+                .await?;
+            first.close().await?;
+            Ok(version)
+        })
+        .await?;
         // UTC: tokens draw on the clock's microseconds, which a daylight-saving fold of a
         // local time zone would step back.
         let mut settings = format!(

@@ -18,7 +18,7 @@ use sqlx::{Connection, Executor, PgPool};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, on_driver};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_driver};
 use crate::LockError;
 use crate::backend::ReleaseWatch;
 use crate::driver::Background;
@@ -46,6 +46,7 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
                 IDLE_IN_TRANSACTION.as_millis().to_string(),
             ),
         ]);
+    let connect_timeout = settings.connect_timeout;
     let pool_options = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
@@ -53,7 +54,8 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
     let (pool, listens) = on_driver(async move {
         // One connection of its own first: the pool would retry until its timeout and
         // report only that, not why (a refused login, a closed port).
-        PgConnection::connect_with(&options).await?.close().await?;
+        let first = connecting(connect_timeout, || PgConnection::connect_with(&options));
+        first.await?.close().await?;
         // The listener keeps its connection for good: from a pool of its own, so that it
         // never takes one the statements need.
         let listens = PgPoolOptions::new()
