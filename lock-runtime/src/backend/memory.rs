@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
-    holding_of, released_mark,
+    holding_of, refused, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
@@ -612,10 +612,10 @@ impl LockBackend for MemoryBackend {
         turn: Turn,
     ) -> BoxFuture<'a, Result<Acquire, LockError>> {
         if lease.replicas > 0 {
-            return Box::pin(std::future::ready(Err(LockError::invalid_config(
+            return refused(
                 "`min_replicas` needs a Redis master with replicas; the memory backend has \
                  none: remove `min_replicas` here",
-            ))));
+            );
         }
         let result = self.with_state(|state| state.acquire(lease, turn));
         Box::pin(std::future::ready(result))

@@ -279,11 +279,17 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
 
 /// The answer of a backend that does not offer an operator's `what`.
 fn not_offered<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockError>> {
-    let refused = LockError::invalid_config(format!(
+    refused(format!(
         "this backend does not offer {what}: the Redis backend (one server, Sentinel, \
          Cluster), Redlock and the memory backend do"
-    ));
-    Box::pin(std::future::ready(Err(refused)))
+    ))
+}
+
+/// A call refused before anything is sent: [`LockError::InvalidConfig`] for `reason`.
+pub(crate) fn refused<'a, T: Send + 'a>(
+    reason: impl Into<String>,
+) -> BoxFuture<'a, Result<T, LockError>> {
+    Box::pin(std::future::ready(Err(LockError::invalid_config(reason))))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! owner-checked release after a cut acquire cannot be overtaken by it, and a release sent
 //! again sees the first one's effect). Calls on other keys, and renewals, never wait.
 //!
-//! A task ends at most [`Calls::task_limit`] after it started: its statements give up a lock
+//! A task ends at most twice the response timeout after it started: its statements give up a lock
 //! wait after a second and are not tried again past the response timeout, and a database that
 //! does not answer at all is given up on then (only then can a call still apply later, when a
 //! stalled server resumes).
@@ -68,12 +68,6 @@ impl Calls {
         }
     }
 
-    /// How long a call's task runs at most: the response timeout for its tries, and as long
-    /// again for the statement in flight when it ran out.
-    pub(crate) fn task_limit(&self) -> Duration {
-        self.response_timeout * 2
-    }
-
     /// Runs `call` on the driver once every abandoned call on `key` has finished; waits for
     /// it at most the response timeout (past it, an error on behalf of `key`). `call` gets
     /// the instant after which it must not try again.
@@ -91,7 +85,9 @@ impl Calls {
         let state = Arc::new(Mutex::new(CallState::default()));
         let (task_state, abandoned) = (state.clone(), self.abandoned.clone());
         let task_key = key.map(str::to_owned);
-        let limit = self.task_limit();
+        // The response timeout for its tries, and as long again for the statement in flight
+        // when it ran out.
+        let limit = self.response_timeout * 2;
         let task = Background::Driver.spawn(async move {
             let outcome = tokio::time::timeout(limit, call).await;
             let mut state = lock_ignoring_poison(&task_state);

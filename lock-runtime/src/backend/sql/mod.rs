@@ -28,6 +28,7 @@ mod postgres;
 mod session;
 mod statements;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,7 @@ use self::statements::{AcquireSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Releasing, Statements};
 use super::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
-    holding_of, released_mark,
+    holding_of, refused, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState};
 use crate::driver::Background;
@@ -464,7 +465,7 @@ impl Store {
                     rows
                 }
             };
-            let grants: Vec<(&str, &str, i64)> = rows
+            let grants: HashSet<(&str, &str, i64)> = rows
                 .iter()
                 .filter_map(|row| {
                     let [name, owner, token, ..] = row.as_slice() else {
@@ -573,11 +574,6 @@ impl SqlBackend {
             store.retrying(key, retry_until, || op(store.clone())).await
         }))
     }
-}
-
-fn refused<'a, T: Send + 'a>(reason: &str) -> BoxFuture<'a, Result<T, LockError>> {
-    let refused = LockError::invalid_config(reason);
-    Box::pin(std::future::ready(Err(refused)))
 }
 
 impl LockBackend for SqlBackend {

@@ -23,12 +23,6 @@ impl From<&str> for Param {
     }
 }
 
-impl From<i64> for Param {
-    fn from(int: i64) -> Self {
-        Param::Int(int)
-    }
-}
-
 /// A column's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Value {

@@ -398,20 +398,28 @@ pub async fn releases_are_announced(client: &LockClient, key: &str) {
 }
 
 /// A backend that announces no releases refuses a subscription (so that waiters poll), and
-/// a waiter that polls gets the key after its release.
+/// a waiter that polls gets the key once the holder's lease ends: an end nobody announces,
+/// which only another attempt finds.
 pub async fn without_announcements_waiters_poll(client: &LockClient, key: &str) {
     match client.backend().subscribe(key).await {
         Err(LockError::InvalidConfig { .. }) => {}
         other => panic!("a subscription must be refused with InvalidConfig: {other:?}"),
     }
-    let holder = hold(client, key).await;
-    let waiting = client.lock(key).sleep_ms(20).retry(500).acquire();
-    let waiter = tokio::spawn(waiting);
-    holder.release().await.expect("release");
-    let polled = tokio::time::timeout(Duration::from_secs(10), waiter).await;
-    let guard = polled.expect("the waiter polls in time").expect("task");
-    let guard = guard.expect("the released key is granted to the polling waiter");
+    // Held for a second, unrenewed, from before the waiter's first attempt.
+    let holder = client
+        .lock(key)
+        .ttl_ms(1_000)
+        .renew(false)
+        .give_up()
+        .acquire();
+    let holder = holder.await.expect("the free key is granted");
+    let waiting = client.lock(key).sleep_ms(20).wait_ms(10_000).acquire();
+    let polled = tokio::time::timeout(Duration::from_secs(15), waiting).await;
+    let guard = polled.expect("the waiter polls in time");
+    let guard = guard.expect("the expired key is granted to the polling waiter");
+    assert!(guard.token() > holder.token(), "a new grant");
     guard.release().await.expect("release");
+    drop(holder);
 }
 
 fn owner(key: &str, name: &str) -> Lease {
