@@ -48,6 +48,9 @@ pub use fencelock_runtime::{
 /// [`LockClient::mysql_builder`]).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use fencelock_runtime::SqlClientBuilder;
+/// The builder of a ZooKeeper client ([`LockClient::zookeeper_builder`]).
+#[cfg(feature = "zookeeper")]
+pub use fencelock_runtime::ZooKeeperClientBuilder;
 
 /// Test support: private `redis-server` processes and the backend conformance suite.
 #[cfg(feature = "testing")]

@@ -34,6 +34,8 @@ pub mod __private;
 
 pub use admin::LockAdmin;
 pub use ambient::with_client;
+#[cfg(feature = "zookeeper")]
+pub use backend::line::zookeeper::ZooKeeperClientBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use backend::sql::SqlClientBuilder;
 pub use body_locks::{current_shard, current_token, is_lost, lost};

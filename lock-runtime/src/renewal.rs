@@ -195,11 +195,13 @@ struct Tracked {
     failing: bool,
     /// The span of the call that holds the lease, for the events of its renewal and loss.
     span: LockSpan,
+    /// The backend's [`longest_lease`](LockBackend::longest_lease): no lease counts longer.
+    longest: Duration,
 }
 
 impl Tracked {
     fn interval(&self) -> Duration {
-        self.held.lease.ttl / 3
+        self.held.lease.ttl.min(self.longest) / 3
     }
 
     /// Records that the lease was granted or extended by a request sent at `sent_at`.
@@ -207,9 +209,11 @@ impl Tracked {
         self.confirm_lease(sent_at, self.held.lease.ttl);
     }
 
-    /// Records that the server holds the grant for at least `lease` after `sent_at`: valid
-    /// until then (less the drift), renewed after a third of it.
+    /// Records that the server holds the grant for at least `lease` after `sent_at` (and the
+    /// backend's longest lease): valid until then (less the drift), renewed after a third
+    /// of it.
     fn confirm_lease(&mut self, sent_at: Instant, lease: Duration) {
+        let lease = lease.min(self.longest);
         self.valid_until = sent_at + lease - drift(lease);
         self.next_due = sent_at + lease / 3;
     }
@@ -343,6 +347,7 @@ impl Renewer {
             span,
             signal: signal.clone(),
             held,
+            longest: self.shared.backend.longest_lease().unwrap_or(Duration::MAX),
         };
         tracked.confirm_lease(sent_at, lease);
         let first_event = tracked.next_wake();

@@ -24,3 +24,5 @@ mod shared_ttl;
 mod sql;
 mod support;
 mod waiting;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;

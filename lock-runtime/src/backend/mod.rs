@@ -15,6 +15,8 @@
 //! settle (its connections belong to redis-rs's cluster client), and says so in its docs: a
 //! request delivered late there can still take the key for a lease.
 
+#[cfg(feature = "zookeeper")]
+pub mod line;
 pub mod memory;
 pub mod redis;
 pub mod redlock;
@@ -223,6 +225,22 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// waiters, who attempt again.
     fn hands_off(&self) -> bool {
         true
+    }
+
+    /// Whether a free key goes to the oldest waiter in line in the default mode too, not
+    /// only in fair mode: true of a store whose line is the order in which entries were
+    /// created (ZooKeeper's sequence numbers, etcd's revisions), where a newcomer can only
+    /// queue behind.
+    fn always_fair(&self) -> bool {
+        false
+    }
+
+    /// How long a grant surely lasts after a call that reached the store, whatever its
+    /// lease: a store that ends every grant of a client whose session it stops hearing from
+    /// (ZooKeeper, etcd) gives its session timeout, and the client counts each lease valid
+    /// for no longer than that after its last confirmed renewal. `None`: the lease alone.
+    fn longest_lease(&self) -> Option<Duration> {
+        None
     }
 
     /// For each grant still held as granted (same owner, same token), restart its lease at

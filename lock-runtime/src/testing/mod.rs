@@ -13,6 +13,8 @@ mod redis_server;
 mod sentinel;
 #[cfg(all(feature = "postgres", feature = "mysql"))]
 mod sql;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use cluster::RedisCluster;
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
@@ -21,6 +23,8 @@ pub use redis_server::{RedisServer, continue_process, stop_process};
 pub use sentinel::{ReplicationCut, SentinelGroup};
 #[cfg(all(feature = "postgres", feature = "mysql"))]
 pub use sql::{DEFAULT_MYSQL_URL, DEFAULT_POSTGRES_URL, SqlDatabase, SqlKind};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZOOKEEPER_CLASSPATH_ENV, ZooKeeperEnsemble};
 
 /// How long a topology may take to get ready, or to finish a failover.
 const TOPOLOGY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

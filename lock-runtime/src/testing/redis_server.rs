@@ -269,7 +269,7 @@ pub fn continue_process(pid: u32) -> io::Result<()> {
     send_signal(pid, libc::SIGCONT)
 }
 
-fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+pub(super) fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
     // SAFETY: kill(2) has no memory effects; the caller names a process of its own.
     if unsafe { libc::kill(pid, signal) } == 0 {
@@ -279,7 +279,7 @@ fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn free_port() -> io::Result<u16> {
+pub(super) fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

@@ -1,0 +1,749 @@
+//! Locks as a line of entries in a consensus store: ZooKeeper (seed 000's third lock) and,
+//! on the same rules, etcd.
+//!
+//! A key is a directory of entries (ZooKeeper: a container node; etcd: a key prefix), one per
+//! owner that holds or waits for the key, each tied to the client's session (ZooKeeper:
+//! ephemeral nodes; etcd: keys attached to the client's lease) and ordered by creation
+//! (sequence number, create revision). The oldest live entry holds the key; the others
+//! wait, each watching only the entry ahead of it (no herd). A release deletes its entry; the
+//! next waiter's client, told by its watch, takes the key over and announces the hand-off.
+//! A client whose session ends loses every entry with it: a holder that died or froze past
+//! the session timeout frees the key.
+//!
+//! Leases on top of sessions: each entry says what it is and how long it lasts unrenewed
+//! (the lease, the place in line, the `min_hold_ms` keep). The owner rewrites it to renew;
+//! a client that has seen an entry ahead of its own unchanged for that long, on its own
+//! clock, deletes it (version-checked, so that a renewal in between wins). The owner counts
+//! its lease from when it sent the write, before anyone could see it: an entry is never
+//! deleted while its owner counts it valid (clocks running at the same rate). The store's
+//! session timeout also bounds every lease: a client that cannot reach the store stops
+//! counting its leases valid before the store can end its session
+//! ([`LockBackend::longest_lease`]).
+//!
+//! Fencing tokens are each entry's creation id (ZooKeeper's czxid, etcd's create revision):
+//! the store's global counter, so strictly increasing in line order, which is grant order.
+//! The line is always fair: a free key goes to its oldest waiter, whatever the mode.
+
+mod state;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::state::State;
+use super::{
+    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
+    refused,
+};
+use crate::admin::{ForcedRelease, Grant, Holding, LockState, Waiter};
+use crate::driver::Background;
+use crate::glob::Glob;
+use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
+use crate::sync::lock_ignoring_poison;
+use crate::{LockError, LockKind};
+
+/// One entry of a key's line, as read from the store.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// Where it is in the store (ZooKeeper: its path; etcd: its key).
+    pub(crate) id: String,
+    /// Its owner token.
+    pub(crate) owner: String,
+    /// Its place in line: lower is older.
+    pub(crate) order: u64,
+    /// Its fencing token: the store's id of its creation.
+    pub(crate) token: u64,
+    /// Its data version: every write changes it.
+    pub(crate) version: i64,
+    pub(crate) state: State,
+    /// The client session it belongs to (a count of this client's sessions).
+    pub(crate) session: u64,
+}
+
+/// What a store must offer for a line of entries: the ZooKeeper and etcd glue.
+pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Appends an entry of `owner` to `key`'s line, in the current session.
+    fn enter<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        state: State,
+    ) -> BoxFuture<'a, Result<Entry, LockError>>;
+
+    /// `key`'s line, oldest first.
+    fn line<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, LockError>>;
+
+    /// Writes `state` into `entry`; its new version, or `None` if it is gone.
+    fn write<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        state: State,
+    ) -> BoxFuture<'a, Result<Option<i64>, LockError>>;
+
+    /// Deletes `entry` if it still has `version` (any version: `None`); whether it did.
+    fn remove<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// A future that completes when `entry` changes or goes (or the session ends), once the
+    /// store watches it; `None` if it is gone already.
+    fn watch<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>>;
+
+    /// Every key with a line (or that had one lately).
+    fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>>;
+
+    /// The current session's count: entries of an earlier one are gone.
+    fn session(&self) -> u64;
+
+    /// How long the store keeps a session it does not hear from.
+    fn session_timeout(&self) -> Duration;
+}
+
+/// A lock backend on a line of entries in `S`; see the [module](self) docs.
+pub(crate) struct LineBackend<S: LineStore> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: LineStore> std::fmt::Debug for LineBackend<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineBackend")
+            .field("store", &self.shared.store)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<S> {
+    store: S,
+    hub: Arc<ReleaseHub>,
+    /// This client's entries, by key and owner.
+    ours: Mutex<HashMap<(String, String), Ours>>,
+    /// Per key, when this client first saw each entry at its current version.
+    sightings: Mutex<HashMap<String, HashMap<String, Sighting>>>,
+    /// This client's releases of held entries in the last [`RELEASE_MEMORY`], so that a
+    /// release sent again after a lost reply learns that the first one released.
+    released: Mutex<HashMap<OursKey, Instant>>,
+    background: Background,
+}
+
+/// One of this client's entries.
+#[derive(Debug, Clone)]
+struct Ours {
+    entry: Entry,
+    /// The lease its owner asked for (a hand-off grants it).
+    ttl: Duration,
+    /// Until when its place in line lasts, while it waits.
+    place_until: Option<Instant>,
+    /// Whether a task watches the entry ahead of it.
+    following: bool,
+    /// Whether a release of it was sent (and may have taken effect).
+    release_sent: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    version: i64,
+    since: Instant,
+}
+
+/// Where an owner stands in a key's line.
+enum Standing {
+    /// The owner has no entry there.
+    Missing,
+    /// Its entry is the oldest live one: the key is its.
+    Head(Entry),
+    /// Live entries are ahead of it.
+    Behind(Box<Behind>),
+}
+
+struct Behind {
+    mine: Entry,
+    /// The live entry right ahead, which it watches.
+    predecessor: Entry,
+    /// The live entry at the head.
+    head: Entry,
+    /// How long the head lasts unrenewed yet (`None`: for ever).
+    head_left: Option<Duration>,
+}
+
+impl<S: LineStore> LineBackend<S> {
+    pub(crate) fn new(store: S, background: Background) -> LineBackend<S> {
+        LineBackend {
+            shared: Arc::new(Shared {
+                store,
+                hub: Arc::default(),
+                ours: Mutex::default(),
+                sightings: Mutex::default(),
+                released: Mutex::default(),
+                background,
+            }),
+        }
+    }
+}
+
+type OursKey = (String, String);
+
+fn ours_key(lease: &Lease) -> OursKey {
+    (lease.key.clone(), lease.owner.clone())
+}
+
+impl<S: LineStore> Shared<S> {
+    /// This client's entry for `lease`, if it belongs to the current session.
+    fn ours(&self, id: &OursKey) -> Option<Ours> {
+        let session = self.store.session();
+        let mut ours = lock_ignoring_poison(&self.ours);
+        match ours.get(id) {
+            Some(entry) if entry.entry.session == session => Some(entry.clone()),
+            Some(_) => {
+                ours.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn update(&self, id: &OursKey, change: impl FnOnce(&mut Ours)) {
+        if let Some(ours) = lock_ignoring_poison(&self.ours).get_mut(id) {
+            change(ours);
+        }
+    }
+
+    fn forget(&self, id: &OursKey) {
+        lock_ignoring_poison(&self.ours).remove(id);
+    }
+
+    /// Records when each entry of `key`'s line was first seen at its version; returns how
+    /// long each lasts unrenewed yet (`None`: for ever).
+    fn sight(&self, key: &str, line: &[Entry]) -> Vec<Option<Duration>> {
+        let now = Instant::now();
+        let mut sightings = lock_ignoring_poison(&self.sightings);
+        let seen = sightings.remove(key).unwrap_or_default();
+        let mut fresh = HashMap::with_capacity(line.len());
+        let left = line
+            .iter()
+            .map(|entry| {
+                let sighting = match seen.get(&entry.id) {
+                    Some(seen) if seen.version == entry.version => *seen,
+                    _ => Sighting {
+                        version: entry.version,
+                        since: now,
+                    },
+                };
+                fresh.insert(entry.id.clone(), sighting);
+                let lasts = entry.state.lasts()?;
+                Some(lasts.saturating_sub(now - sighting.since))
+            })
+            .collect();
+        if !fresh.is_empty() {
+            sightings.insert(key.to_owned(), fresh);
+        }
+        left
+    }
+
+    /// Where `owner` stands in `key`'s line, after deleting the entries ahead of it that
+    /// lapsed and any second entry of its own (an enter sent again after a lost reply).
+    async fn stand(&self, key: &str, owner: &str) -> Result<Standing, LockError> {
+        let line = self.store.line(key).await?;
+        let left = self.sight(key, &line);
+        let Some(at) = line.iter().position(|entry| entry.owner == owner) else {
+            return Ok(Standing::Missing);
+        };
+        for second in line[at + 1..].iter().filter(|entry| entry.owner == owner) {
+            self.store.remove(key, second, None).await?;
+        }
+        let mut live = Vec::new();
+        for (entry, left) in line[..at].iter().zip(left) {
+            let lapsed = left == Some(Duration::ZERO);
+            if lapsed && self.store.remove(key, entry, Some(entry.version)).await? {
+                tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
+                continue;
+            }
+            live.push((entry.clone(), left));
+        }
+        let mine = line[at].clone();
+        Ok(match (live.first().cloned(), live.pop()) {
+            (Some((head, head_left)), Some((predecessor, _))) => {
+                Standing::Behind(Box::new(Behind {
+                    mine,
+                    predecessor,
+                    head,
+                    head_left,
+                }))
+            }
+            _ => Standing::Head(mine),
+        })
+    }
+
+    /// Takes the key for `id`'s entry, at the head of the line: writes its lease (the longer
+    /// of `ttl` and the one it holds already: a late copy of an attempt never shortens a
+    /// lease). `None` if the entry is gone.
+    async fn claim(
+        &self,
+        id: &OursKey,
+        mine: &Entry,
+        ttl: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        let ttl = match mine.state {
+            State::Held(held) => held.max(ttl),
+            _ => ttl,
+        };
+        let Some(version) = self.store.write(&id.0, mine, State::Held(ttl)).await? else {
+            self.forget(id);
+            return Ok(None);
+        };
+        self.update(id, |ours| {
+            ours.entry.version = version;
+            ours.entry.state = State::Held(ttl);
+            ours.place_until = None;
+        });
+        Ok(Some(mine.token))
+    }
+
+    async fn acquire(self: &Arc<Self>, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        let id = ours_key(lease);
+        let sent_at = Instant::now();
+        // A second pass when the entry vanished under the first (its session ended).
+        for _ in 0..2 {
+            let entered = match self.ours(&id) {
+                Some(_) => None,
+                None => {
+                    let entry = self
+                        .store
+                        .enter(&lease.key, &lease.owner, State::Held(lease.ttl))
+                        .await?;
+                    lock_ignoring_poison(&self.ours).insert(
+                        id.clone(),
+                        Ours {
+                            entry: entry.clone(),
+                            ttl: lease.ttl,
+                            place_until: None,
+                            following: false,
+                            release_sent: false,
+                        },
+                    );
+                    Some(entry.version)
+                }
+            };
+            match self.stand(&lease.key, &lease.owner).await? {
+                Standing::Missing => self.forget(&id),
+                Standing::Head(mine) => {
+                    // A fresh entry at the head holds the lease it was created with.
+                    if entered == Some(mine.version) {
+                        return Ok(granted(mine.token));
+                    }
+                    if let Some(token) = self.claim(&id, &mine, lease.ttl).await? {
+                        return Ok(granted(token));
+                    }
+                }
+                Standing::Behind(behind) => {
+                    let Behind {
+                        mine,
+                        head,
+                        head_left,
+                        ..
+                    } = *behind;
+                    let held = Acquire::Held {
+                        remaining: head_left,
+                        latest_token: head.token,
+                    };
+                    let Some(place) = turn.place() else {
+                        self.store.remove(&lease.key, &mine, None).await?;
+                        self.forget(&id);
+                        return Ok(held);
+                    };
+                    let Some(version) = self
+                        .store
+                        .write(&lease.key, &mine, waiting(place, lease.ttl))
+                        .await?
+                    else {
+                        self.forget(&id);
+                        continue;
+                    };
+                    let follow = {
+                        let mut ours = lock_ignoring_poison(&self.ours);
+                        ours.get_mut(&id).is_some_and(|ours| {
+                            ours.entry.version = version;
+                            ours.entry.state = waiting(place, lease.ttl);
+                            ours.ttl = lease.ttl;
+                            ours.place_until = Some(sent_at + place);
+                            !std::mem::replace(&mut ours.following, true)
+                        })
+                    };
+                    if follow {
+                        let shared = self.clone();
+                        let following = id.clone();
+                        let spawned = self
+                            .background
+                            .spawn(async move { shared.follow(following).await });
+                        if spawned.is_err() {
+                            self.update(&id, |ours| ours.following = false);
+                        }
+                    }
+                    return Ok(held);
+                }
+            }
+        }
+        Err(LockError::backend(
+            Some(&lease.key),
+            "the lock's entry in line vanished twice in a row (the store's session ended)",
+            None,
+        ))
+    }
+
+    /// While `id` waits: watches the entry ahead of it, and when it is at the head, takes the
+    /// key and announces the hand-off. Ends when its place lapses, the key is its, or it is
+    /// gone.
+    async fn follow(self: Arc<Self>, id: OursKey) {
+        let key = id.0.as_str();
+        let outcome = loop {
+            let Some(ours) = self.ours(&id) else {
+                break Ok(None);
+            };
+            let Some(place_until) = ours.place_until else {
+                break Ok(None);
+            };
+            if Instant::now() >= place_until {
+                // The waiter stopped attempting: its place goes to the next one.
+                let removed = self.store.remove(key, &ours.entry, None).await;
+                self.forget(&id);
+                break removed.map(|_| None);
+            }
+            let predecessor = match self.stand(key, &id.1).await {
+                Ok(Standing::Missing) => {
+                    self.forget(&id);
+                    break Ok(Some(ReleaseEvent::Interrupted));
+                }
+                Ok(Standing::Head(mine)) => {
+                    break match self.claim(&id, &mine, ours.ttl).await {
+                        Ok(Some(token)) => Ok(Some(ReleaseEvent::HandedOver {
+                            to: owner_tag(&id.1),
+                            token,
+                            slot: None,
+                        })),
+                        Ok(None) => Ok(Some(ReleaseEvent::Interrupted)),
+                        Err(error) => Err(error),
+                    };
+                }
+                Ok(Standing::Behind(behind)) => *behind,
+                Err(error) => break Err(error),
+            };
+            let Behind {
+                predecessor,
+                head_left,
+                ..
+            } = predecessor;
+            let changed = match self.store.watch(key, &predecessor).await {
+                Ok(Some(changed)) => changed,
+                Ok(None) => continue,
+                Err(error) => break Err(error),
+            };
+            // Wake when the head could have lapsed, to delete it, or when the place does.
+            let wake_at = head_left.map_or(place_until, |left| {
+                place_until.min(Instant::now() + left + Duration::from_millis(1))
+            });
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        };
+        self.update(&id, |ours| ours.following = false);
+        match outcome {
+            Ok(Some(event)) => self.hub.announce(key, event),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(target: "fencelock", key, error = %crate::WithSources(&error), "a waiter's watch failed; its waiters try again");
+                self.hub.announce(key, ReleaseEvent::Interrupted);
+            }
+        }
+    }
+
+    async fn extend_one(&self, held: &HeldLease) -> Result<bool, LockError> {
+        let id = ours_key(&held.lease);
+        let Some(ours) = self.ours(&id).filter(|ours| ours.entry.token == held.token) else {
+            return Ok(false);
+        };
+        let state = State::Held(held.lease.ttl);
+        match self
+            .store
+            .write(&held.lease.key, &ours.entry, state)
+            .await?
+        {
+            Some(version) => {
+                self.update(&id, |ours| {
+                    ours.entry.version = version;
+                    ours.entry.state = state;
+                });
+                Ok(true)
+            }
+            None => {
+                self.forget(&id);
+                Ok(false)
+            }
+        }
+    }
+
+    async fn release(
+        self: &Arc<Self>,
+        lease: &Lease,
+        keep: Duration,
+    ) -> Result<Release, LockError> {
+        let id = ours_key(lease);
+        let (entries, sent_before) = match self.ours(&id) {
+            Some(ours) => (vec![ours.entry], ours.release_sent),
+            None if self.released_lately(&id) => return Ok(Release::Released),
+            // Not known here (an entry whose reply was lost): looked up.
+            None => {
+                let line = self.store.line(&lease.key).await?;
+                let mine = line.into_iter().filter(|entry| entry.owner == lease.owner);
+                (mine.collect(), false)
+            }
+        };
+        self.update(&id, |ours| ours.release_sent = true);
+        let mut released = false;
+        for entry in &entries {
+            let held = matches!(entry.state, State::Held(_));
+            if held && !keep.is_zero() {
+                if let Some(version) = self
+                    .store
+                    .write(&lease.key, entry, State::Kept(keep))
+                    .await?
+                {
+                    self.remove_later(&lease.key, entry, version, keep);
+                    released = true;
+                    continue;
+                }
+            } else if self.store.remove(&lease.key, entry, None).await? {
+                released |= held;
+                continue;
+            }
+            // Gone: the first send of this release deleted it, or its lease had ended.
+            released |= held && sent_before;
+        }
+        self.forget(&id);
+        if !released {
+            return Ok(Release::NotOwner);
+        }
+        // Waiters of this client in line are told by their own watches (the next one with
+        // the hand-off); a watch with no waiter behind it hears of the release here.
+        if !self.waits_here(&lease.key) {
+            let token = keep
+                .is_zero()
+                .then(|| entries.first().map(|e| e.token))
+                .flatten();
+            self.hub
+                .announce(&lease.key, ReleaseEvent::Released { token });
+        }
+        let mut memory = lock_ignoring_poison(&self.released);
+        memory.retain(|_, at| at.elapsed() < RELEASE_MEMORY);
+        memory.insert(id, Instant::now());
+        Ok(Release::Released)
+    }
+
+    /// Whether an entry of this client waits in `key`'s line.
+    fn waits_here(&self, key: &str) -> bool {
+        let ours = lock_ignoring_poison(&self.ours);
+        ours.iter()
+            .any(|((k, _), ours)| k == key && ours.place_until.is_some())
+    }
+
+    fn released_lately(&self, id: &OursKey) -> bool {
+        let memory = lock_ignoring_poison(&self.released);
+        memory
+            .get(id)
+            .is_some_and(|at| at.elapsed() < RELEASE_MEMORY)
+    }
+
+    /// Deletes a kept entry once its keep has passed (if nobody else did: version-checked).
+    fn remove_later(self: &Arc<Self>, key: &str, entry: &Entry, version: i64, keep: Duration) {
+        let shared = self.clone();
+        let (key, kept) = (key.to_owned(), entry.clone());
+        let removing = self.background.spawn(async move {
+            tokio::time::sleep(keep).await;
+            let _ = shared.store.remove(&key, &kept, Some(version)).await;
+        });
+        if removing.is_err() {
+            tracing::debug!(target: "fencelock", key = %entry.id, "no background runtime: a kept entry lapses when a waiter sees it");
+        }
+    }
+
+    async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
+        let line = self.store.line(key).await?;
+        let left = self.sight(key, &line);
+        let mut state = LockState::free(key);
+        let mut entries = line.iter().zip(left);
+        if let Some((head, left)) = entries.next() {
+            state.holding = holding(head, left);
+        }
+        state.queue = entries
+            .map(|(entry, left)| Waiter {
+                owner: owner_tag(&entry.owner),
+                lease: match entry.state {
+                    State::Waiting { ttl, .. } | State::Held(ttl) => Some(ttl),
+                    State::Kept(_) | State::Foreign => None,
+                },
+                place_left: left.filter(|left| !left.is_zero()),
+            })
+            .collect();
+        state.waiters = state
+            .queue
+            .iter()
+            .filter(|w| w.place_left.is_some())
+            .count();
+        Ok(state)
+    }
+
+    async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, LockError> {
+        let line = self.store.line(key).await?;
+        let left = self.sight(key, &line);
+        let Some((head, left)) = line.first().zip(left.first().copied()) else {
+            return Ok(ForcedRelease::not_held(key));
+        };
+        let found = holding(head, left);
+        let token = (!matches!(head.state, State::Kept(_))).then_some(head.token);
+        let mut forced = ForcedRelease::of(key, found);
+        if !grant.is(owner_tag(&head.owner), token) || !self.store.remove(key, head, None).await? {
+            return Ok(forced);
+        }
+        forced.released = true;
+        // The next entry holds the key now; its client announces that when it takes it.
+        let announced = match line.get(1) {
+            Some(next) => ReleaseEvent::HandedOver {
+                to: owner_tag(&next.owner),
+                token: next.token,
+                slot: None,
+            },
+            None => ReleaseEvent::Released { token },
+        };
+        if !self.waits_here(key) {
+            self.hub.announce(key, announced);
+        }
+        forced.announced = Some(announced);
+        Ok(forced)
+    }
+}
+
+fn waiting(place: Duration, ttl: Duration) -> State {
+    State::Waiting { place, ttl }
+}
+
+fn granted(token: u64) -> Acquire {
+    Acquire::Granted { token, slot: None }
+}
+
+/// What the head of a line holds, as an operator sees it.
+fn holding(head: &Entry, left: Option<Duration>) -> Holding {
+    let remaining = left.unwrap_or(Duration::MAX);
+    match head.state {
+        State::Kept(_) => Holding::Kept {
+            owner: owner_tag(&head.owner),
+            remaining,
+        },
+        State::Foreign => Holding::Foreign {
+            reason: format!("{} holds data fencelock did not write", head.id),
+        },
+        State::Waiting { .. } | State::Held(_) => Holding::Held {
+            owner: owner_tag(&head.owner),
+            token: Some(head.token),
+            remaining,
+        },
+    }
+}
+
+impl<S: LineStore> LockBackend for LineBackend<S> {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        if lease.replicas > 0 {
+            return refused(
+                "min_replicas is for Redis replicas: a consensus store writes every grant to a \
+                 majority already; remove min_replicas",
+            );
+        }
+        Box::pin(self.shared.acquire(lease, turn))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        // Waiters' own watches announce: nothing to set up in the store.
+        let (watch, subscribed) = self.shared.hub.watch(key);
+        let _ = subscribed.set(());
+        Box::pin(std::future::ready(Ok(watch)))
+    }
+
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.shared.hub.watch_subscribed(key)
+    }
+
+    fn offers(&self, kind: LockKind) -> bool {
+        kind == LockKind::Mutex
+    }
+
+    fn always_fair(&self) -> bool {
+        true
+    }
+
+    fn longest_lease(&self) -> Option<Duration> {
+        Some(self.shared.store.session_timeout())
+    }
+
+    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(async move {
+            let extending = held.iter().map(|held| self.shared.extend_one(held));
+            futures_util::future::join_all(extending)
+                .await
+                .into_iter()
+                .collect()
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(self.shared.release(lease, keep))
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        Box::pin(async move {
+            let glob = Glob::parse(pattern)?;
+            let mut locks = Vec::new();
+            for key in self.shared.store.keys().await? {
+                if glob.matches(&key) {
+                    let state = self.shared.inspect(&key).await?;
+                    if state.holding != Holding::Free || !state.queue.is_empty() {
+                        locks.push(state);
+                    }
+                }
+            }
+            Ok(locks)
+        })
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.shared.inspect(key))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+        grant: Grant,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        Box::pin(self.shared.force_release(key, grant))
+    }
+}

@@ -1,0 +1,464 @@
+//! The ZooKeeper store of a line: a container node per key under the client's root, an
+//! ephemeral sequential node per entry, named after its owner (`<owner>-<sequence>`), its
+//! state in its data.
+//!
+//! ZooKeeper handles one session's requests in the order they were sent, and refuses those of
+//! a connection the session has left (`SESSION_MOVED`): a call whose reply was lost has taken
+//! effect, or never will, before the next call of the session is handled (the backend
+//! contract's settled calls).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
+
+use super::state::State;
+use super::{Entry, LineBackend, LineStore};
+use crate::backend::BoxFuture;
+use crate::driver::Background;
+use crate::sync::lock_ignoring_poison;
+use crate::{LockClient, LockError};
+
+/// The root node of the locks unless one is configured.
+pub const DEFAULT_ROOT: &str = "/fencelock";
+
+/// The session timeout asked of the ensemble unless one is configured (the servers bound
+/// it: 2 to 20 ticks by default, 4 s to 40 s).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A builder of a ZooKeeper client ([`LockClient::zookeeper_builder`]).
+#[derive(Debug, Clone)]
+pub struct ZooKeeperClientBuilder {
+    connect_string: String,
+    root: String,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl ZooKeeperClientBuilder {
+    /// The node under which every lock lives (default [`DEFAULT_ROOT`]): an absolute path,
+    /// created if missing.
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// The session timeout to ask for (default [`DEFAULT_SESSION_TIMEOUT`]; the ensemble
+    /// may grant another within its bounds). A holder whose client the ensemble does not
+    /// hear from for this long loses its locks, and no lease counts longer.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects, and creates the root node if missing.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        if !self.root.starts_with('/') || self.root.ends_with('/') || self.root.contains("//") {
+            return Err(LockError::invalid_config(format!(
+                "the ZooKeeper root {:?} is not a node path: write an absolute path without a \
+                 trailing slash, e.g. \"{DEFAULT_ROOT}\"",
+                self.root
+            )));
+        }
+        let background = Background::Driver;
+        let store = ZooKeeperStore {
+            session: Mutex::new(Arc::new(self.open(&background).await?)),
+            reconnecting: tokio::sync::Mutex::new(()),
+            builder: self,
+            background: background.clone(),
+        };
+        let session = store.session().await?;
+        let root = ZooKeeperStore::directory_options();
+        let created = session.client.mkdir(&store.builder.root, &root).await;
+        created.map_err(|error| store.error(None, "cannot create the root node", error))?;
+        let backend = LineBackend::new(store, background.clone());
+        Ok(LockClient::with_background(
+            Arc::new(backend),
+            background,
+            true,
+        ))
+    }
+
+    /// A new session, made on the driver runtime where its connection lives.
+    async fn open(&self, background: &Background) -> Result<Session, LockError> {
+        let connector = Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(self.connect_timeout)
+            .with_fail_eagerly();
+        let connect_string = self.connect_string.clone();
+        let connecting =
+            background.spawn(async move { connector.connect(&connect_string).await })?;
+        let connected = tokio::time::timeout(self.connect_timeout * 2, connecting).await;
+        let client = match connected {
+            Ok(Ok(Ok(client))) => client,
+            Ok(Ok(Err(error))) => return Err(connect_error(&self.connect_string, Some(error))),
+            Ok(Err(_)) | Err(_) => return Err(connect_error(&self.connect_string, None)),
+        };
+        static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Ok(Session {
+            client,
+            count: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+}
+
+fn connect_error(at: &str, error: Option<zookeeper_client::Error>) -> LockError {
+    let cause = error.as_ref().map_or_else(
+        || "no session within the connect timeout".to_owned(),
+        ToString::to_string,
+    );
+    LockError::backend(
+        None,
+        format!(
+            "cannot connect to ZooKeeper at {at} ({cause}): check the connect string \
+             (host:port[,host:port…][/chroot]) and that the ensemble is up"
+        ),
+        error.map(|e| Arc::new(e) as _),
+    )
+}
+
+impl LockClient {
+    /// Connects to the ZooKeeper ensemble at `connect_string` (`host:port[,host:port…]`,
+    /// optionally followed by a chroot path) with the defaults of
+    /// [`LockClient::zookeeper_builder`].
+    pub async fn zookeeper(connect_string: &str) -> Result<LockClient, LockError> {
+        LockClient::zookeeper_builder(connect_string)
+            .connect()
+            .await
+    }
+
+    /// A builder of a ZooKeeper client: root node, session timeout, connect timeout.
+    pub fn zookeeper_builder(connect_string: &str) -> ZooKeeperClientBuilder {
+        ZooKeeperClientBuilder {
+            connect_string: connect_string.to_owned(),
+            root: DEFAULT_ROOT.to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One ZooKeeper session and its count.
+struct Session {
+    client: Client,
+    count: u64,
+}
+
+/// The ZooKeeper side of a [`LineBackend`].
+pub(crate) struct ZooKeeperStore {
+    builder: ZooKeeperClientBuilder,
+    session: Mutex<Arc<Session>>,
+    /// Held while a new session is made after the last one ended.
+    reconnecting: tokio::sync::Mutex<()>,
+    background: Background,
+}
+
+impl std::fmt::Debug for ZooKeeperStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperStore")
+            .field("at", &self.builder.connect_string)
+            .field("root", &self.builder.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperStore {
+    fn directory_options() -> zookeeper_client::CreateOptions<'static> {
+        CreateMode::Persistent.with_acls(Acls::anyone_all())
+    }
+
+    /// The current session, or a new one if it ended (its entries are gone with it).
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        let current = lock_ignoring_poison(&self.session).clone();
+        if !current.client.state().is_terminated() {
+            return Ok(current);
+        }
+        let _reconnecting = self.reconnecting.lock().await;
+        let current = lock_ignoring_poison(&self.session).clone();
+        if !current.client.state().is_terminated() {
+            return Ok(current);
+        }
+        tracing::warn!(target: "fencelock", at = %self.builder.connect_string, state = ?current.client.state(), "the ZooKeeper session ended, and with it every lock it held; opening a new one");
+        let fresh = Arc::new(self.builder.open(&self.background).await?);
+        *lock_ignoring_poison(&self.session) = fresh.clone();
+        Ok(fresh)
+    }
+
+    fn error(&self, key: Option<&str>, what: &str, error: zookeeper_client::Error) -> LockError {
+        let hint = match error {
+            zookeeper_client::Error::NoAuth => ": the client lacks a permission on the root node",
+            zookeeper_client::Error::SessionExpired => {
+                ": the session expired, and with it every lock it held"
+            }
+            _ => "",
+        };
+        LockError::backend(
+            key,
+            format!("ZooKeeper at {}: {what}{hint}", self.builder.connect_string),
+            Some(Arc::new(error)),
+        )
+    }
+
+    fn directory(&self, key: &str) -> String {
+        format!("{}/{}", self.builder.root, node_name(key))
+    }
+
+    fn entry(
+        &self,
+        session: &Session,
+        name: &str,
+        path: String,
+        data: &[u8],
+        stat: &Stat,
+    ) -> Entry {
+        let (owner, order) = match name.rsplit_once('-') {
+            Some((owner, sequence)) => (owner.to_owned(), sequence.parse().unwrap_or(0)),
+            None => (name.to_owned(), 0),
+        };
+        Entry {
+            id: path,
+            owner,
+            order,
+            token: u64::try_from(stat.czxid).unwrap_or(0),
+            version: i64::from(stat.version),
+            state: State::decode(data),
+            session: session.count,
+        }
+    }
+}
+
+impl LineStore for ZooKeeperStore {
+    fn enter<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        state: State,
+    ) -> BoxFuture<'a, Result<Entry, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let directory = self.directory(key);
+            let prefix = format!("{directory}/{owner}-");
+            let data = state.encode();
+            let entry_options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+            // The key's container node goes once empty: made again when missing.
+            for _ in 0..3 {
+                let created = session
+                    .client
+                    .create(&prefix, data.as_bytes(), &entry_options)
+                    .await;
+                match created {
+                    Ok((stat, sequence)) => {
+                        let path = format!("{prefix}{sequence}");
+                        let name = &path[directory.len() + 1..];
+                        return Ok(self.entry(
+                            &session,
+                            name,
+                            path.clone(),
+                            data.as_bytes(),
+                            &stat,
+                        ));
+                    }
+                    Err(zookeeper_client::Error::NoNode) => {
+                        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+                        match session.client.create(&directory, &[], &container).await {
+                            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                            Err(error) => {
+                                return Err(self.error(
+                                    Some(key),
+                                    "cannot create the key's node",
+                                    error,
+                                ));
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        return Err(self.error(Some(key), "cannot enter the line", error));
+                    }
+                }
+            }
+            Err(LockError::backend(
+                Some(key),
+                "ZooKeeper kept deleting the key's node while the lock entered it",
+                None,
+            ))
+        })
+    }
+
+    fn line<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let directory = self.directory(key);
+            let names = match session.client.list_children(&directory).await {
+                Ok(names) => names,
+                Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+                Err(error) => return Err(self.error(Some(key), "cannot read the line", error)),
+            };
+            if names.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut reader = session.client.new_multi_reader();
+            let paths: Vec<String> = names
+                .iter()
+                .map(|name| format!("{directory}/{name}"))
+                .collect();
+            for path in &paths {
+                reader
+                    .add_get_data(path)
+                    .map_err(|error| self.error(Some(key), "cannot read the line", error))?;
+            }
+            let read = reader.commit().await;
+            let read =
+                read.map_err(|error| self.error(Some(key), "cannot read the line", error))?;
+            let mut line: Vec<Entry> = names
+                .iter()
+                .zip(paths)
+                .zip(read)
+                .filter_map(|((name, path), read)| match read {
+                    MultiReadResult::Data { data, stat } => {
+                        Some(self.entry(&session, name, path, &data, &stat))
+                    }
+                    _ => None,
+                })
+                .collect();
+            line.sort_by_key(|entry| entry.order);
+            Ok(line)
+        })
+    }
+
+    fn write<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        state: State,
+    ) -> BoxFuture<'a, Result<Option<i64>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            if session.count != entry.session {
+                return Ok(None);
+            }
+            let written = session
+                .client
+                .set_data(&entry.id, state.encode().as_bytes(), None);
+            match written.await {
+                Ok(stat) => Ok(Some(i64::from(stat.version))),
+                Err(zookeeper_client::Error::NoNode) => Ok(None),
+                Err(error) => Err(self.error(Some(key), "cannot write the lock's entry", error)),
+            }
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let version = version.and_then(|v| i32::try_from(v).ok());
+            match session.client.delete(&entry.id, version).await {
+                Ok(()) => Ok(true),
+                Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion) => {
+                    Ok(false)
+                }
+                Err(error) => Err(self.error(Some(key), "cannot delete an entry", error)),
+            }
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let watched = session.client.check_and_watch_stat(&entry.id).await;
+            match watched {
+                Ok((None, _)) => Ok(None),
+                Ok((Some(stat), _)) if i64::from(stat.version) != entry.version => Ok(None),
+                Ok((Some(_), watcher)) => Ok(Some(Box::pin(async move {
+                    watcher.changed().await;
+                }) as BoxFuture<'static, ()>)),
+                Err(error) => Err(self.error(Some(key), "cannot watch the entry ahead", error)),
+            }
+        })
+    }
+
+    fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let names = session.client.list_children(&self.builder.root).await;
+            let names = names.map_err(|error| self.error(None, "cannot list the locks", error))?;
+            Ok(names.iter().filter_map(|name| key_of(name)).collect())
+        })
+    }
+
+    fn session(&self) -> u64 {
+        let session = lock_ignoring_poison(&self.session);
+        match session.client.state() {
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => 0,
+            _ => session.count,
+        }
+    }
+
+    fn session_timeout(&self) -> Duration {
+        lock_ignoring_poison(&self.session).client.session_timeout()
+    }
+}
+
+/// A key as a node name: bytes other than ASCII letters, digits, `_`, `:`, `.` and `-` are
+/// written `%XX`, as is a name of dots only (ZooKeeper refuses `.` and `..`).
+fn node_name(key: &str) -> String {
+    let all_dots = key.bytes().all(|b| b == b'.');
+    let mut name = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        let plain = byte.is_ascii_alphanumeric()
+            || matches!(byte, b'_' | b':' | b'-')
+            || (byte == b'.' && !all_dots);
+        if plain {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    name
+}
+
+/// The key a node name stands for; `None` for a name fencelock did not write.
+fn key_of(name: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(name.len());
+    let mut rest = name.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_become_node_names_and_back() {
+        for key in ["stock:42", "a/b", "100%", "..", ".", "a.b", "é ü"] {
+            let name = node_name(key);
+            assert!(!name.contains('/'), "{name}");
+            assert!(name != "." && name != "..", "{name}");
+            assert_eq!(key_of(&name).as_deref(), Some(key));
+        }
+    }
+}

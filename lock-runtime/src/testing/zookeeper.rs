@@ -1,0 +1,267 @@
+//! Private ZooKeeper servers: a standalone server or a 3-member ensemble, each member a child
+//! JVM on free loopback ports in a temporary directory, stopped on drop.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::redis_server::{free_port, send_signal};
+
+/// Environment variable overriding the Java class path of ZooKeeper (default: Debian's
+/// `zookeeper` package, `/etc/zookeeper/conf:/usr/share/java/zookeeper.jar`).
+pub const ZOOKEEPER_CLASSPATH_ENV: &str = "FENCELOCK_ZOOKEEPER_CLASSPATH";
+
+const DEBIAN_CLASSPATH: &str = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar";
+
+/// The servers' tick: sessions may last 2 to 20 ticks (1 s to 10 s), so that tests of session
+/// expiry are short.
+const TICK_MS: u64 = 500;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One member of a [`ZooKeeperEnsemble`].
+#[derive(Debug)]
+struct Member {
+    id: usize,
+    client_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A ZooKeeper standalone server ([`ZooKeeperEnsemble::start`]`(1)`) or ensemble of three
+/// ([`ZooKeeperEnsemble::start`]`(3)`), with a 500 ms tick (sessions of 1 s to 10 s).
+#[derive(Debug)]
+pub struct ZooKeeperEnsemble {
+    members: Vec<Member>,
+    classpath: String,
+}
+
+impl ZooKeeperEnsemble {
+    /// Starts `size` members (1 or 3) and waits until every one serves clients.
+    pub fn start(size: usize) -> io::Result<ZooKeeperEnsemble> {
+        let classpath =
+            std::env::var(ZOOKEEPER_CLASSPATH_ENV).unwrap_or_else(|_| DEBIAN_CLASSPATH.into());
+        let jar_missing = classpath
+            .split(':')
+            .filter(|path| path.ends_with(".jar"))
+            .any(|jar| !std::path::Path::new(jar).exists());
+        if jar_missing {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "ZooKeeper is not installed at {classpath}: install Debian's package \
+                     (`apt-get install zookeeper`, with Java) or set {ZOOKEEPER_CLASSPATH_ENV}"
+                ),
+            ));
+        }
+        static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+        let base = std::env::temp_dir().join(format!(
+            "fencelock-zookeeper-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut peers = Vec::new();
+        let mut members = Vec::new();
+        for id in 1..=size {
+            peers.push(format!(
+                "server.{id}=127.0.0.1:{}:{}",
+                free_port()?,
+                free_port()?
+            ));
+            let dir = base.join(format!("member-{id}"));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("myid"), id.to_string())?;
+            members.push(Member {
+                id,
+                client_port: free_port()?,
+                dir,
+                child: None,
+            });
+        }
+        let peers = if size > 1 {
+            peers.join("\n")
+        } else {
+            String::new()
+        };
+        for member in &members {
+            let config = format!(
+                "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit=4\ndataDir={}\nclientPort={}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=srvr,ruok\nmaxClientCnxns=0\n{peers}\n",
+                member.dir.display(),
+                member.client_port
+            );
+            std::fs::write(member.dir.join("zoo.cfg"), config)?;
+        }
+        let mut ensemble = ZooKeeperEnsemble { members, classpath };
+        for index in 0..size {
+            ensemble.spawn(index)?;
+        }
+        ensemble.wait_serving()?;
+        Ok(ensemble)
+    }
+
+    /// The connect string of every member (`127.0.0.1:p1,127.0.0.1:p2,…`).
+    pub fn connect_string(&self) -> String {
+        let members = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port));
+        members.collect::<Vec<_>>().join(",")
+    }
+
+    /// The client port of member `index`.
+    pub fn client_port(&self, index: usize) -> u16 {
+        self.members[index].client_port
+    }
+
+    /// The process id of member `index`, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.members[index].child.as_ref().map(Child::id)
+    }
+
+    /// The index of the member that leads (the standalone server in an ensemble of one).
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&index| {
+            self.mode(index)
+                .is_some_and(|mode| mode == "leader" || mode == "standalone")
+        })
+    }
+
+    /// Member `index`'s mode (`leader`, `follower`, `standalone`), if it serves.
+    pub fn mode(&self, index: usize) -> Option<String> {
+        let reply = four_letter_word(self.members[index].client_port, "srvr").ok()?;
+        reply
+            .lines()
+            .find_map(|line| line.strip_prefix("Mode: "))
+            .map(|mode| mode.trim().to_owned())
+    }
+
+    /// Kills member `index` with `SIGKILL`; its data stays for a restart.
+    pub fn kill(&mut self, index: usize) -> io::Result<()> {
+        if let Some(mut child) = self.members[index].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `index` again (after [`kill`](Self::kill)) and waits until the
+    /// ensemble serves on every running member.
+    pub fn restart(&mut self, index: usize) -> io::Result<()> {
+        self.kill(index)?;
+        self.spawn(index)?;
+        self.wait_serving()
+    }
+
+    /// Freezes member `index` (`SIGSTOP`).
+    pub fn pause(&self, index: usize) -> io::Result<()> {
+        let pid = self
+            .pid(index)
+            .ok_or_else(|| io::Error::other("not running"))?;
+        send_signal(pid, libc::SIGSTOP)
+    }
+
+    /// Thaws member `index` (`SIGCONT`).
+    pub fn resume(&self, index: usize) -> io::Result<()> {
+        let pid = self
+            .pid(index)
+            .ok_or_else(|| io::Error::other("not running"))?;
+        send_signal(pid, libc::SIGCONT)
+    }
+
+    /// Waits until a majority of the members serve clients (a leader elected), for at most
+    /// a minute.
+    pub fn wait_serving(&self) -> io::Result<()> {
+        let started = Instant::now();
+        let running: Vec<usize> = (0..self.members.len())
+            .filter(|&index| self.members[index].child.is_some())
+            .collect();
+        loop {
+            let serving = running.iter().filter(|&&i| self.mode(i).is_some()).count();
+            if serving == running.len() && self.leader().is_some() {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                let log = self
+                    .members
+                    .iter()
+                    .map(Member::log_tail)
+                    .collect::<Vec<_>>();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "ZooKeeper did not serve within {READY_TIMEOUT:?} ({serving} of {} \
+                         members); logs: {}",
+                        running.len(),
+                        log.join(" || ")
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn spawn(&mut self, index: usize) -> io::Result<()> {
+        let member = &mut self.members[index];
+        let log = std::fs::File::create(member.dir.join("zookeeper.log"))?;
+        let child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-Dzookeeper.admin.enableServer=false",
+            ])
+            .arg("-cp")
+            .arg(&self.classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(member.dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot run `java` for ZooKeeper member {} ({e}): install Java \
+                         (`apt-get install default-jre-headless zookeeper`)",
+                        member.id
+                    ),
+                )
+            })?;
+        member.child = Some(child);
+        Ok(())
+    }
+}
+
+impl Member {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("zookeeper.log")).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(3).collect();
+        format!("member {}: {}", self.id, tail.join(" | "))
+    }
+}
+
+impl Drop for ZooKeeperEnsemble {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            let _ = self.kill(index);
+        }
+        if let Some(base) = self.members.first().and_then(|m| m.dir.parent()) {
+            let _ = std::fs::remove_dir_all(base);
+        }
+    }
+}
+
+/// Sends a four-letter word (`srvr`, `ruok`) and reads the whole reply.
+fn four_letter_word(port: u16, word: &str) -> io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(word.as_bytes())?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
