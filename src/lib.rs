@@ -44,6 +44,9 @@ pub use fencelock_runtime::{
     backend, current_shard, current_token, escape_into, is_lost, lost, telemetry, with_client,
 };
 
+/// The builder of an etcd client ([`LockClient::etcd_builder`]).
+#[cfg(feature = "etcd")]
+pub use fencelock_runtime::EtcdClientBuilder;
 /// The builder of a PostgreSQL or MySQL client ([`LockClient::postgres_builder`],
 /// [`LockClient::mysql_builder`]).
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -34,6 +34,8 @@ pub mod __private;
 
 pub use admin::LockAdmin;
 pub use ambient::with_client;
+#[cfg(feature = "etcd")]
+pub use backend::line::etcd::EtcdClientBuilder;
 #[cfg(feature = "zookeeper")]
 pub use backend::line::zookeeper::ZooKeeperClientBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -6,6 +6,8 @@
 mod admin;
 mod attribute;
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod hand_off;
 mod kinds;
 mod lease_redis;

@@ -15,7 +15,7 @@
 //! settle (its connections belong to redis-rs's cluster client), and says so in its docs: a
 //! request delivered late there can still take the key for a lease.
 
-#[cfg(feature = "zookeeper")]
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub mod line;
 pub mod memory;
 pub mod redis;

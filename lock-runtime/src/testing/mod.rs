@@ -6,6 +6,8 @@
 
 mod cluster;
 pub mod conformance;
+#[cfg(feature = "etcd")]
+mod etcd;
 pub mod history;
 mod intercept;
 mod proxy;
@@ -17,6 +19,8 @@ mod sql;
 mod zookeeper;
 
 pub use cluster::RedisCluster;
+#[cfg(feature = "etcd")]
+pub use etcd::{ETCD_ENV, EtcdCluster};
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};

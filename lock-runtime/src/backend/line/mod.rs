@@ -24,6 +24,8 @@
 //! the store's global counter, so strictly increasing in line order, which is grant order.
 //! The line is always fair: a free key goes to its oldest waiter, whatever the mode.
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod state;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -103,6 +105,13 @@ pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Every key with a line (or that had one lately).
     fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>>;
+
+    /// Restarts the session's timeout, if the calls above do not (etcd's lease needs a
+    /// keep-alive; any ZooKeeper request restarts its session's). Sent beside every acquire
+    /// and renewal: a grant counts from when it was sent, so the session must too.
+    fn refresh(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 
     /// The current session's count: entries of an earlier one are gone.
     fn session(&self) -> u64;
@@ -633,6 +642,41 @@ impl<S: LineStore> Shared<S> {
     }
 }
 
+/// A key as one path segment (a ZooKeeper node name, a part of an etcd key): bytes other than ASCII letters, digits, `_`, `:`, `.` and `-` are
+/// written `%XX`, as is a name of dots only (ZooKeeper refuses `.` and `..`).
+pub(crate) fn node_name(key: &str) -> String {
+    let all_dots = key.bytes().all(|b| b == b'.');
+    let mut name = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        let plain = byte.is_ascii_alphanumeric()
+            || matches!(byte, b'_' | b':' | b'-')
+            || (byte == b'.' && !all_dots);
+        if plain {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    name
+}
+
+/// The key a path segment stands for; `None` for a name fencelock did not write.
+pub(crate) fn key_of(name: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(name.len());
+    let mut rest = name.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
 fn waiting(place: Duration, ttl: Duration) -> State {
     State::Waiting { place, ttl }
 }
@@ -672,7 +716,16 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
                  majority already; remove min_replicas",
             );
         }
-        Box::pin(self.shared.acquire(lease, turn))
+        Box::pin(async move {
+            let (acquired, refreshed) = tokio::join!(
+                self.shared.acquire(lease, turn),
+                self.shared.store.refresh()
+            );
+            match acquired? {
+                granted @ Acquire::Granted { .. } => refreshed.map(|()| granted),
+                held => Ok(held),
+            }
+        })
     }
 
     fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
@@ -701,10 +754,12 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
     fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
             let extending = held.iter().map(|held| self.shared.extend_one(held));
-            futures_util::future::join_all(extending)
-                .await
-                .into_iter()
-                .collect()
+            let (extended, refreshed) = tokio::join!(
+                futures_util::future::join_all(extending),
+                self.shared.store.refresh()
+            );
+            refreshed?;
+            extended.into_iter().collect()
         })
     }
 
@@ -745,5 +800,20 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
         grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
         Box::pin(self.shared.force_release(key, grant))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_become_node_names_and_back() {
+        for key in ["stock:42", "a/b", "100%", "..", ".", "a.b", "é ü"] {
+            let name = node_name(key);
+            assert!(!name.contains('/'), "{name}");
+            assert!(name != "." && name != "..", "{name}");
+            assert_eq!(key_of(&name).as_deref(), Some(key));
+        }
     }
 }

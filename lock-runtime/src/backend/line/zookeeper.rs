@@ -13,7 +13,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
 
 use super::state::State;
-use super::{Entry, LineBackend, LineStore};
+use super::{Entry, LineBackend, LineStore, key_of, node_name};
 use crate::backend::BoxFuture;
 use crate::driver::Background;
 use crate::sync::lock_ignoring_poison;
@@ -410,55 +410,5 @@ impl LineStore for ZooKeeperStore {
 
     fn session_timeout(&self) -> Duration {
         lock_ignoring_poison(&self.session).client.session_timeout()
-    }
-}
-
-/// A key as a node name: bytes other than ASCII letters, digits, `_`, `:`, `.` and `-` are
-/// written `%XX`, as is a name of dots only (ZooKeeper refuses `.` and `..`).
-fn node_name(key: &str) -> String {
-    let all_dots = key.bytes().all(|b| b == b'.');
-    let mut name = String::with_capacity(key.len());
-    for byte in key.bytes() {
-        let plain = byte.is_ascii_alphanumeric()
-            || matches!(byte, b'_' | b':' | b'-')
-            || (byte == b'.' && !all_dots);
-        if plain {
-            name.push(char::from(byte));
-        } else {
-            name.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    name
-}
-
-/// The key a node name stands for; `None` for a name fencelock did not write.
-fn key_of(name: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(name.len());
-    let mut rest = name.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        if byte == b'%' {
-            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(byte);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_become_node_names_and_back() {
-        for key in ["stock:42", "a/b", "100%", "..", ".", "a.b", "é ü"] {
-            let name = node_name(key);
-            assert!(!name.contains('/'), "{name}");
-            assert!(name != "." && name != "..", "{name}");
-            assert_eq!(key_of(&name).as_deref(), Some(key));
-        }
     }
 }

@@ -1,0 +1,556 @@
+//! The etcd store of a line: a key per entry, `<prefix>/<key>/<owner>`, attached to the
+//! client's lease, ordered by create revision, its state in its value. Every write and delete
+//! is a transaction that compares the entry's create revision (and, for a delete of a lapsed
+//! entry, its mod revision), so that it touches that entry only.
+//!
+//! The lease is the session: granted at connect, kept alive by a task of the client every
+//! third of its TTL. When etcd ends it (the client was cut off for a TTL), every entry goes
+//! with it and the client grants itself a new one.
+//!
+//! Lost replies: a gRPC call whose reply was lost can still be applied later. A late write
+//! or delete compares the create revision, so it changes nothing after the entry is gone;
+//! a late enter can leave an entry behind its owner's release, which holds the key no longer
+//! than its lease: a waiter that sees it unchanged that long deletes it, and the request's
+//! cleanup releases it again after a lost reply.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions,
+};
+
+use super::state::State;
+use super::{Entry, LineBackend, LineStore, key_of, node_name};
+use crate::backend::BoxFuture;
+use crate::driver::Background;
+use crate::sync::lock_ignoring_poison;
+use crate::{LockClient, LockError};
+
+/// The key prefix of the locks unless one is configured.
+pub const DEFAULT_PREFIX: &str = "fencelock";
+
+/// The lease TTL asked of etcd unless one is configured (whole seconds; etcd grants at least
+/// its minimum, about 2 s by default).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// A builder of an etcd client ([`LockClient::etcd_builder`]).
+#[derive(Clone)]
+pub struct EtcdClientBuilder {
+    endpoints: Vec<String>,
+    prefix: String,
+    lease_ttl: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    user: Option<(String, String)>,
+}
+
+// The password stays out of Debug output.
+impl std::fmt::Debug for EtcdClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdClientBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .finish()
+    }
+}
+
+impl EtcdClientBuilder {
+    /// The prefix of every lock's keys (default [`DEFAULT_PREFIX`]): `<prefix>/<key>/<owner>`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The TTL of the client's lease (default [`DEFAULT_LEASE_TTL`], whole seconds): a holder
+    /// whose client etcd does not hear from for this long loses its locks, and no lease
+    /// counts longer.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// How long connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a call may wait for its answer (default 5 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Authenticates as `user` (etcd's authentication enabled).
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Connects and grants the client's lease.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let bad_prefix = self.prefix.is_empty() || self.prefix.ends_with('/');
+        if bad_prefix || self.endpoints.is_empty() {
+            return Err(LockError::invalid_config(format!(
+                "an etcd client needs endpoints (e.g. [\"http://127.0.0.1:2379\"]) and a \
+                 prefix without a trailing slash (e.g. \"{DEFAULT_PREFIX}\"); got {:?} and {:?}",
+                self.endpoints, self.prefix
+            )));
+        }
+        let background = Background::Driver;
+        let builder = self.clone();
+        let connecting = background.spawn(async move { builder.client().await })?;
+        let client = match tokio::time::timeout(self.connect_timeout * 2, connecting).await {
+            Ok(Ok(client)) => client?,
+            Ok(Err(_)) | Err(_) => return Err(self.connect_error(None)),
+        };
+        let store = EtcdStore {
+            session: Mutex::new(None),
+            reconnecting: tokio::sync::Mutex::new(()),
+            sessions: AtomicU64::new(0),
+            builder: self,
+            client,
+            background: background.clone(),
+        };
+        store.session().await?;
+        let backend = LineBackend::new(store, background.clone());
+        Ok(LockClient::with_background(
+            Arc::new(backend),
+            background,
+            true,
+        ))
+    }
+
+    async fn client(&self) -> Result<Client, LockError> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(self.connect_timeout)
+            .with_timeout(self.response_timeout)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some((user, password)) = &self.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let connected = Client::connect(&self.endpoints, Some(options)).await;
+        let mut client = connected.map_err(|error| self.connect_error(Some(error)))?;
+        // A connect that reaches nothing still succeeds: the first call tells.
+        client
+            .status()
+            .await
+            .map_err(|error| self.connect_error(Some(error)))?;
+        Ok(client)
+    }
+
+    fn connect_error(&self, error: Option<etcd_client::Error>) -> LockError {
+        let cause = error.as_ref().map_or_else(
+            || "no answer within the connect timeout".to_owned(),
+            ToString::to_string,
+        );
+        LockError::backend(
+            None,
+            format!(
+                "cannot connect to etcd at {} ({cause}): check the endpoints \
+                 (http://host:2379), the user and password, and that the cluster is up",
+                self.endpoints.join(",")
+            ),
+            error.map(|e| Arc::new(e) as _),
+        )
+    }
+}
+
+impl LockClient {
+    /// Connects to the etcd cluster at `endpoints` (`http://host:2379` each) with the
+    /// defaults of [`LockClient::etcd_builder`].
+    pub async fn etcd<E: AsRef<str>>(endpoints: &[E]) -> Result<LockClient, LockError> {
+        LockClient::etcd_builder(endpoints).connect().await
+    }
+
+    /// A builder of an etcd client: key prefix, lease TTL, timeouts, user.
+    pub fn etcd_builder<E: AsRef<str>>(endpoints: &[E]) -> EtcdClientBuilder {
+        EtcdClientBuilder {
+            endpoints: endpoints.iter().map(|e| e.as_ref().to_owned()).collect(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            user: None,
+        }
+    }
+}
+
+/// The client's lease, while etcd keeps it.
+#[derive(Debug)]
+struct Session {
+    lease: i64,
+    ttl: Duration,
+    count: u64,
+    alive: AtomicBool,
+    /// The keep-alive stream, opened on first use and again after it broke.
+    keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+}
+
+impl Session {
+    /// Restarts the lease's TTL; whether etcd still had it. A lease etcd no longer has is
+    /// marked ended.
+    async fn keep(&self, client: &Client) -> Result<bool, etcd_client::Error> {
+        let mut keeper = self.keeper.lock().await;
+        if keeper.is_none() {
+            *keeper = Some(client.clone().lease_keep_alive(self.lease).await?);
+        }
+        let Some((sender, answers)) = keeper.as_mut() else {
+            return Ok(false);
+        };
+        let answer = async {
+            sender.keep_alive().await?;
+            answers.message().await
+        };
+        match answer.await {
+            Ok(Some(answer)) => {
+                let alive = answer.ttl() > 0;
+                if !alive {
+                    self.alive.store(false, Ordering::Release);
+                }
+                Ok(alive)
+            }
+            Ok(None) => {
+                *keeper = None;
+                Err(etcd_client::Error::LeaseKeepAliveError(
+                    "the keep-alive stream ended".into(),
+                ))
+            }
+            Err(error) => {
+                *keeper = None;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// The etcd side of a [`LineBackend`].
+pub(crate) struct EtcdStore {
+    builder: EtcdClientBuilder,
+    client: Client,
+    session: Mutex<Option<Arc<Session>>>,
+    /// Held while a new lease is granted after the last one ended.
+    reconnecting: tokio::sync::Mutex<()>,
+    sessions: AtomicU64,
+    background: Background,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.builder.endpoints)
+            .field("prefix", &self.builder.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Frees every lock of the client at once rather than after the lease's TTL.
+        if let Some(session) = lock_ignoring_poison(&self.session).take() {
+            let mut client = self.client.clone();
+            let _ = self.background.spawn(async move {
+                let _ = client.lease_revoke(session.lease).await;
+            });
+        }
+    }
+}
+
+impl EtcdStore {
+    fn current(&self) -> Option<Arc<Session>> {
+        let session = lock_ignoring_poison(&self.session).clone();
+        session.filter(|s| s.alive.load(Ordering::Acquire))
+    }
+
+    /// The live lease, or a new one if it ended (its entries are gone with it).
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        if let Some(session) = self.current() {
+            return Ok(session);
+        }
+        let _reconnecting = self.reconnecting.lock().await;
+        if let Some(session) = self.current() {
+            return Ok(session);
+        }
+        let ended = lock_ignoring_poison(&self.session).is_some();
+        if ended {
+            tracing::warn!(target: "fencelock", endpoints = ?self.builder.endpoints, "the etcd lease ended, and with it every lock it held; granting a new one");
+        }
+        let ttl = i64::try_from(self.builder.lease_ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        let granted = client.lease_grant(ttl, None).await;
+        let granted = granted.map_err(|error| self.error(None, "cannot grant a lease", error))?;
+        let session = Arc::new(Session {
+            lease: granted.id(),
+            ttl: Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1)),
+            count: self.sessions.fetch_add(1, Ordering::Relaxed) + 1,
+            alive: AtomicBool::new(true),
+            keeper: tokio::sync::Mutex::new(None),
+        });
+        let keeping = keep_alive(self.client.clone(), Arc::downgrade(&session));
+        self.background.spawn(keeping)?;
+        *lock_ignoring_poison(&self.session) = Some(session.clone());
+        Ok(session)
+    }
+
+    fn error(&self, key: Option<&str>, what: &str, error: etcd_client::Error) -> LockError {
+        LockError::backend(
+            key,
+            format!("etcd at {}: {what}", self.builder.endpoints.join(",")),
+            Some(Arc::new(error)),
+        )
+    }
+
+    fn directory(&self, key: &str) -> String {
+        format!("{}/{}/", self.builder.prefix, node_name(key))
+    }
+
+    fn entry(&self, kv: &etcd_client::KeyValue, directory: &str, session: u64) -> Option<Entry> {
+        let owner = kv.key_str().ok()?.strip_prefix(directory)?;
+        let id = kv.key_str().ok()?.to_owned();
+        Some(Entry {
+            owner: owner.to_owned(),
+            id,
+            order: u64::try_from(kv.create_revision()).ok()?,
+            token: u64::try_from(kv.create_revision()).ok()?,
+            version: kv.mod_revision(),
+            state: State::decode(kv.value()),
+            session,
+        })
+    }
+
+    /// Runs `txn` on the entry; whether its comparisons held, and the revision it made.
+    async fn transact(&self, key: &str, what: &str, txn: Txn) -> Result<(bool, i64), LockError> {
+        let mut client = self.client.clone();
+        let response = client.txn(txn).await;
+        let response = response.map_err(|error| self.error(Some(key), what, error))?;
+        let revision = response.header().map_or(0, |header| header.revision());
+        Ok((response.succeeded(), revision))
+    }
+}
+
+/// Keeps `session`'s lease alive every third of its TTL until the client drops it; marks it
+/// ended when etcd says it is gone or no keep-alive got through for a TTL.
+async fn keep_alive(client: Client, session: Weak<Session>) {
+    let Some(ttl) = session.upgrade().map(|s| s.ttl) else {
+        return;
+    };
+    let mut last_kept = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        let sent_at = tokio::time::Instant::now();
+        match tokio::time::timeout(ttl / 3, session.keep(&client)).await {
+            Ok(Ok(true)) => last_kept = sent_at,
+            Ok(Ok(false)) => return,
+            Ok(Err(_)) | Err(_) if last_kept.elapsed() >= ttl => {
+                session.alive.store(false, Ordering::Release);
+                return;
+            }
+            Ok(Err(_)) | Err(_) => {}
+        }
+    }
+}
+
+impl LineStore for EtcdStore {
+    fn enter<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        state: State,
+    ) -> BoxFuture<'a, Result<Entry, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let directory = self.directory(key);
+            let id = format!("{directory}{owner}");
+            let options = PutOptions::new().with_lease(session.lease).with_prev_key();
+            let mut client = self.client.clone();
+            let put = client
+                .put(id.clone(), state.encode(), Some(options))
+                .await
+                .map_err(|error| self.error(Some(key), "cannot enter the line", error))?;
+            let revision = put.header().map_or(0, |header| header.revision());
+            // Entered before (a resend): the entry keeps its place.
+            let created = put
+                .prev_key()
+                .map_or(revision, |prev| prev.create_revision());
+            Ok(Entry {
+                id,
+                owner: owner.to_owned(),
+                order: u64::try_from(created).unwrap_or(0),
+                token: u64::try_from(created).unwrap_or(0),
+                version: revision,
+                state,
+                session: session.count,
+            })
+        })
+    }
+
+    fn line<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let directory = self.directory(key);
+            let options = GetOptions::new().with_prefix();
+            let mut client = self.client.clone();
+            let read = client.get(directory.clone(), Some(options)).await;
+            let read =
+                read.map_err(|error| self.error(Some(key), "cannot read the line", error))?;
+            let mut line: Vec<Entry> = read
+                .kvs()
+                .iter()
+                .filter_map(|kv| self.entry(kv, &directory, session.count))
+                .collect();
+            line.sort_by_key(|entry| entry.order);
+            Ok(line)
+        })
+    }
+
+    fn write<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        state: State,
+    ) -> BoxFuture<'a, Result<Option<i64>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            if session.count != entry.session {
+                return Ok(None);
+            }
+            let token = i64::try_from(entry.token).unwrap_or(i64::MAX);
+            let keep_lease = PutOptions::new().with_ignore_lease();
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    entry.id.clone(),
+                    CompareOp::Equal,
+                    token,
+                )])
+                .and_then([TxnOp::put(
+                    entry.id.clone(),
+                    state.encode(),
+                    Some(keep_lease),
+                )]);
+            let (written, revision) = self
+                .transact(key, "cannot write the lock's entry", txn)
+                .await?;
+            Ok(written.then_some(revision))
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let token = i64::try_from(entry.token).unwrap_or(i64::MAX);
+            let mut compares = vec![Compare::create_revision(
+                entry.id.clone(),
+                CompareOp::Equal,
+                token,
+            )];
+            if let Some(version) = version {
+                compares.push(Compare::mod_revision(
+                    entry.id.clone(),
+                    CompareOp::Equal,
+                    version,
+                ));
+            }
+            let txn = Txn::new()
+                .when(compares)
+                .and_then([TxnOp::delete(entry.id.clone(), None::<DeleteOptions>)]);
+            let (removed, _) = self.transact(key, "cannot delete an entry", txn).await?;
+            Ok(removed)
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        key: &'a str,
+        entry: &'a Entry,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
+        Box::pin(async move {
+            let options = WatchOptions::new().with_start_revision(entry.version + 1);
+            let mut client = self.client.clone();
+            let watching = client.watch(entry.id.clone(), Some(options)).await;
+            let mut stream = watching
+                .map_err(|error| self.error(Some(key), "cannot watch the entry ahead", error))?;
+            // The first answer confirms the watch; events (or the stream's end) follow.
+            match stream.message().await {
+                Ok(Some(created)) if created.events().is_empty() && !created.canceled() => {}
+                Ok(_) => return Ok(None),
+                Err(error) => {
+                    return Err(self.error(Some(key), "cannot watch the entry ahead", error));
+                }
+            }
+            Ok(Some(Box::pin(async move {
+                loop {
+                    match stream.message().await {
+                        Ok(Some(response))
+                            if response.events().is_empty() && !response.canceled() => {}
+                        _ => return,
+                    }
+                }
+            }) as BoxFuture<'static, ()>))
+        })
+    }
+
+    fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>> {
+        Box::pin(async move {
+            let prefix = format!("{}/", self.builder.prefix);
+            let options = GetOptions::new().with_prefix().with_keys_only();
+            let mut client = self.client.clone();
+            let read = client.get(prefix.clone(), Some(options)).await;
+            let read = read.map_err(|error| self.error(None, "cannot list the locks", error))?;
+            let mut keys: Vec<String> = read
+                .kvs()
+                .iter()
+                .filter_map(|kv| {
+                    let rest = kv.key_str().ok()?.strip_prefix(&prefix)?;
+                    key_of(rest.split_once('/')?.0)
+                })
+                .collect();
+            keys.dedup();
+            Ok(keys)
+        })
+    }
+
+    fn refresh(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let kept =
+                tokio::time::timeout(self.builder.response_timeout, session.keep(&self.client));
+            match kept.await {
+                Ok(Ok(true)) => Ok(()),
+                Ok(Ok(false)) => Err(LockError::backend(
+                    None,
+                    "etcd ended the client's lease, and with it every lock it held",
+                    None,
+                )),
+                Ok(Err(error)) => Err(self.error(None, "cannot keep the lease alive", error)),
+                Err(_) => Err(LockError::backend(
+                    None,
+                    "etcd did not answer a keep-alive within the response timeout",
+                    None,
+                )),
+            }
+        })
+    }
+
+    fn session(&self) -> u64 {
+        self.current().map_or(0, |session| session.count)
+    }
+
+    fn session_timeout(&self) -> Duration {
+        self.current()
+            .map_or(self.builder.lease_ttl, |session| session.ttl)
+    }
+}

@@ -1,0 +1,253 @@
+//! Private etcd servers: one member or a cluster of three, each a child process on free
+//! loopback ports in a temporary directory, stopped on drop.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::redis_server::{free_port, send_signal};
+
+/// Environment variable naming the `etcd` binary (default: `etcd` on PATH, from Debian's
+/// `etcd-server` package).
+pub const ETCD_ENV: &str = "FENCELOCK_ETCD";
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// An etcd cluster of one ([`EtcdCluster::start`]`(1)`) or three members, with etcd's default
+/// timing (100 ms heartbeat, 1 s election timeout).
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    binary: String,
+    initial_cluster: String,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits until every one reports itself healthy.
+    pub fn start(size: usize) -> io::Result<EtcdCluster> {
+        let binary = std::env::var(ETCD_ENV).unwrap_or_else(|_| "etcd".into());
+        static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+        let base = std::env::temp_dir().join(format!(
+            "fencelock-etcd-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut members = Vec::new();
+        for index in 0..size {
+            let dir = base.join(format!("member-{index}"));
+            std::fs::create_dir_all(&dir)?;
+            members.push(Member {
+                name: format!("m{index}"),
+                client_port: free_port()?,
+                peer_port: free_port()?,
+                dir,
+                child: None,
+            });
+        }
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            members,
+            binary,
+            initial_cluster,
+        };
+        for index in 0..size {
+            cluster.spawn(index)?;
+        }
+        cluster.wait_healthy()?;
+        Ok(cluster)
+    }
+
+    /// Every member's client URL (`http://127.0.0.1:<port>`).
+    pub fn endpoints(&self) -> Vec<String> {
+        let urls = self
+            .members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client_port));
+        urls.collect()
+    }
+
+    /// The process id of member `index`, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.members[index].child.as_ref().map(Child::id)
+    }
+
+    /// The index of the member that leads, as a running member reports it.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&index| {
+            let status = self.status(index);
+            status.is_some_and(|(member, leader)| member == leader)
+        })
+    }
+
+    /// Member `index`'s id and its leader's id, if it answers.
+    fn status(&self, index: usize) -> Option<(String, String)> {
+        let reply = http(
+            self.members[index].client_port,
+            "POST",
+            "/v3/maintenance/status",
+            "{}",
+        )
+        .ok()?;
+        let field = |name: &str| {
+            let start = reply.find(&format!("\"{name}\":\""))? + name.len() + 4;
+            let end = start + reply[start..].find('"')?;
+            Some(reply[start..end].to_owned())
+        };
+        Some((field("member_id")?, field("leader")?))
+    }
+
+    /// Kills member `index` with `SIGKILL`; its data stays for a restart.
+    pub fn kill(&mut self, index: usize) -> io::Result<()> {
+        if let Some(mut child) = self.members[index].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `index` again (after [`kill`](Self::kill)) and waits until every running
+    /// member is healthy.
+    pub fn restart(&mut self, index: usize) -> io::Result<()> {
+        self.kill(index)?;
+        self.spawn(index)?;
+        self.wait_healthy()
+    }
+
+    /// Freezes member `index` (`SIGSTOP`).
+    pub fn pause(&self, index: usize) -> io::Result<()> {
+        let pid = self
+            .pid(index)
+            .ok_or_else(|| io::Error::other("not running"))?;
+        send_signal(pid, libc::SIGSTOP)
+    }
+
+    /// Thaws member `index` (`SIGCONT`).
+    pub fn resume(&self, index: usize) -> io::Result<()> {
+        let pid = self
+            .pid(index)
+            .ok_or_else(|| io::Error::other("not running"))?;
+        send_signal(pid, libc::SIGCONT)
+    }
+
+    /// Waits until every running member reports itself healthy (a leader elected), for at
+    /// most a minute.
+    pub fn wait_healthy(&self) -> io::Result<()> {
+        let started = Instant::now();
+        let running: Vec<usize> = (0..self.members.len())
+            .filter(|&index| self.members[index].child.is_some())
+            .collect();
+        loop {
+            let healthy = running
+                .iter()
+                .filter(|&&index| {
+                    http(self.members[index].client_port, "GET", "/health", "")
+                        .is_ok_and(|reply| reply.contains("\"health\":\"true\""))
+                })
+                .count();
+            if healthy == running.len() {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                let logs = self
+                    .members
+                    .iter()
+                    .map(Member::log_tail)
+                    .collect::<Vec<_>>();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "etcd was not healthy within {READY_TIMEOUT:?} ({healthy} of {} \
+                         members); logs: {}",
+                        running.len(),
+                        logs.join(" || ")
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn spawn(&mut self, index: usize) -> io::Result<()> {
+        let member = &mut self.members[index];
+        let log = std::fs::File::create(member.dir.join("etcd.log"))?;
+        let client_url = format!("http://127.0.0.1:{}", member.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
+        let child = Command::new(&self.binary)
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(member.dir.join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-token", "fencelock-test"])
+            .args(["--initial-cluster-state", "new"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                let binary = &self.binary;
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot run `{binary}` ({e}): install etcd (`apt-get install \
+                         etcd-server`) or set {ETCD_ENV} to its path"
+                    ),
+                )
+            })?;
+        member.child = Some(child);
+        Ok(())
+    }
+}
+
+impl Member {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(3).collect();
+        format!("{}: {}", self.name, tail.join(" | "))
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            let _ = self.kill(index);
+        }
+        if let Some(base) = self.members.first().and_then(|m| m.dir.parent()) {
+            let _ = std::fs::remove_dir_all(base);
+        }
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection; the whole reply.
+fn http(port: u16, method: &str, path: &str, body: &str) -> io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
