@@ -119,3 +119,26 @@ fn sql_backends_under_faults() {
         "mysql-restart",
     ]);
 }
+
+/// ZooKeeper's scenarios, each on an ensemble of three JVMs of its own: run one after the
+/// other, so that two ensembles never share the machine's two cores.
+#[test]
+fn zookeeper_under_faults() {
+    scenarios(&[
+        "zookeeper-holder-sigkill",
+        "zookeeper-holder-sigstop",
+        "zookeeper-member-killed",
+        "zookeeper-leader-killed",
+    ]);
+}
+
+/// etcd's scenarios, each on a cluster of three members of its own.
+#[test]
+fn etcd_under_faults() {
+    scenarios(&[
+        "etcd-holder-sigkill",
+        "etcd-holder-sigstop",
+        "etcd-member-killed",
+        "etcd-leader-killed",
+    ]);
+}

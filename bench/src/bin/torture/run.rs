@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use fencelock::testing::history::{Violation, check, read_histories};
 use fencelock::testing::{
-    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy,
+    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy,
+    ZooKeeperEnsemble,
 };
 use redis::AsyncCommands;
 
@@ -62,6 +63,10 @@ pub enum Topology {
     Sentinel(Box<SentinelGroup>, u32),
     /// A lock table of its own on the machine's PostgreSQL or MySQL/MariaDB server.
     Sql(SqlDatabase),
+    /// A ZooKeeper ensemble.
+    ZooKeeper(ZooKeeperEnsemble),
+    /// An etcd cluster.
+    Etcd(EtcdCluster),
 }
 
 impl Topology {
@@ -74,7 +79,7 @@ impl Topology {
             Topology::Redlock(masters) => Some(&mut masters[0]),
             Topology::Cluster(cluster) => Some(&mut cluster.nodes[0]),
             Topology::Sentinel(group, _) => Some(&mut group.master),
-            Topology::Sql(_) => None,
+            Topology::Sql(_) | Topology::ZooKeeper(_) | Topology::Etcd(_) => None,
         }
     }
 
@@ -122,6 +127,8 @@ impl Topology {
                 group.sentinel_urls().join(","),
                 *min_replicas,
             ),
+            Topology::ZooKeeper(ensemble) => ("zookeeper".to_owned(), ensemble.connect_string(), 0),
+            Topology::Etcd(cluster) => ("etcd".to_owned(), cluster.endpoints().join(","), 0),
         };
         let table = match self {
             Topology::Sql(database) => database.table().to_owned(),

@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::{
-    RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, continue_process, stop_process,
+    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind,
+    ZooKeeperEnsemble, continue_process, stop_process,
 };
 
 use crate::run::{Promise, Report, Run, Topology};
@@ -117,6 +118,38 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "mysql-restart",
         run: |ms| sql_restart(SqlKind::MySql, ms),
+    },
+    Scenario {
+        name: "zookeeper-holder-sigkill",
+        run: |ms| consensus_holder_sigkill(Consensus::ZooKeeper, ms),
+    },
+    Scenario {
+        name: "zookeeper-holder-sigstop",
+        run: |ms| consensus_holder_sigstop(Consensus::ZooKeeper, ms),
+    },
+    Scenario {
+        name: "zookeeper-member-killed",
+        run: |ms| consensus_member_killed(Consensus::ZooKeeper, false, ms),
+    },
+    Scenario {
+        name: "zookeeper-leader-killed",
+        run: |ms| consensus_member_killed(Consensus::ZooKeeper, true, ms),
+    },
+    Scenario {
+        name: "etcd-holder-sigkill",
+        run: |ms| consensus_holder_sigkill(Consensus::Etcd, ms),
+    },
+    Scenario {
+        name: "etcd-holder-sigstop",
+        run: |ms| consensus_holder_sigstop(Consensus::Etcd, ms),
+    },
+    Scenario {
+        name: "etcd-member-killed",
+        run: |ms| consensus_member_killed(Consensus::Etcd, false, ms),
+    },
+    Scenario {
+        name: "etcd-leader-killed",
+        run: |ms| consensus_member_killed(Consensus::Etcd, true, ms),
     },
 ];
 
@@ -488,6 +521,68 @@ fn sql_restart(kind: SqlKind, run_ms: u64) -> Outcome {
     sleep_ms(run_ms / 3);
     if let Topology::Sql(database) = &run.topology {
         tokio::runtime::Runtime::new()?.block_on(database.restart_server())?;
+    }
+    run.finish(Promise::Exclusion, None)
+}
+
+/// A consensus store the scenarios below run on: three members each.
+#[derive(Clone, Copy)]
+enum Consensus {
+    ZooKeeper,
+    Etcd,
+}
+
+impl Consensus {
+    fn start(self) -> std::io::Result<Topology> {
+        Ok(match self {
+            Consensus::ZooKeeper => Topology::ZooKeeper(ZooKeeperEnsemble::start(3)?),
+            Consensus::Etcd => Topology::Etcd(EtcdCluster::start(3)?),
+        })
+    }
+
+    /// The scenario's name in the table.
+    fn named(self, zookeeper: &'static str, etcd: &'static str) -> &'static str {
+        match self {
+            Consensus::ZooKeeper => zookeeper,
+            Consensus::Etcd => etcd,
+        }
+    }
+}
+
+/// A holder killed with SIGKILL: its entries lapse (its lease), or go with its session.
+fn consensus_holder_sigkill(store: Consensus, run_ms: u64) -> Outcome {
+    let name = store.named("ZooKeeper(3): holder SIGKILL", "etcd(3): holder SIGKILL");
+    killed_holder(name, store.start()?, run_ms)
+}
+
+/// A holder frozen past its lease and its session inside its section: fencing refuses it.
+fn consensus_holder_sigstop(store: Consensus, run_ms: u64) -> Outcome {
+    let name = store.named(
+        "ZooKeeper(3): holder SIGSTOP 2 x TTL",
+        "etcd(3): holder SIGSTOP 2 x TTL",
+    );
+    frozen_holder(name, store.start()?, run_ms)
+}
+
+/// A member (a follower, or the leader) killed a third into the run: a majority is left, so
+/// the work goes on after an election, and exclusion holds throughout.
+fn consensus_member_killed(store: Consensus, leader: bool, run_ms: u64) -> Outcome {
+    let name = match leader {
+        true => store.named("ZooKeeper(3): leader SIGKILL", "etcd(3): leader SIGKILL"),
+        false => store.named("ZooKeeper(3): follower SIGKILL", "etcd(3): follower SIGKILL"),
+    };
+    let mut run = Run::start(name, store.start()?, 3, run_ms, false)?;
+    sleep_ms(run_ms / 3);
+    match &mut run.topology {
+        Topology::ZooKeeper(ensemble) => {
+            let leading = ensemble.leader().ok_or("no ZooKeeper leader")?;
+            ensemble.kill(if leader { leading } else { (leading + 1) % 3 })?;
+        }
+        Topology::Etcd(cluster) => {
+            let leading = cluster.leader().ok_or("no etcd leader")?;
+            cluster.kill(if leader { leading } else { (leading + 1) % 3 })?;
+        }
+        _ => return Err("not a consensus store".into()),
     }
     run.finish(Promise::Exclusion, None)
 }

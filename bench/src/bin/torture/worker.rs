@@ -25,10 +25,14 @@ pub const ENTRY_MARKS: &str = "FENCELOCK_TORTURE_ENTRY_MARKS";
 /// How the workers reach the lock servers: `single` (the default; `URL` is one server),
 /// `redlock` (`URL` lists the masters, comma-separated), `cluster` (`URL` lists the nodes),
 /// `sentinel:<service>` (`URL` lists the Sentinels), `postgres` or `mysql` (`URL` is the
-/// database's, `TABLE` the lock table).
+/// database's, `TABLE` the lock table), `zookeeper` (`URL` is the connect string) or `etcd`
+/// (`URL` lists the endpoints).
 pub const TOPOLOGY: &str = "FENCELOCK_TORTURE_TOPOLOGY";
 /// The lock table, for `postgres` and `mysql` (`URL` is the database's).
 pub const TABLE: &str = "FENCELOCK_TORTURE_TABLE";
+/// The session timeout of the ZooKeeper and etcd clients: a killed or frozen holder's
+/// session ends this long after its last word.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 /// `min_replicas` of every section (default 0).
 pub const MIN_REPLICAS: &str = "FENCELOCK_TORTURE_MIN_REPLICAS";
 
@@ -138,6 +142,15 @@ async fn connect() -> Result<LockClient, Box<dyn std::error::Error>> {
         "mysql" => {
             let builder = LockClient::mysql_builder(&urls);
             builder.table(env(TABLE)?).connect().await?
+        }
+        "zookeeper" => {
+            let builder = LockClient::zookeeper_builder(&urls);
+            builder.session_timeout(SESSION_TIMEOUT).connect().await?
+        }
+        "etcd" => {
+            let endpoints: Vec<&str> = urls.split(',').collect();
+            let builder = LockClient::etcd_builder(&endpoints);
+            builder.lease_ttl(SESSION_TIMEOUT).connect().await?
         }
         _ => match topology.strip_prefix("sentinel:") {
             Some(service) => LockClient::sentinel(urls.split(','), service).await?,
