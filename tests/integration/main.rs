@@ -6,8 +6,8 @@
 mod admin;
 mod attribute;
 mod cluster;
-#[cfg(feature = "etcd")]
-mod etcd;
+#[cfg(all(feature = "zookeeper", feature = "etcd"))]
+mod consensus;
 mod hand_off;
 mod kinds;
 mod lease_redis;
@@ -26,5 +26,3 @@ mod shared_ttl;
 mod sql;
 mod support;
 mod waiting;
-#[cfg(feature = "zookeeper")]
-mod zookeeper;

@@ -90,7 +90,7 @@ impl ZooKeeperEnsemble {
             let config = format!(
                 "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit=4\ndataDir={}\nclientPort={}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-                 4lw.commands.whitelist=srvr,ruok\nmaxClientCnxns=0\n{peers}\n",
+                 4lw.commands.whitelist=srvr,ruok,wchp\nmaxClientCnxns=0\n{peers}\n",
                 member.dir.display(),
                 member.client_port
             );
@@ -138,6 +138,21 @@ impl ZooKeeperEnsemble {
             .lines()
             .find_map(|line| line.strip_prefix("Mode: "))
             .map(|mode| mode.trim().to_owned())
+    }
+
+    /// How many watches member `index` keeps on each node (its `wchp` report: a node's
+    /// path, then one line per session watching it), by path.
+    pub fn watches(&self, index: usize) -> io::Result<Vec<(String, usize)>> {
+        let reply = four_letter_word(self.members[index].client_port, "wchp")?;
+        let mut watches: Vec<(String, usize)> = Vec::new();
+        for line in reply.lines() {
+            match (line.starts_with('/'), watches.last_mut()) {
+                (true, _) => watches.push((line.to_owned(), 0)),
+                (false, Some((_, sessions))) if !line.trim().is_empty() => *sessions += 1,
+                (false, _) => {}
+            }
+        }
+        Ok(watches)
     }
 
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.

@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::{
-    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind,
-    ZooKeeperEnsemble, continue_process, stop_process,
+    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, ZooKeeperEnsemble,
+    continue_process, stop_process,
 };
 
 use crate::run::{Promise, Report, Run, Topology};
@@ -569,7 +569,10 @@ fn consensus_holder_sigstop(store: Consensus, run_ms: u64) -> Outcome {
 fn consensus_member_killed(store: Consensus, leader: bool, run_ms: u64) -> Outcome {
     let name = match leader {
         true => store.named("ZooKeeper(3): leader SIGKILL", "etcd(3): leader SIGKILL"),
-        false => store.named("ZooKeeper(3): follower SIGKILL", "etcd(3): follower SIGKILL"),
+        false => store.named(
+            "ZooKeeper(3): follower SIGKILL",
+            "etcd(3): follower SIGKILL",
+        ),
     };
     let mut run = Run::start(name, store.start()?, 3, run_ms, false)?;
     sleep_ms(run_ms / 3);
