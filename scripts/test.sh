@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
-# Installs redis-server, openssl and nftables with apt when missing and we are root; the tests
-# start their own private redis-server processes (and Sentinels) on free loopback ports. The
+# Installs redis-server, openssl, nftables, zookeeper (with Java), etcd-server and protoc with
+# apt when missing and we are root; the tests start their own private redis-server processes
+# (and Sentinels), ZooKeeper ensembles and etcd clusters on free loopback ports. The
 # SQL backends' tests use the machine's PostgreSQL and MariaDB (scripts/databases.sh starts,
 # or installs and starts, what does not answer), each test on lock tables of its own.
 #
@@ -23,6 +24,12 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing+=(nftables)
 fi
+# The ZooKeeper and etcd backends' tests start private servers from Debian's packages (on
+# Java for ZooKeeper); etcd-client's build compiles etcd's protocol with protoc.
+[ -n "${FENCELOCK_ZOOKEEPER_CLASSPATH:-}" ] || [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v "${FENCELOCK_ETCD:-etcd}" >/dev/null 2>&1 || missing+=(etcd-server)
+command -v "${PROTOC:-protoc}" >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]}"

@@ -91,7 +91,7 @@ struct Args {
     telemetry: bool,
     /// Only the lock kinds table.
     kinds: bool,
-    /// Only the backends table (Redis, Redlock, PostgreSQL, MySQL).
+    /// Only the backends table (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, etcd).
     backends: bool,
     json: PathBuf,
 }

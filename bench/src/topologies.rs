@@ -3,12 +3,17 @@
 //! key, default mode) and W3 (`W3_WORKERS` workers on as many keys through one shared client)
 //! on a single server, on Redlock over 3 and over 5 masters, on a master behind Sentinel (with
 //! and without `min_replicas = 1`), rslock on one and on the same 5 masters, Redis Clusters
-//! of 1, 2 and 3 masters, and the machine's PostgreSQL and MySQL/MariaDB; with the first
-//! master's PING as the floor (the other Redis servers are of the same kind), and each
-//! database's own `SELECT 1` round trip as its floor.
+//! of 1, 2 and 3 masters, the machine's PostgreSQL and MySQL/MariaDB, and private ZooKeeper
+//! and etcd clusters of three members; with the first master's PING as the floor (the other
+//! Redis servers are of the same kind), each database's own `SELECT 1` round trip as its
+//! floor, and a write's round trip on each consensus store (a quorum write: what a lock
+//! needs) as its.
 
 use fencelock::LockClient;
-use fencelock::testing::{RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind};
+use fencelock::testing::{
+    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind,
+    ZooKeeperEnsemble,
+};
 use sqlx::Connection;
 
 use crate::locker::{Locker, RslockRetry};
@@ -30,7 +35,7 @@ const CLUSTER_SIZES: [(&str, usize); 3] = [
 pub struct TopologyRun {
     pub name: &'static str,
     /// The store's own round trip, where it is not the first master's PING (a database's
-    /// `SELECT 1`).
+    /// `SELECT 1`, a consensus store's write).
     pub own_floor: Option<Latency>,
     pub w1: Latency,
     pub w2: Contention,
@@ -45,6 +50,8 @@ enum Topology<'a> {
     Cluster(&'a RedisCluster),
     Rslock(&'a [String]),
     Sql(&'a SqlDatabase),
+    ZooKeeper(&'a ZooKeeperEnsemble),
+    Etcd(&'a EtcdCluster),
 }
 
 impl Topology<'_> {
@@ -64,6 +71,10 @@ impl Topology<'_> {
                 Locker::rslock_over(urls.to_vec(), RslockRetry::DEFAULT).await
             }
             Topology::Sql(database) => Locker::fencelock(database.builder().connect().await?),
+            Topology::ZooKeeper(ensemble) => {
+                Locker::fencelock(LockClient::zookeeper(&ensemble.connect_string()).await?)
+            }
+            Topology::Etcd(cluster) => Locker::fencelock(LockClient::etcd(&cluster.endpoints()).await?),
         })
     }
 }
@@ -102,11 +113,12 @@ pub async fn compare(
         runs.push(run(name, &Topology::Cluster(&cluster), &counter, sizes).await?);
     }
     runs.extend(databases(&counter, sizes).await?);
+    runs.extend(consensus(&counter, sizes).await?);
     Ok((ping, runs))
 }
 
 /// The backends an application chooses between, for the README's table: one Redis server,
-/// Redlock over 3 masters, PostgreSQL and MySQL.
+/// Redlock over 3 masters, PostgreSQL, MySQL, ZooKeeper(3) and etcd(3).
 pub async fn backends(
     sequential: usize,
     w2_per_worker: usize,
@@ -130,7 +142,49 @@ pub async fn backends(
         run("Redlock(3)", &Topology::Redlock(&urls), &counter, sizes).await?,
     ];
     runs.extend(databases(&counter, sizes).await?);
+    runs.extend(consensus(&counter, sizes).await?);
     Ok((ping, runs))
+}
+
+/// The runs on private ZooKeeper and etcd clusters of three members, one after the other
+/// (their processes share the machine's cores), with a write's round trip as their floors.
+async fn consensus(
+    counter: &RedisServer,
+    sizes: (usize, usize, usize),
+) -> Result<Vec<TopologyRun>, BoxError> {
+    let ensemble = ZooKeeperEnsemble::start(3)?;
+    let mut zookeeper = run("ZooKeeper(3)", &Topology::ZooKeeper(&ensemble), counter, sizes).await?;
+    zookeeper.own_floor = Some(zookeeper_write(&ensemble.connect_string(), sizes.0).await?);
+    drop(ensemble);
+    let cluster = EtcdCluster::start(3)?;
+    let mut etcd = run("etcd(3)", &Topology::Etcd(&cluster), counter, sizes).await?;
+    etcd.own_floor = Some(etcd_write(&cluster.endpoints(), sizes.0).await?);
+    Ok(vec![zookeeper, etcd])
+}
+
+/// ZooKeeper's floor: `setData` of one node, sequential, on one session.
+async fn zookeeper_write(connect_string: &str, iterations: usize) -> Result<Latency, BoxError> {
+    let client = zookeeper_client::Client::connect(connect_string).await?;
+    let node = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    match client.create("/fencelock-floor", b"", &node).await {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(error) => return Err(error.into()),
+    }
+    Ok(workloads::measure(iterations, || async {
+        let written = client.set_data("/fencelock-floor", b"x", None).await;
+        written.map(drop).map_err(|e| e.to_string())
+    })
+    .await)
+}
+
+/// etcd's floor: a put of one key, sequential, on one client.
+async fn etcd_write(endpoints: &[String], iterations: usize) -> Result<Latency, BoxError> {
+    let client = etcd_client::Client::connect(endpoints, None).await?;
+    Ok(workloads::measure(iterations, || async {
+        let written = client.clone().put("fencelock-floor", "x", None).await;
+        written.map(drop).map_err(|e| e.to_string())
+    })
+    .await)
 }
 
 /// The runs on the machine's databases (each on lock tables of its own), with their floors.

@@ -11,7 +11,8 @@ pub fn topologies(ping: &Latency, runs: &[TopologyRun], targets: &mut Vec<Target
     println!(
         "\nTopologies: W1 ({} sequential pairs), W2 ({} workers with a client each on one key) \
          and W3 ({} workers on their own keys, one shared client); floor: PING {:.1} µs on the \
-         first master (a database: its own SELECT 1, in the last column)",
+         first master (a database: its own SELECT 1; ZooKeeper and etcd: a write; in the last \
+         column)",
         ping.iterations,
         crate::workloads::W2_WORKERS,
         crate::workloads::W3_WORKERS,

@@ -11,9 +11,11 @@
 //! the session timeout frees the key.
 //!
 //! Leases on top of sessions: each entry says what it is and how long it lasts unrenewed
-//! (the lease, the place in line, the `min_hold_ms` keep). The owner rewrites it to renew;
-//! a client that has seen an entry ahead of its own unchanged for that long, on its own
-//! clock, deletes it (version-checked, so that a renewal in between wins). The owner counts
+//! (the lease, the place in line, the `min_hold_ms` keep). The owner rewrites a lease to
+//! renew it; a client that has seen a held or kept entry ahead of its own unchanged for that
+//! long, on its own clock, deletes it (version-checked, so that a renewal in between wins).
+//! A waiting entry's place is counted by its owner's client, which deletes the entry when the
+//! waiter stops attempting: renewing a place writes nothing. The owner counts
 //! its lease from when it sent the write, before anyone could see it: an entry is never
 //! deleted while its owner counts it valid (clocks running at the same rate). The store's
 //! session timeout also bounds every lease: a client that cannot reach the store stops
@@ -273,6 +275,9 @@ impl<S: LineStore> Shared<S> {
         }
         let mut live = Vec::new();
         for (entry, left) in line[..at].iter().zip(left) {
+            // A waiting entry lapses by its owner's hand (its place is the owner's to
+            // count), or with the owner's session: nobody deletes it from behind.
+            let left = left.filter(|_| entry.state.lapses_unseen());
             let lapsed = left == Some(Duration::ZERO);
             if lapsed && self.store.remove(key, entry, Some(entry.version)).await? {
                 tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
@@ -371,19 +376,24 @@ impl<S: LineStore> Shared<S> {
                         self.forget(&id);
                         return Ok(held);
                     };
-                    let Some(version) = self
-                        .store
-                        .write(&lease.key, &mine, waiting(place, lease.ttl))
-                        .await?
-                    else {
-                        self.forget(&id);
-                        continue;
+                    // The place is renewed here, in this client; the store learns only
+                    // of a change (what an operator sees).
+                    let state = waiting(place, lease.ttl);
+                    let version = match mine.state == state {
+                        true => mine.version,
+                        false => match self.store.write(&lease.key, &mine, state).await? {
+                            Some(version) => version,
+                            None => {
+                                self.forget(&id);
+                                continue;
+                            }
+                        },
                     };
                     let follow = {
                         let mut ours = lock_ignoring_poison(&self.ours);
                         ours.get_mut(&id).is_some_and(|ours| {
                             ours.entry.version = version;
-                            ours.entry.state = waiting(place, lease.ttl);
+                            ours.entry.state = state;
                             ours.ttl = lease.ttl;
                             ours.place_until = Some(sent_at + place);
                             !std::mem::replace(&mut ours.following, true)
