@@ -11,8 +11,7 @@
 
 use fencelock::LockClient;
 use fencelock::testing::{
-    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind,
-    ZooKeeperEnsemble,
+    EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, ZooKeeperEnsemble,
 };
 use sqlx::Connection;
 
@@ -74,7 +73,9 @@ impl Topology<'_> {
             Topology::ZooKeeper(ensemble) => {
                 Locker::fencelock(LockClient::zookeeper(&ensemble.connect_string()).await?)
             }
-            Topology::Etcd(cluster) => Locker::fencelock(LockClient::etcd(&cluster.endpoints()).await?),
+            Topology::Etcd(cluster) => {
+                Locker::fencelock(LockClient::etcd(&cluster.endpoints()).await?)
+            }
         })
     }
 }
@@ -153,7 +154,13 @@ async fn consensus(
     sizes: (usize, usize, usize),
 ) -> Result<Vec<TopologyRun>, BoxError> {
     let ensemble = ZooKeeperEnsemble::start(3)?;
-    let mut zookeeper = run("ZooKeeper(3)", &Topology::ZooKeeper(&ensemble), counter, sizes).await?;
+    let mut zookeeper = run(
+        "ZooKeeper(3)",
+        &Topology::ZooKeeper(&ensemble),
+        counter,
+        sizes,
+    )
+    .await?;
     zookeeper.own_floor = Some(zookeeper_write(&ensemble.connect_string(), sizes.0).await?);
     drop(ensemble);
     let cluster = EtcdCluster::start(3)?;
@@ -165,7 +172,8 @@ async fn consensus(
 /// ZooKeeper's floor: `setData` of one node, sequential, on one session.
 async fn zookeeper_write(connect_string: &str, iterations: usize) -> Result<Latency, BoxError> {
     let client = zookeeper_client::Client::connect(connect_string).await?;
-    let node = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let node =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     match client.create("/fencelock-floor", b"", &node).await {
         Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
         Err(error) => return Err(error.into()),

@@ -2,6 +2,8 @@
 //! file, compiled, and run where it needs no Redis on port 6379. `the_readme_shows_these`
 //! checks that the README's Rust blocks are these files, in order, line for line.
 
+#[cfg(all(feature = "zookeeper", feature = "etcd"))]
+mod consensus;
 mod guard;
 mod kinds;
 mod memory_test;
@@ -14,7 +16,7 @@ mod tracing_order;
 mod usage;
 
 /// The example files in the order the README shows them.
-const EXAMPLES: [(&str, &str); 9] = [
+const EXAMPLES: [(&str, &str); 10] = [
     ("usage.rs", include_str!("readme/usage.rs")),
     ("guard.rs", include_str!("readme/guard.rs")),
     ("kinds.rs", include_str!("readme/kinds.rs")),
@@ -24,6 +26,7 @@ const EXAMPLES: [(&str, &str); 9] = [
     ("memory_test.rs", include_str!("readme/memory_test.rs")),
     ("redis_test.rs", include_str!("readme/redis_test.rs")),
     ("sql.rs", include_str!("readme/sql.rs")),
+    ("consensus.rs", include_str!("readme/consensus.rs")),
 ];
 
 /// The languages a README block may have; only Rust blocks are code that must compile.

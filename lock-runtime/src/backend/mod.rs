@@ -11,9 +11,10 @@
 //! failed call does, it does before any call that starts after it returned (the Redis
 //! backend has the server close the connection that carried it before sending anything
 //! else). The client relies on this to clean up: the owner-checked release that follows a
-//! lost acquire reply cannot be overtaken by that acquire. The Redis Cluster backend cannot
-//! settle (its connections belong to redis-rs's cluster client), and says so in its docs: a
-//! request delivered late there can still take the key for a lease.
+//! lost acquire reply cannot be overtaken by that acquire. The Redis Cluster and etcd
+//! backends cannot settle (their connections belong to redis-rs's cluster client, and to
+//! gRPC), and say so in their docs: a request delivered late there can still take the key
+//! for a lease.
 
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub mod line;
@@ -298,8 +299,8 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
 /// The answer of a backend that does not offer an operator's `what`.
 fn not_offered<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockError>> {
     refused(format!(
-        "this backend does not offer {what}: the Redis backend (one server, Sentinel, \
-         Cluster), Redlock and the memory backend do"
+        "this backend does not offer {what}: the Redis (one server, Sentinel, Cluster), \
+         Redlock, SQL, ZooKeeper, etcd and memory backends do"
     ))
 }
 
