@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock::testing::{EtcdCluster, TcpProxy, ZooKeeperEnsemble, conformance};
 use fencelock::{LockClient, LockError, LossCause};
 
-use crate::support::expect_lost;
+use crate::support::{eventually, expect_lost};
 
 /// A consensus store of one or three members.
 enum Store {
@@ -46,6 +46,17 @@ impl Store {
 
     /// A client of every member, or of `via` alone, whose session lasts `session`.
     async fn client(&self, via: Option<&TcpProxy>, session: Duration) -> LockClient {
+        self.client_answering(via, session, Duration::from_secs(5))
+            .await
+    }
+
+    /// The same, whose etcd calls wait `response` at most for their answer.
+    async fn client_answering(
+        &self,
+        via: Option<&TcpProxy>,
+        session: Duration,
+        response: Duration,
+    ) -> LockClient {
         let connected = match self {
             Store::ZooKeeper(ensemble) => {
                 let at = via.map_or_else(|| ensemble.connect_string(), |p| p.addr().to_string());
@@ -57,7 +68,7 @@ impl Store {
                     || cluster.endpoints(),
                     |p| vec![format!("http://{}", p.addr())],
                 );
-                let builder = LockClient::etcd_builder(&at);
+                let builder = LockClient::etcd_builder(&at).response_timeout(response);
                 builder.lease_ttl(session).connect().await
             }
         };
@@ -252,6 +263,52 @@ async fn each_zookeeper_waiter_watches_only_the_entry_ahead() {
     }
 }
 
+/// Data fencelock did not write, in a lock's line (another program's, a node created by
+/// hand): `KeyInUse` naming it, and the request leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_a_line_is_named_and_nothing_is_left_behind() {
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let intruder = match &store {
+            Store::ZooKeeper(ensemble) => {
+                let path = "/fencelock/foreign/intruder";
+                ensemble
+                    .create_node(path, b"not a lock")
+                    .await
+                    .expect("created");
+                path
+            }
+            Store::Etcd(cluster) => {
+                let key = "fencelock/foreign/intruder";
+                cluster.put(key, b"not a lock").await.expect("put");
+                key
+            }
+        };
+        let client = store.client(None, SESSION).await;
+        match client.lock("foreign").give_up().acquire().await {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains(intruder), "{kind}: {reason}")
+            }
+            other => panic!("{kind}: expected KeyInUse, got {other:?}"),
+        }
+        let cleaned = async {
+            loop {
+                let state = client.admin().inspect("foreign").await.expect("inspects");
+                if state.queue.is_empty() {
+                    return state;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let state = tokio::time::timeout(Duration::from_secs(10), cleaned).await;
+        let state = state.expect("the request's entry is deleted");
+        assert!(
+            matches!(state.holding, fencelock::admin::Holding::Foreign { .. }),
+            "{kind}: {state:?}"
+        );
+    }
+}
+
 fn backend_message(result: Result<LockClient, LockError>) -> String {
     match result {
         Err(error @ (LockError::Backend { .. } | LockError::InvalidConfig { .. })) => {
@@ -294,4 +351,179 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
         .connect()
         .await;
     assert!(backend_message(prefix).contains("prefix"));
+}
+
+/// Waits (at most 10 s) until `key`'s line shows `waiters` waiters whose entries say they
+/// wait (a place of at most `place` left: a fresh entry says held, for its lease, until its
+/// attempt finds the key taken).
+async fn in_line(client: &LockClient, key: &str, waiters: usize, place: Duration) {
+    let admin = client.admin();
+    let shown = eventually(Duration::from_secs(10), || async {
+        let state = admin.inspect(key).await;
+        state.is_ok_and(|s| {
+            let placed = s
+                .queue
+                .iter()
+                .filter(|w| w.place_left.is_some_and(|l| l <= place));
+            placed.count() == waiters
+        })
+    })
+    .await;
+    assert!(shown, "{waiters} waiter(s) in {key}'s line");
+}
+
+/// A waiter whose client is cut off while its request is cancelled (its cleanup gives up,
+/// its own client's delete fails) leaves an entry nobody else would delete; once it stands at
+/// the head for its place, the next client deletes it. Found by the review (2026-12-02): the
+/// key stayed blocked for as long as the waiter's client lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_during_a_cut_blocks_the_key_no_longer_than_its_place() {
+    const LONG_SESSION: Duration = Duration::from_secs(10);
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let proxy = TcpProxy::start(store.first_member()).expect("proxy");
+        let answering = Duration::from_secs(1);
+        let waiter_client = store
+            .client_answering(Some(&proxy), LONG_SESSION, answering)
+            .await;
+        let (holder_client, other) = (
+            store.client(None, LONG_SESSION).await,
+            store.client(None, LONG_SESSION).await,
+        );
+        let key = format!("{kind}:stranded");
+        let holder = holder_client
+            .lock(&key)
+            .ttl_ms(30_000)
+            .acquire()
+            .await
+            .expect("free");
+        // A place of 3 s (3 × sleep_ms).
+        let request = waiter_client
+            .lock(&key)
+            .ttl_ms(1_000)
+            .sleep_ms(1_000)
+            .wait_ms(60_000);
+        let waiting = tokio::spawn(async move { request.acquire().await });
+        in_line(&holder_client, &key, 1, Duration::from_secs(3)).await;
+        proxy.freeze();
+        waiting.abort();
+        let _ = waiting.await;
+        // The cut is the fault: it outlasts the cleanup's retries (a lease, 1 s) and the
+        // place (3 s) with its client's failing delete (ZooKeeper notices a cut after 2/3 of
+        // the session), within the session (10 s).
+        let cut = if kind == "zookeeper" { 7 } else { 5 };
+        tokio::time::sleep(Duration::from_secs(cut)).await;
+        // What was sent into the cut is lost with it, not delivered late.
+        proxy.sever();
+        proxy.thaw();
+        let back = eventually(Duration::from_secs(10), || async {
+            waiter_client.admin().inspect(&key).await.is_ok()
+        })
+        .await;
+        assert!(back, "{kind}: the waiter's client reaches the store again");
+        holder.release().await.expect("released");
+        let taken = other.lock(&key).wait_ms(12_000).acquire().await;
+        let taken =
+            taken.unwrap_or_else(|e| panic!("{kind}: blocked by the waiter that left: {e:?}"));
+        taken.release().await.expect("released");
+    }
+}
+
+/// A hand-off to a waiter that stopped attempting (a hung task) lasts no longer than its
+/// place, not its whole lease. Found by the review (2026-12-02).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_to_a_waiter_that_stopped_attempting_lasts_no_longer_than_its_place() {
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let session = Duration::from_secs(10);
+        let (holder_client, waiter_client, other) = (
+            store.client(None, session).await,
+            store.client(None, session).await,
+            store.client(None, session).await,
+        );
+        let key = format!("{kind}:hung-waiter");
+        let holder = holder_client
+            .lock(&key)
+            .ttl_ms(30_000)
+            .acquire()
+            .await
+            .expect("free");
+        // A place of 6 s (3 × sleep_ms) after each attempt; a lease of 30 s.
+        let request = waiter_client
+            .lock(&key)
+            .ttl_ms(30_000)
+            .sleep_ms(2_000)
+            .wait_ms(120_000);
+        let mut request = Box::pin(request.acquire());
+        tokio::select! {
+            done = &mut request => panic!("{kind}: the waiter did not wait: {done:?}"),
+            () = in_line(&holder_client, &key, 1, Duration::from_secs(6)) => {}
+        }
+        // From here the request is not polled: its place ends within 6 s.
+        holder.release().await.expect("released");
+        let taken = other.lock(&key).wait_ms(15_000).acquire().await;
+        let taken = taken.unwrap_or_else(|e| panic!("{kind}: held for the hung waiter: {e:?}"));
+        taken.release().await.expect("released");
+        drop(request);
+    }
+}
+
+/// An etcd waiter behind an entry whose revision was compacted away watches it from now on
+/// instead of reading the line again and again. Found by the review (2026-12-02): the
+/// watch was cancelled at once, taken for a change, and made again in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_behind_a_compacted_entry_keeps_watching() {
+    let Store::Etcd(cluster) = Store::start("etcd", 1) else {
+        unreachable!()
+    };
+    let store = Store::Etcd(cluster);
+    let session = Duration::from_secs(10);
+    let (holder_client, first_client, second_client) = (
+        store.client(None, session).await,
+        store.client(None, session).await,
+        store.client(None, session).await,
+    );
+    let key = "etcd:compacted";
+    let holder = holder_client
+        .lock(key)
+        .ttl_ms(30_000)
+        .acquire()
+        .await
+        .expect("free");
+    let waiter = |client: &LockClient| {
+        let request = client.lock(key).sleep_ms(500).wait_ms(60_000);
+        tokio::spawn(async move { request.acquire().await })
+    };
+    let first = waiter(&first_client);
+    in_line(&holder_client, key, 1, Duration::from_millis(1_500)).await;
+    let second = waiter(&second_client);
+    in_line(&holder_client, key, 2, Duration::from_millis(1_500)).await;
+    let Store::Etcd(cluster) = &store else {
+        unreachable!()
+    };
+    // Reads over 3 s, before and after compacting past the first waiter's entry: the
+    // waiters' attempts (every 250 to 500 ms) either way, and a loop on top if it polls.
+    let reads_over_3_s = || async {
+        let before = cluster.range_reads(0).expect("metrics");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.range_reads(0).expect("metrics") - before
+    };
+    let quiet = reads_over_3_s().await;
+    cluster.compact().await.expect("compacted");
+    // The second waiter watches again by the end of its place (1.5 s) at the latest.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = reads_over_3_s().await;
+    holder.release().await.expect("released");
+    for waiter in [first, second] {
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+        let guard = guard
+            .expect("handed over")
+            .expect("joined")
+            .expect("granted");
+        guard.release().await.expect("released");
+    }
+    assert!(
+        after * 2 <= quiet * 3,
+        "reads in 3 s: {quiet} before, {after} after compaction"
+    );
 }

@@ -112,6 +112,51 @@ impl EtcdCluster {
         Some((field("member_id")?, field("leader")?))
     }
 
+    /// Puts `key` = `value`, as another program would.
+    pub async fn put(&self, key: &str, value: &[u8]) -> io::Result<()> {
+        let mut client = etcd_client::Client::connect(self.endpoints(), None)
+            .await
+            .map_err(io::Error::other)?;
+        client
+            .put(key, value, None)
+            .await
+            .map(drop)
+            .map_err(io::Error::other)
+    }
+
+    /// Compacts the keyspace up to the current revision (after a write of its own), as
+    /// auto-compaction or an operator's `etcdctl compact` would; the revision compacted.
+    pub async fn compact(&self) -> io::Result<i64> {
+        let mut client = etcd_client::Client::connect(self.endpoints(), None)
+            .await
+            .map_err(io::Error::other)?;
+        let put = client.put("fencelock-test-compaction", "x", None).await;
+        let revision = put
+            .map_err(io::Error::other)?
+            .header()
+            .map_or(0, |header| header.revision());
+        let options = etcd_client::CompactionOptions::new().with_physical();
+        client
+            .compact(revision, Some(options))
+            .await
+            .map_err(io::Error::other)?;
+        Ok(revision)
+    }
+
+    /// How many range reads member `index` has served (its Prometheus metrics).
+    pub fn range_reads(&self, index: usize) -> io::Result<u64> {
+        let metrics = http(self.members[index].client_port, "GET", "/metrics", "")?;
+        let served = metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with("grpc_server_handled_total")
+                    && line.contains("grpc_method=\"Range\"")
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        Ok(served as u64)
+    }
+
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
         if let Some(mut child) = self.members[index].child.take() {

@@ -155,6 +155,28 @@ impl ZooKeeperEnsemble {
         Ok(watches)
     }
 
+    /// Creates the persistent node `path` (and its parents) holding `data`, as another
+    /// program would.
+    pub async fn create_node(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let client = zookeeper_client::Client::connect(&self.connect_string())
+            .await
+            .map_err(io::Error::other)?;
+        let persistent = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+        if !parent.is_empty() {
+            client
+                .mkdir(parent, &persistent)
+                .await
+                .map_err(io::Error::other)?;
+        }
+        client
+            .create(path, data, &persistent)
+            .await
+            .map(drop)
+            .map_err(io::Error::other)
+    }
+
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
         if let Some(mut child) = self.members[index].child.take() {

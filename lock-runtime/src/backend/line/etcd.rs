@@ -199,35 +199,22 @@ impl Session {
     /// marked ended.
     async fn keep(&self, client: &Client) -> Result<bool, etcd_client::Error> {
         let mut keeper = self.keeper.lock().await;
-        if keeper.is_none() {
-            *keeper = Some(client.clone().lease_keep_alive(self.lease).await?);
-        }
-        let Some((sender, answers)) = keeper.as_mut() else {
-            return Ok(false);
+        // Out of the slot while a keep-alive is on its way: a caller that stops waiting drops
+        // the stream with it, so that no later keep-alive reads this one's answer.
+        let (mut sender, mut answers) = match keeper.take() {
+            Some(stream) => stream,
+            None => client.clone().lease_keep_alive(self.lease).await?,
         };
-        let answer = async {
-            sender.keep_alive().await?;
-            answers.message().await
-        };
-        match answer.await {
-            Ok(Some(answer)) => {
-                let alive = answer.ttl() > 0;
-                if !alive {
-                    self.alive.store(false, Ordering::Release);
-                }
-                Ok(alive)
-            }
-            Ok(None) => {
-                *keeper = None;
-                Err(etcd_client::Error::LeaseKeepAliveError(
-                    "the keep-alive stream ended".into(),
-                ))
-            }
-            Err(error) => {
-                *keeper = None;
-                Err(error)
-            }
+        sender.keep_alive().await?;
+        let answer = answers.message().await?.ok_or_else(|| {
+            etcd_client::Error::LeaseKeepAliveError("the keep-alive stream ended".into())
+        })?;
+        *keeper = Some((sender, answers));
+        let alive = answer.ttl() > 0;
+        if !alive {
+            self.alive.store(false, Ordering::Release);
         }
+        Ok(alive)
     }
 }
 
@@ -360,6 +347,16 @@ async fn keep_alive(client: Client, session: Weak<Session>) {
     }
 }
 
+/// Completes at the first event of a watch (or its end: a cancel, a broken stream).
+async fn changed(mut stream: etcd_client::WatchStream) {
+    loop {
+        match stream.message().await {
+            Ok(Some(response)) if response.events().is_empty() && !response.canceled() => {}
+            _ => return,
+        }
+    }
+}
+
 impl LineStore for EtcdStore {
     fn enter<'a>(
         &'a self,
@@ -478,28 +475,40 @@ impl LineStore for EtcdStore {
         entry: &'a Entry,
     ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
         Box::pin(async move {
-            let options = WatchOptions::new().with_start_revision(entry.version + 1);
+            let failed = |error| self.error(Some(key), "cannot watch the entry ahead", error);
             let mut client = self.client.clone();
-            let watching = client.watch(entry.id.clone(), Some(options)).await;
-            let mut stream = watching
-                .map_err(|error| self.error(Some(key), "cannot watch the entry ahead", error))?;
+            // Watched from the current revision, once a read shows the entry unchanged: a
+            // waiting entry is not rewritten, and its own revision may be compacted away.
+            let read = client.get(entry.id.clone(), None).await.map_err(failed)?;
+            let unchanged = read
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.mod_revision() == entry.version);
+            let Some(header) = read.header().filter(|_| unchanged) else {
+                return Ok(None);
+            };
+            let options = WatchOptions::new().with_start_revision(header.revision() + 1);
+            let mut stream = client
+                .watch(entry.id.clone(), Some(options))
+                .await
+                .map_err(failed)?;
             // The first answer confirms the watch; events (or the stream's end) follow.
-            match stream.message().await {
-                Ok(Some(created)) if created.events().is_empty() && !created.canceled() => {}
-                Ok(_) => return Ok(None),
-                Err(error) => {
-                    return Err(self.error(Some(key), "cannot watch the entry ahead", error));
+            match stream.message().await.map_err(failed)? {
+                Some(created) if !created.canceled() && created.events().is_empty() => {
+                    Ok(Some(Box::pin(changed(stream)) as BoxFuture<'static, ()>))
                 }
+                Some(created) if created.canceled() && created.compact_revision() == 0 => {
+                    Err(LockError::backend(
+                        Some(key),
+                        format!(
+                            "etcd refused to watch the entry ahead: {}",
+                            created.cancel_reason()
+                        ),
+                        None,
+                    ))
+                }
+                _ => Ok(None),
             }
-            Ok(Some(Box::pin(async move {
-                loop {
-                    match stream.message().await {
-                        Ok(Some(response))
-                            if response.events().is_empty() && !response.canceled() => {}
-                        _ => return,
-                    }
-                }
-            }) as BoxFuture<'static, ()>))
         })
     }
 

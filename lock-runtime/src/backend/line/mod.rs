@@ -15,7 +15,9 @@
 //! renew it; a client that has seen a held or kept entry ahead of its own unchanged for that
 //! long, on its own clock, deletes it (version-checked, so that a renewal in between wins).
 //! A waiting entry's place is counted by its owner's client, which deletes the entry when the
-//! waiter stops attempting: renewing a place writes nothing. The owner counts
+//! waiter stops attempting (renewing a place writes nothing); others delete a waiting entry
+//! only once it has stood unchanged at the head for its place, where its owner's client would
+//! have taken the key at once. The owner counts
 //! its lease from when it sent the write, before anyone could see it: an entry is never
 //! deleted while its owner counts it valid (clocks running at the same rate). The store's
 //! session timeout also bounds every lease: a client that cannot reach the store stops
@@ -166,6 +168,8 @@ struct Ours {
 struct Sighting {
     version: i64,
     since: Instant,
+    /// When it was first seen at the head of the line, at this version.
+    at_head_since: Option<Instant>,
 }
 
 /// Where an owner stands in a key's line.
@@ -234,8 +238,13 @@ impl<S: LineStore> Shared<S> {
         lock_ignoring_poison(&self.ours).remove(id);
     }
 
-    /// Records when each entry of `key`'s line was first seen at its version; returns how
-    /// long each lasts unrenewed yet (`None`: for ever).
+    /// Records when each entry of `key`'s line was first seen at its version (and, for the
+    /// first, at the head); returns how long each lasts unrenewed yet, counted as others may
+    /// count it (`None`: nobody but its owner ends it). A held or kept entry lasts its lease
+    /// or keep from when it was seen at its version. A waiting entry lasts its place from when
+    /// it was seen at the head: its owner's client takes the key as soon as it gets there (a
+    /// write), so one that stays unchanged there for its place has nobody behind it any more
+    /// (its request gone, its client cut off); further back, only its owner ends it.
     fn sight(&self, key: &str, line: &[Entry]) -> Vec<Option<Duration>> {
         let now = Instant::now();
         let mut sightings = lock_ignoring_poison(&self.sightings);
@@ -243,17 +252,27 @@ impl<S: LineStore> Shared<S> {
         let mut fresh = HashMap::with_capacity(line.len());
         let left = line
             .iter()
-            .map(|entry| {
-                let sighting = match seen.get(&entry.id) {
+            .enumerate()
+            .map(|(at, entry)| {
+                let mut sighting = match seen.get(&entry.id) {
                     Some(seen) if seen.version == entry.version => *seen,
                     _ => Sighting {
                         version: entry.version,
                         since: now,
+                        at_head_since: None,
                     },
                 };
+                if at == 0 {
+                    sighting.at_head_since.get_or_insert(now);
+                }
                 fresh.insert(entry.id.clone(), sighting);
+                let since = match entry.state {
+                    State::Held(_) | State::Kept(_) => sighting.since,
+                    State::Waiting { .. } => sighting.at_head_since?,
+                    State::Foreign => return None,
+                };
                 let lasts = entry.state.lasts()?;
-                Some(lasts.saturating_sub(now - sighting.since))
+                Some(lasts.saturating_sub(now - since))
             })
             .collect();
         if !fresh.is_empty() {
@@ -270,14 +289,28 @@ impl<S: LineStore> Shared<S> {
         let Some(at) = line.iter().position(|entry| entry.owner == owner) else {
             return Ok(Standing::Missing);
         };
+        if let Some(foreign) = line[..at].iter().find(|e| e.state == State::Foreign) {
+            return Err(LockError::key_in_use(
+                key,
+                format!(
+                    "{} holds data fencelock did not write: delete it, or give fencelock a \
+                     root or prefix of its own",
+                    foreign.id
+                ),
+            ));
+        }
         for second in line[at + 1..].iter().filter(|entry| entry.owner == owner) {
             self.store.remove(key, second, None).await?;
         }
+        let mine = line[at].clone();
+        // After an enter sent twice, the older entry is the one that counts.
+        self.update(&(key.to_owned(), owner.to_owned()), |ours| {
+            if ours.entry.id != mine.id {
+                ours.entry = mine.clone();
+            }
+        });
         let mut live = Vec::new();
         for (entry, left) in line[..at].iter().zip(left) {
-            // A waiting entry lapses by its owner's hand (its place is the owner's to
-            // count), or with the owner's session: nobody deletes it from behind.
-            let left = left.filter(|_| entry.state.lapses_unseen());
             let lapsed = left == Some(Duration::ZERO);
             if lapsed && self.store.remove(key, entry, Some(entry.version)).await? {
                 tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
@@ -285,7 +318,6 @@ impl<S: LineStore> Shared<S> {
             }
             live.push((entry.clone(), left));
         }
-        let mine = line[at].clone();
         Ok(match (live.first().cloned(), live.pop()) {
             (Some((head, head_left)), Some((predecessor, _))) => {
                 Standing::Behind(Box::new(Behind {
@@ -329,7 +361,7 @@ impl<S: LineStore> Shared<S> {
         let sent_at = Instant::now();
         // A second pass when the entry vanished under the first (its session ended).
         for _ in 0..2 {
-            let entered = match self.ours(&id) {
+            let entered: Option<Entry> = match self.ours(&id) {
                 Some(_) => None,
                 None => {
                     let entry = self
@@ -346,14 +378,15 @@ impl<S: LineStore> Shared<S> {
                             release_sent: false,
                         },
                     );
-                    Some(entry.version)
+                    Some(entry)
                 }
             };
             match self.stand(&lease.key, &lease.owner).await? {
                 Standing::Missing => self.forget(&id),
                 Standing::Head(mine) => {
                     // A fresh entry at the head holds the lease it was created with.
-                    if entered == Some(mine.version) {
+                    let fresh = entered.as_ref();
+                    if fresh.is_some_and(|e| e.id == mine.id && e.version == mine.version) {
                         return Ok(granted(mine.token));
                     }
                     if let Some(token) = self.claim(&id, &mine, lease.ttl).await? {
@@ -424,7 +457,11 @@ impl<S: LineStore> Shared<S> {
     /// key and announces the hand-off. Ends when its place lapses, the key is its, or it is
     /// gone.
     async fn follow(self: Arc<Self>, id: OursKey) {
+        /// Deletes of a lapsed place sent again: past the longest session at this pause.
+        const MAX_TRIES: u32 = 600;
+        const RETRY_PAUSE: Duration = Duration::from_millis(200);
         let key = id.0.as_str();
+        let mut tries = 0;
         let outcome = loop {
             let Some(ours) = self.ours(&id) else {
                 break Ok(None);
@@ -432,11 +469,21 @@ impl<S: LineStore> Shared<S> {
             let Some(place_until) = ours.place_until else {
                 break Ok(None);
             };
-            if Instant::now() >= place_until {
-                // The waiter stopped attempting: its place goes to the next one.
-                let removed = self.store.remove(key, &ours.entry, None).await;
-                self.forget(&id);
-                break removed.map(|_| None);
+            let now = Instant::now();
+            if now >= place_until {
+                // The waiter stopped attempting: its place goes to the next one. A delete that
+                // fails is sent again while the session lasts (the entry goes with it).
+                match self.store.remove(key, &ours.entry, None).await {
+                    Err(_) if ours.entry.session == self.store.session() && tries < MAX_TRIES => {
+                        tries += 1;
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                    removed => {
+                        self.forget(&id);
+                        break removed.map(|_| None);
+                    }
+                }
             }
             let predecessor = match self.stand(key, &id.1).await {
                 Ok(Standing::Missing) => {
@@ -444,7 +491,10 @@ impl<S: LineStore> Shared<S> {
                     break Ok(Some(ReleaseEvent::Interrupted));
                 }
                 Ok(Standing::Head(mine)) => {
-                    break match self.claim(&id, &mine, ours.ttl).await {
+                    // For the waiter's lease, but no longer than its place: a waiter that
+                    // stopped attempting holds the key no longer than either.
+                    let lease = ours.ttl.min(place_until - now);
+                    break match self.claim(&id, &mine, lease).await {
                         Ok(Some(token)) => Ok(Some(ReleaseEvent::HandedOver {
                             to: owner_tag(&id.1),
                             token,
@@ -604,14 +654,26 @@ impl<S: LineStore> Shared<S> {
         if let Some((head, left)) = entries.next() {
             state.holding = holding(head, left);
         }
+        let ours = lock_ignoring_poison(&self.ours).clone();
+        let now = Instant::now();
         state.queue = entries
-            .map(|(entry, left)| Waiter {
-                owner: owner_tag(&entry.owner),
-                lease: match entry.state {
-                    State::Waiting { ttl, .. } | State::Held(ttl) => Some(ttl),
-                    State::Kept(_) | State::Foreign => None,
-                },
-                place_left: left.filter(|left| !left.is_zero()),
+            .map(|(entry, left)| {
+                // A waiter of this client: its place as counted here; another's: the place
+                // it asked for, which its own client counts.
+                let mine = ours.get(&(key.to_owned(), entry.owner.clone()));
+                let place = match (mine.and_then(|o| o.place_until), entry.state) {
+                    (Some(until), _) => Some(until.saturating_duration_since(now)),
+                    (None, State::Waiting { place, .. }) => Some(place),
+                    (None, _) => left,
+                };
+                Waiter {
+                    owner: owner_tag(&entry.owner),
+                    lease: match entry.state {
+                        State::Waiting { ttl, .. } | State::Held(ttl) => Some(ttl),
+                        State::Kept(_) | State::Foreign => None,
+                    },
+                    place_left: place.filter(|left| !left.is_zero()),
+                }
             })
             .collect();
         state.waiters = state

@@ -54,12 +54,6 @@ impl State {
         parsed.unwrap_or(State::Foreign)
     }
 
-    /// Whether others delete the entry once it has lasted unchanged (a lease ran out): a
-    /// waiting entry's place is its owner's to count.
-    pub(crate) fn lapses_unseen(self) -> bool {
-        matches!(self, State::Held(_) | State::Kept(_))
-    }
-
     /// How long the entry lasts unchanged (a lease, a place, a keep); `None`: for ever.
     pub(crate) fn lasts(self) -> Option<Duration> {
         match self {
