@@ -130,12 +130,7 @@ async fn a_short_cut_keeps_the_lock_and_a_cut_past_the_session_loses_it() {
         let cut_off = store.client(Some(&proxy), SESSION).await;
         let other = store.client(None, SESSION).await;
         let key = format!("{kind}:cut");
-        let holder = cut_off
-            .lock(&key)
-            .ttl_ms(30_000)
-            .acquire()
-            .await
-            .expect("free");
+        let holder = held(&cut_off, &key).await;
         proxy.freeze();
         tokio::time::sleep(SESSION / 4).await;
         proxy.thaw();
@@ -185,12 +180,7 @@ async fn the_leader_killed_while_a_lock_is_held_keeps_exclusion() {
             store.client(None, session).await,
         );
         let key = format!("{kind}:leader");
-        let holder = holding
-            .lock(&key)
-            .ttl_ms(30_000)
-            .acquire()
-            .await
-            .expect("free");
+        let holder = held(&holding, &key).await;
         store.kill_leader();
         renewed_again(&holding).await;
         assert!(!holder.is_lost(), "{kind}: the lock outlives the election");
@@ -353,6 +343,16 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
     assert!(backend_message(prefix).contains("prefix"));
 }
 
+/// Takes the free `key` for 30 s, renewed.
+async fn held(client: &LockClient, key: &str) -> fencelock::LockGuard {
+    client
+        .lock(key)
+        .ttl_ms(30_000)
+        .acquire()
+        .await
+        .expect("free")
+}
+
 /// Waits (at most 10 s) until `key`'s line shows `waiters` waiters whose entries say they
 /// wait (a place of at most `place` left: a fresh entry says held, for its lease, until its
 /// attempt finds the key taken).
@@ -391,12 +391,7 @@ async fn a_waiter_cancelled_during_a_cut_blocks_the_key_no_longer_than_its_place
             store.client(None, LONG_SESSION).await,
         );
         let key = format!("{kind}:stranded");
-        let holder = holder_client
-            .lock(&key)
-            .ttl_ms(30_000)
-            .acquire()
-            .await
-            .expect("free");
+        let holder = held(&holder_client, &key).await;
         // A place of 3 s (3 × sleep_ms).
         let request = waiter_client
             .lock(&key)
@@ -442,12 +437,7 @@ async fn a_hand_off_to_a_waiter_that_stopped_attempting_lasts_no_longer_than_its
             store.client(None, session).await,
         );
         let key = format!("{kind}:hung-waiter");
-        let holder = holder_client
-            .lock(&key)
-            .ttl_ms(30_000)
-            .acquire()
-            .await
-            .expect("free");
+        let holder = held(&holder_client, &key).await;
         // A place of 6 s (3 × sleep_ms) after each attempt; a lease of 30 s.
         let request = waiter_client
             .lock(&key)
@@ -484,12 +474,7 @@ async fn an_etcd_waiter_behind_a_compacted_entry_keeps_watching() {
         store.client(None, session).await,
     );
     let key = "etcd:compacted";
-    let holder = holder_client
-        .lock(key)
-        .ttl_ms(30_000)
-        .acquire()
-        .await
-        .expect("free");
+    let holder = held(&holder_client, key).await;
     let waiter = |client: &LockClient| {
         let request = client.lock(key).sleep_ms(500).wait_ms(60_000);
         tokio::spawn(async move { request.acquire().await })

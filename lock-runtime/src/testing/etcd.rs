@@ -3,33 +3,23 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use super::redis_server::{free_port, send_signal};
+use super::members::Members;
+use super::redis_server::free_port;
 
 /// Environment variable naming the `etcd` binary (default: `etcd` on PATH, from Debian's
 /// `etcd-server` package).
 pub const ETCD_ENV: &str = "FENCELOCK_ETCD";
 
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Debug)]
-struct Member {
-    name: String,
-    client_port: u16,
-    peer_port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
 /// An etcd cluster of one ([`EtcdCluster::start`]`(1)`) or three members, with etcd's default
 /// timing (100 ms heartbeat, 1 s election timeout).
 #[derive(Debug)]
 pub struct EtcdCluster {
-    members: Vec<Member>,
+    members: Members,
+    /// Each member's peer port, by index.
+    peer_ports: Vec<u16>,
     binary: String,
     initial_cluster: String,
 }
@@ -38,31 +28,20 @@ impl EtcdCluster {
     /// Starts `size` members and waits until every one reports itself healthy.
     pub fn start(size: usize) -> io::Result<EtcdCluster> {
         let binary = std::env::var(ETCD_ENV).unwrap_or_else(|_| "etcd".into());
-        static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-        let base = std::env::temp_dir().join(format!(
-            "fencelock-etcd-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut members = Vec::new();
-        for index in 0..size {
-            let dir = base.join(format!("member-{index}"));
-            std::fs::create_dir_all(&dir)?;
-            members.push(Member {
-                name: format!("m{index}"),
-                client_port: free_port()?,
-                peer_port: free_port()?,
-                dir,
-                child: None,
-            });
-        }
+        let members = Members::new("etcd", size, |index| format!("m{index}"))?;
+        let peer_ports = (0..size)
+            .map(|_| free_port())
+            .collect::<io::Result<Vec<_>>>()?;
         let initial_cluster = members
+            .all
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .zip(&peer_ports)
+            .map(|(m, peer)| format!("{}=http://127.0.0.1:{peer}", m.name))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = EtcdCluster {
             members,
+            peer_ports,
             binary,
             initial_cluster,
         };
@@ -77,6 +56,7 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> Vec<String> {
         let urls = self
             .members
+            .all
             .iter()
             .map(|m| format!("http://127.0.0.1:{}", m.client_port));
         urls.collect()
@@ -84,12 +64,12 @@ impl EtcdCluster {
 
     /// The process id of member `index`, while it runs.
     pub fn pid(&self, index: usize) -> Option<u32> {
-        self.members[index].child.as_ref().map(Child::id)
+        self.members.pid(index)
     }
 
     /// The index of the member that leads, as a running member reports it.
     pub fn leader(&self) -> Option<usize> {
-        (0..self.members.len()).find(|&index| {
+        (0..self.members.all.len()).find(|&index| {
             let status = self.status(index);
             status.is_some_and(|(member, leader)| member == leader)
         })
@@ -97,13 +77,8 @@ impl EtcdCluster {
 
     /// Member `index`'s id and its leader's id, if it answers.
     fn status(&self, index: usize) -> Option<(String, String)> {
-        let reply = http(
-            self.members[index].client_port,
-            "POST",
-            "/v3/maintenance/status",
-            "{}",
-        )
-        .ok()?;
+        let port = self.members.all[index].client_port;
+        let reply = http(port, "POST", "/v3/maintenance/status", "{}").ok()?;
         let field = |name: &str| {
             let start = reply.find(&format!("\"{name}\":\""))? + name.len() + 4;
             let end = start + reply[start..].find('"')?;
@@ -145,7 +120,7 @@ impl EtcdCluster {
 
     /// How many range reads member `index` has served (its Prometheus metrics).
     pub fn range_reads(&self, index: usize) -> io::Result<u64> {
-        let metrics = http(self.members[index].client_port, "GET", "/metrics", "")?;
+        let metrics = http(self.members.all[index].client_port, "GET", "/metrics", "")?;
         let served = metrics
             .lines()
             .filter(|line| {
@@ -159,11 +134,7 @@ impl EtcdCluster {
 
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
-        if let Some(mut child) = self.members[index].child.take() {
-            child.kill()?;
-            child.wait()?;
-        }
-        Ok(())
+        self.members.kill(index)
     }
 
     /// Starts member `index` again (after [`kill`](Self::kill)) and waits until every running
@@ -176,64 +147,32 @@ impl EtcdCluster {
 
     /// Freezes member `index` (`SIGSTOP`).
     pub fn pause(&self, index: usize) -> io::Result<()> {
-        let pid = self
-            .pid(index)
-            .ok_or_else(|| io::Error::other("not running"))?;
-        send_signal(pid, libc::SIGSTOP)
+        self.members.signal(index, libc::SIGSTOP)
     }
 
     /// Thaws member `index` (`SIGCONT`).
     pub fn resume(&self, index: usize) -> io::Result<()> {
-        let pid = self
-            .pid(index)
-            .ok_or_else(|| io::Error::other("not running"))?;
-        send_signal(pid, libc::SIGCONT)
+        self.members.signal(index, libc::SIGCONT)
     }
 
     /// Waits until every running member reports itself healthy (a leader elected), for at
     /// most a minute.
     pub fn wait_healthy(&self) -> io::Result<()> {
-        let started = Instant::now();
-        let running: Vec<usize> = (0..self.members.len())
-            .filter(|&index| self.members[index].child.is_some())
-            .collect();
-        loop {
-            let healthy = running
-                .iter()
-                .filter(|&&index| {
-                    http(self.members[index].client_port, "GET", "/health", "")
-                        .is_ok_and(|reply| reply.contains("\"health\":\"true\""))
-                })
-                .count();
-            if healthy == running.len() {
-                return Ok(());
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                let logs = self
-                    .members
-                    .iter()
-                    .map(Member::log_tail)
-                    .collect::<Vec<_>>();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "etcd was not healthy within {READY_TIMEOUT:?} ({healthy} of {} \
-                         members); logs: {}",
-                        running.len(),
-                        logs.join(" || ")
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let running = self.members.running();
+        self.members.wait_until("etcd was not healthy", || {
+            running.iter().all(|&index| {
+                http(self.members.all[index].client_port, "GET", "/health", "")
+                    .is_ok_and(|reply| reply.contains("\"health\":\"true\""))
+            })
+        })
     }
 
     fn spawn(&mut self, index: usize) -> io::Result<()> {
-        let member = &mut self.members[index];
-        let log = std::fs::File::create(member.dir.join("etcd.log"))?;
+        let member = &self.members.all[index];
         let client_url = format!("http://127.0.0.1:{}", member.client_port);
-        let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
-        let child = Command::new(&self.binary)
+        let peer_url = format!("http://127.0.0.1:{}", self.peer_ports[index]);
+        let mut command = Command::new(&self.binary);
+        command
             .args(["--name", &member.name])
             .arg("--data-dir")
             .arg(member.dir.join("data"))
@@ -243,42 +182,13 @@ impl EtcdCluster {
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-token", "fencelock-test"])
-            .args(["--initial-cluster-state", "new"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| {
-                let binary = &self.binary;
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot run `{binary}` ({e}): install etcd (`apt-get install \
-                         etcd-server`) or set {ETCD_ENV} to its path"
-                    ),
-                )
-            })?;
-        member.child = Some(child);
-        Ok(())
-    }
-}
-
-impl Member {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(3).collect();
-        format!("{}: {}", self.name, tail.join(" | "))
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for index in 0..self.members.len() {
-            let _ = self.kill(index);
-        }
-        if let Some(base) = self.members.first().and_then(|m| m.dir.parent()) {
-            let _ = std::fs::remove_dir_all(base);
-        }
+            .args(["--initial-cluster-state", "new"]);
+        let missing = format!(
+            "cannot run `{}`: install etcd (`apt-get install etcd-server`) or set {ETCD_ENV} \
+             to its path",
+            self.binary
+        );
+        self.members.spawn(index, command, &missing)
     }
 }
 

@@ -10,6 +10,8 @@ pub mod conformance;
 mod etcd;
 pub mod history;
 mod intercept;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+mod members;
 mod proxy;
 mod redis_server;
 mod sentinel;

@@ -3,12 +3,11 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use super::redis_server::{free_port, send_signal};
+use super::members::Members;
+use super::redis_server::free_port;
 
 /// Environment variable overriding the Java class path of ZooKeeper (default: Debian's
 /// `zookeeper` package, `/etc/zookeeper/conf:/usr/share/java/zookeeper.jar`).
@@ -20,22 +19,11 @@ const DEBIAN_CLASSPATH: &str = "/etc/zookeeper/conf:/usr/share/java/zookeeper.ja
 /// expiry are short.
 const TICK_MS: u64 = 500;
 
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// One member of a [`ZooKeeperEnsemble`].
-#[derive(Debug)]
-struct Member {
-    id: usize,
-    client_port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
 /// A ZooKeeper standalone server ([`ZooKeeperEnsemble::start`]`(1)`) or ensemble of three
 /// ([`ZooKeeperEnsemble::start`]`(3)`), with a 500 ms tick (sessions of 1 s to 10 s).
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
-    members: Vec<Member>,
+    members: Members,
     classpath: String,
 }
 
@@ -57,36 +45,22 @@ impl ZooKeeperEnsemble {
                 ),
             ));
         }
-        static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-        let base = std::env::temp_dir().join(format!(
-            "fencelock-zookeeper-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
+        let members = Members::new("zookeeper", size, |index| format!("member-{}", index + 1))?;
         let mut peers = Vec::new();
-        let mut members = Vec::new();
         for id in 1..=size {
             peers.push(format!(
                 "server.{id}=127.0.0.1:{}:{}",
                 free_port()?,
                 free_port()?
             ));
-            let dir = base.join(format!("member-{id}"));
-            std::fs::create_dir_all(&dir)?;
-            std::fs::write(dir.join("myid"), id.to_string())?;
-            members.push(Member {
-                id,
-                client_port: free_port()?,
-                dir,
-                child: None,
-            });
         }
         let peers = if size > 1 {
             peers.join("\n")
         } else {
             String::new()
         };
-        for member in &members {
+        for (index, member) in members.all.iter().enumerate() {
+            std::fs::write(member.dir.join("myid"), (index + 1).to_string())?;
             let config = format!(
                 "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit=4\ndataDir={}\nclientPort={}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
@@ -108,6 +82,7 @@ impl ZooKeeperEnsemble {
     pub fn connect_string(&self) -> String {
         let members = self
             .members
+            .all
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.client_port));
         members.collect::<Vec<_>>().join(",")
@@ -115,17 +90,17 @@ impl ZooKeeperEnsemble {
 
     /// The client port of member `index`.
     pub fn client_port(&self, index: usize) -> u16 {
-        self.members[index].client_port
+        self.members.all[index].client_port
     }
 
     /// The process id of member `index`, while it runs.
     pub fn pid(&self, index: usize) -> Option<u32> {
-        self.members[index].child.as_ref().map(Child::id)
+        self.members.pid(index)
     }
 
     /// The index of the member that leads (the standalone server in an ensemble of one).
     pub fn leader(&self) -> Option<usize> {
-        (0..self.members.len()).find(|&index| {
+        (0..self.members.all.len()).find(|&index| {
             self.mode(index)
                 .is_some_and(|mode| mode == "leader" || mode == "standalone")
         })
@@ -133,7 +108,7 @@ impl ZooKeeperEnsemble {
 
     /// Member `index`'s mode (`leader`, `follower`, `standalone`), if it serves.
     pub fn mode(&self, index: usize) -> Option<String> {
-        let reply = four_letter_word(self.members[index].client_port, "srvr").ok()?;
+        let reply = four_letter_word(self.client_port(index), "srvr").ok()?;
         reply
             .lines()
             .find_map(|line| line.strip_prefix("Mode: "))
@@ -143,7 +118,7 @@ impl ZooKeeperEnsemble {
     /// How many watches member `index` keeps on each node (its `wchp` report: a node's
     /// path, then one line per session watching it), by path.
     pub fn watches(&self, index: usize) -> io::Result<Vec<(String, usize)>> {
-        let reply = four_letter_word(self.members[index].client_port, "wchp")?;
+        let reply = four_letter_word(self.client_port(index), "wchp")?;
         let mut watches: Vec<(String, usize)> = Vec::new();
         for line in reply.lines() {
             match (line.starts_with('/'), watches.last_mut()) {
@@ -179,11 +154,7 @@ impl ZooKeeperEnsemble {
 
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
-        if let Some(mut child) = self.members[index].child.take() {
-            child.kill()?;
-            child.wait()?;
-        }
-        Ok(())
+        self.members.kill(index)
     }
 
     /// Starts member `index` again (after [`kill`](Self::kill)) and waits until the
@@ -196,56 +167,26 @@ impl ZooKeeperEnsemble {
 
     /// Freezes member `index` (`SIGSTOP`).
     pub fn pause(&self, index: usize) -> io::Result<()> {
-        let pid = self
-            .pid(index)
-            .ok_or_else(|| io::Error::other("not running"))?;
-        send_signal(pid, libc::SIGSTOP)
+        self.members.signal(index, libc::SIGSTOP)
     }
 
     /// Thaws member `index` (`SIGCONT`).
     pub fn resume(&self, index: usize) -> io::Result<()> {
-        let pid = self
-            .pid(index)
-            .ok_or_else(|| io::Error::other("not running"))?;
-        send_signal(pid, libc::SIGCONT)
+        self.members.signal(index, libc::SIGCONT)
     }
 
-    /// Waits until a majority of the members serve clients (a leader elected), for at most
+    /// Waits until every running member serves clients with a leader elected, for at most
     /// a minute.
     pub fn wait_serving(&self) -> io::Result<()> {
-        let started = Instant::now();
-        let running: Vec<usize> = (0..self.members.len())
-            .filter(|&index| self.members[index].child.is_some())
-            .collect();
-        loop {
-            let serving = running.iter().filter(|&&i| self.mode(i).is_some()).count();
-            if serving == running.len() && self.leader().is_some() {
-                return Ok(());
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                let log = self
-                    .members
-                    .iter()
-                    .map(Member::log_tail)
-                    .collect::<Vec<_>>();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "ZooKeeper did not serve within {READY_TIMEOUT:?} ({serving} of {} \
-                         members); logs: {}",
-                        running.len(),
-                        log.join(" || ")
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let running = self.members.running();
+        self.members.wait_until("ZooKeeper did not serve", || {
+            running.iter().all(|&i| self.mode(i).is_some()) && self.leader().is_some()
+        })
     }
 
     fn spawn(&mut self, index: usize) -> io::Result<()> {
-        let member = &mut self.members[index];
-        let log = std::fs::File::create(member.dir.join("zookeeper.log"))?;
-        let child = Command::new("java")
+        let mut command = Command::new("java");
+        command
             .args([
                 "-Xmx256m",
                 "-XX:+UseSerialGC",
@@ -254,42 +195,10 @@ impl ZooKeeperEnsemble {
             .arg("-cp")
             .arg(&self.classpath)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(member.dir.join("zoo.cfg"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot run `java` for ZooKeeper member {} ({e}): install Java \
-                         (`apt-get install default-jre-headless zookeeper`)",
-                        member.id
-                    ),
-                )
-            })?;
-        member.child = Some(child);
-        Ok(())
-    }
-}
-
-impl Member {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("zookeeper.log")).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(3).collect();
-        format!("member {}: {}", self.id, tail.join(" | "))
-    }
-}
-
-impl Drop for ZooKeeperEnsemble {
-    fn drop(&mut self) {
-        for index in 0..self.members.len() {
-            let _ = self.kill(index);
-        }
-        if let Some(base) = self.members.first().and_then(|m| m.dir.parent()) {
-            let _ = std::fs::remove_dir_all(base);
-        }
+            .arg(self.members.all[index].dir.join("zoo.cfg"));
+        let missing = "cannot run `java` for ZooKeeper: install Java (`apt-get install \
+                       default-jre-headless zookeeper`)";
+        self.members.spawn(index, command, missing)
     }
 }
 
