@@ -512,3 +512,40 @@ async fn an_etcd_waiter_behind_a_compacted_entry_keeps_watching() {
         "reads in 3 s: {quiet} before, {after} after compaction"
     );
 }
+
+/// Seed 000's shared lock: readers on one client and writers on another share one key,
+/// recorded: no writer's section overlaps another section, tokens order every pair with a
+/// writer in it, and readers did hold the key together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_writers_exclude_on_recorded_histories() {
+    use fencelock::LockKind;
+    use fencelock::testing::history::{check_read_write, most_inside};
+
+    use crate::kinds::{guard_key, run_tasks};
+
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let (reading, writing) = (
+            store.client(None, SESSION).await,
+            store.client(None, SESSION).await,
+        );
+        let body = Duration::from_millis(3);
+        let key = format!("{kind}:catalog");
+        let (readers, writers) = tokio::join!(
+            run_tasks(&reading, &key, LockKind::Read, 6, 8, body, guard_key),
+            run_tasks(&writing, &key, LockKind::Write, 2, 6, body, guard_key),
+        );
+        let report = check_read_write(&readers, &writers);
+        assert_eq!(report.sections, 6 * 8 + 2 * 6, "{kind}");
+        assert!(
+            report.violations.is_empty(),
+            "{kind}: {:#?}",
+            report.violations
+        );
+        let overlapping = most_inside(&readers);
+        assert!(
+            overlapping >= 2,
+            "{kind}: readers shared the key: at most {overlapping}"
+        );
+    }
+}

@@ -42,7 +42,7 @@ async fn record(
 /// `tasks` tasks, each taking the lock `kind` of `key` `rounds` times (waiting as long as it
 /// takes) and holding it for `body`; returns the sections, each recorded under `label` of
 /// its guard.
-async fn run_tasks(
+pub(crate) async fn run_tasks(
     locks: &LockClient,
     key: &str,
     kind: LockKind,
@@ -72,7 +72,7 @@ async fn run_tasks(
     std::mem::take(&mut *sections.lock().unwrap())
 }
 
-fn guard_key(guard: &LockGuard) -> String {
+pub(crate) fn guard_key(guard: &LockGuard) -> String {
     guard.key().to_owned()
 }
 

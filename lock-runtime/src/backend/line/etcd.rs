@@ -22,7 +22,7 @@ use etcd_client::{
     LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions,
 };
 
-use super::state::State;
+use super::state::{EntryKind, State};
 use super::{Entry, LineBackend, LineStore, key_of, node_name};
 use crate::backend::BoxFuture;
 use crate::driver::Background;
@@ -301,13 +301,15 @@ impl EtcdStore {
     fn entry(&self, kv: &etcd_client::KeyValue, directory: &str, session: u64) -> Option<Entry> {
         let owner = kv.key_str().ok()?.strip_prefix(directory)?;
         let id = kv.key_str().ok()?.to_owned();
+        let (kind, state) = State::decode(kv.value());
         Some(Entry {
             owner: owner.to_owned(),
             id,
             order: u64::try_from(kv.create_revision()).ok()?,
             token: u64::try_from(kv.create_revision()).ok()?,
             version: kv.mod_revision(),
-            state: State::decode(kv.value()),
+            kind,
+            state,
             session,
         })
     }
@@ -362,6 +364,7 @@ impl LineStore for EtcdStore {
         &'a self,
         key: &'a str,
         owner: &'a str,
+        kind: EntryKind,
         state: State,
     ) -> BoxFuture<'a, Result<Entry, LockError>> {
         Box::pin(async move {
@@ -371,7 +374,7 @@ impl LineStore for EtcdStore {
             let options = PutOptions::new().with_lease(session.lease).with_prev_key();
             let mut client = self.client.clone();
             let put = client
-                .put(id.clone(), state.encode(), Some(options))
+                .put(id.clone(), state.encode(kind), Some(options))
                 .await
                 .map_err(|error| self.error(Some(key), "cannot enter the line", error))?;
             let revision = put.header().map_or(0, |header| header.revision());
@@ -385,6 +388,7 @@ impl LineStore for EtcdStore {
                 order: u64::try_from(created).unwrap_or(0),
                 token: u64::try_from(created).unwrap_or(0),
                 version: revision,
+                kind,
                 state,
                 session: session.count,
             })
@@ -431,7 +435,7 @@ impl LineStore for EtcdStore {
                 )])
                 .and_then([TxnOp::put(
                     entry.id.clone(),
-                    state.encode(),
+                    state.encode(entry.kind),
                     Some(keep_lease),
                 )]);
             let (written, revision) = self

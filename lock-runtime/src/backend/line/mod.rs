@@ -24,6 +24,11 @@
 //! counting its leases valid before the store can end its session
 //! ([`LockBackend::longest_lease`]).
 //!
+//! Read/write locks are seed 000's shared lock on the same line: an entry says its kind; a
+//! reader waits only for the writers ahead of it (and watches the nearest), a writer for
+//! every entry ahead (and watches the one right ahead). A line serves the mutex, or readers
+//! and writers, never both.
+//!
 //! Fencing tokens are each entry's creation id (ZooKeeper's czxid, etcd's create revision):
 //! the store's global counter, so strictly increasing in line order, which is grant order.
 //! The line is always fair: a free key goes to its oldest waiter, whatever the mode.
@@ -40,7 +45,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::state::State;
+use self::state::{EntryKind, State};
 use super::{
     Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
     refused,
@@ -65,6 +70,8 @@ pub(crate) struct Entry {
     pub(crate) token: u64,
     /// Its data version: every write changes it.
     pub(crate) version: i64,
+    /// The kind of lock it is for.
+    pub(crate) kind: EntryKind,
     pub(crate) state: State,
     /// The client session it belongs to (a count of this client's sessions).
     pub(crate) session: u64,
@@ -72,18 +79,19 @@ pub(crate) struct Entry {
 
 /// What a store must offer for a line of entries: the ZooKeeper and etcd glue.
 pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Appends an entry of `owner` to `key`'s line, in the current session.
+    /// Appends an entry of `owner` for a `kind` lock to `key`'s line, in the current session.
     fn enter<'a>(
         &'a self,
         key: &'a str,
         owner: &'a str,
+        kind: EntryKind,
         state: State,
     ) -> BoxFuture<'a, Result<Entry, LockError>>;
 
     /// `key`'s line, oldest first.
     fn line<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, LockError>>;
 
-    /// Writes `state` into `entry`; its new version, or `None` if it is gone.
+    /// Writes `state` into `entry` (of its kind); its new version, or `None` if it is gone.
     fn write<'a>(
         &'a self,
         key: &'a str,
@@ -178,15 +186,15 @@ enum Standing {
     Missing,
     /// Its entry is the oldest live one: the key is its.
     Head(Entry),
-    /// Live entries are ahead of it.
+    /// Live entries it waits for are ahead of it.
     Behind(Box<Behind>),
 }
 
 struct Behind {
     mine: Entry,
-    /// The live entry right ahead, which it watches.
+    /// The nearest live entry it waits for, which it watches.
     predecessor: Entry,
-    /// The live entry at the head.
+    /// The oldest live entry it waits for.
     head: Entry,
     /// How long the head lasts unrenewed yet (`None`: for ever).
     head_left: Option<Duration>,
@@ -250,10 +258,18 @@ impl<S: LineStore> Shared<S> {
         let mut sightings = lock_ignoring_poison(&self.sightings);
         let seen = sightings.remove(key).unwrap_or_default();
         let mut fresh = HashMap::with_capacity(line.len());
+        // Whether an entry of each kind ahead has been seen: an entry that waits for none of
+        // them is at the head (it would hold the key).
+        let (mut any_ahead, mut non_reader_ahead) = (false, false);
         let left = line
             .iter()
-            .enumerate()
-            .map(|(at, entry)| {
+            .map(|entry| {
+                let at_head = match entry.kind {
+                    EntryKind::Read => !non_reader_ahead,
+                    EntryKind::Mutex | EntryKind::Write => !any_ahead,
+                };
+                any_ahead = true;
+                non_reader_ahead |= entry.kind != EntryKind::Read;
                 let mut sighting = match seen.get(&entry.id) {
                     Some(seen) if seen.version == entry.version => *seen,
                     _ => Sighting {
@@ -262,7 +278,7 @@ impl<S: LineStore> Shared<S> {
                         at_head_since: None,
                     },
                 };
-                if at == 0 {
+                if at_head {
                     sighting.at_head_since.get_or_insert(now);
                 }
                 fresh.insert(entry.id.clone(), sighting);
@@ -289,6 +305,19 @@ impl<S: LineStore> Shared<S> {
         let Some(at) = line.iter().position(|entry| entry.owner == owner) else {
             return Ok(Standing::Missing);
         };
+        let kind = line[at].kind;
+        let other_kind = line[..at].iter().find(|e| !e.kind.mixes_with(kind));
+        if let Some(other) = other_kind.filter(|e| e.state != State::Foreign) {
+            return Err(LockError::key_in_use(
+                key,
+                format!(
+                    "the key is taken by a {} lock, and this is a {} lock: use one kind of lock \
+                     per key",
+                    other.kind.name(),
+                    kind.name()
+                ),
+            ));
+        }
         if let Some(foreign) = line[..at].iter().find(|e| e.state == State::Foreign) {
             return Err(LockError::key_in_use(
                 key,
@@ -316,7 +345,10 @@ impl<S: LineStore> Shared<S> {
                 tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
                 continue;
             }
-            live.push((entry.clone(), left));
+            // An entry this one does not wait for (a reader ahead of a reader) is no obstacle.
+            if kind.waits_for(entry.kind) {
+                live.push((entry.clone(), left));
+            }
         }
         Ok(match (live.first().cloned(), live.pop()) {
             (Some((head, head_left)), Some((predecessor, _))) => {
@@ -358,6 +390,12 @@ impl<S: LineStore> Shared<S> {
 
     async fn acquire(self: &Arc<Self>, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         let id = ours_key(lease);
+        let Some(kind) = EntryKind::of(lease.kind) else {
+            return Err(LockError::invalid_config(format!(
+                "this backend does not offer {} locks",
+                lease.kind.name()
+            )));
+        };
         let sent_at = Instant::now();
         // A second pass when the entry vanished under the first (its session ended).
         for _ in 0..2 {
@@ -366,7 +404,7 @@ impl<S: LineStore> Shared<S> {
                 None => {
                     let entry = self
                         .store
-                        .enter(&lease.key, &lease.owner, State::Held(lease.ttl))
+                        .enter(&lease.key, &lease.owner, kind, State::Held(lease.ttl))
                         .await?;
                     lock_ignoring_poison(&self.ours).insert(
                         id.clone(),
@@ -812,7 +850,7 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
     }
 
     fn offers(&self, kind: LockKind) -> bool {
-        kind == LockKind::Mutex
+        EntryKind::of(kind).is_some()
     }
 
     fn always_fair(&self) -> bool {

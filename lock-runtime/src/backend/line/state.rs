@@ -1,6 +1,57 @@
-//! What an entry of a line says, and how long it lasts without a word from its owner.
+//! What an entry of a line says: its kind of lock, its state, and how long it lasts without a
+//! word from its owner.
 
 use std::time::Duration;
+
+use crate::LockKind;
+
+/// The kind of lock an entry is for: a line serves one family at a time (the mutex, or
+/// readers and writers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    Mutex,
+    Read,
+    Write,
+}
+
+impl EntryKind {
+    /// The entry kind of a lease of `kind`, if lines offer it.
+    pub(crate) fn of(kind: LockKind) -> Option<EntryKind> {
+        match kind {
+            LockKind::Mutex => Some(EntryKind::Mutex),
+            LockKind::Read => Some(EntryKind::Read),
+            LockKind::Write => Some(EntryKind::Write),
+            LockKind::Semaphore { .. } | LockKind::Segmented { .. } => None,
+        }
+    }
+
+    /// Whether an entry of this kind must wait for an `other` entry ahead of it: every pair
+    /// but two readers.
+    pub(crate) fn waits_for(self, other: EntryKind) -> bool {
+        !(self == EntryKind::Read && other == EntryKind::Read)
+    }
+
+    /// Whether the two kinds may share a line (the mutex, or readers and writers).
+    pub(crate) fn mixes_with(self, other: EntryKind) -> bool {
+        (self == EntryKind::Mutex) == (other == EntryKind::Mutex)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            EntryKind::Mutex => "mutex",
+            EntryKind::Read => "read",
+            EntryKind::Write => "write",
+        }
+    }
+
+    fn letter(self) -> char {
+        match self {
+            EntryKind::Mutex => 'm',
+            EntryKind::Read => 'r',
+            EntryKind::Write => 'x',
+        }
+    }
+}
 
 /// An entry's state, as its owner last wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,41 +68,48 @@ pub(crate) enum State {
 }
 
 impl State {
-    /// The entry's data in the store.
-    pub(crate) fn encode(self) -> String {
+    /// The data of an entry of `kind` in this state.
+    pub(crate) fn encode(self, kind: EntryKind) -> String {
+        let letter = kind.letter();
         let (tag, duration) = match self {
             State::Waiting { place, ttl } => {
-                return format!("w {} {}", place.as_millis(), ttl.as_millis());
+                return format!("{letter} w {} {}", place.as_millis(), ttl.as_millis());
             }
             State::Held(ttl) => ('h', ttl),
             State::Kept(keep) => ('k', keep),
             State::Foreign => return String::new(),
         };
-        format!("{tag} {}", duration.as_millis())
+        format!("{letter} {tag} {}", duration.as_millis())
     }
 
-    /// An entry's state from its data; [`State::Foreign`] for anything else.
-    pub(crate) fn decode(data: &[u8]) -> State {
+    /// An entry's kind and state from its data; [`State::Foreign`] for anything else.
+    pub(crate) fn decode(data: &[u8]) -> (EntryKind, State) {
         let parsed = std::str::from_utf8(data).ok().and_then(|text| {
             let mut fields = text.split(' ');
+            let kind = match fields.next()? {
+                "m" => EntryKind::Mutex,
+                "r" => EntryKind::Read,
+                "x" => EntryKind::Write,
+                _ => return None,
+            };
             let (tag, millis) = (fields.next()?, fields.next()?);
             let duration = Duration::from_millis(millis.parse().ok()?);
             let more = fields.next().map(str::parse::<u64>);
             if fields.next().is_some() {
                 return None;
             }
-            match (tag, more) {
-                ("w", Some(Ok(ttl))) => Some(State::Waiting {
+            let state = match (tag, more) {
+                ("w", Some(Ok(ttl))) => State::Waiting {
                     place: duration,
                     ttl: Duration::from_millis(ttl),
-                }),
-                (_, Some(_)) => None,
-                ("h", None) => Some(State::Held(duration)),
-                ("k", None) => Some(State::Kept(duration)),
-                _ => None,
-            }
+                },
+                ("h", None) => State::Held(duration),
+                ("k", None) => State::Kept(duration),
+                _ => return None,
+            };
+            Some((kind, state))
         });
-        parsed.unwrap_or(State::Foreign)
+        parsed.unwrap_or((EntryKind::Mutex, State::Foreign))
     }
 
     /// How long the entry lasts unchanged (a lease, a place, a keep); `None`: for ever.
@@ -77,10 +135,15 @@ mod tests {
             State::Held(Duration::from_secs(30)),
             State::Kept(Duration::from_millis(1)),
         ] {
-            assert_eq!(State::decode(state.encode().as_bytes()), state);
+            for kind in [EntryKind::Mutex, EntryKind::Read, EntryKind::Write] {
+                assert_eq!(State::decode(state.encode(kind).as_bytes()), (kind, state));
+            }
         }
-        for foreign in [&b""[..], b"h", b"h x", b"x 10", b"\xff 1", b"w 1", b"h 1 2"] {
-            assert_eq!(State::decode(foreign), State::Foreign);
+        let foreign: [&[u8]; 9] = [
+            b"", b"m h", b"m h x", b"m x 10", b"\xff 1", b"m w 1", b"m h 1 2", b"h 1", b"q h 1",
+        ];
+        for data in foreign {
+            assert_eq!(State::decode(data).1, State::Foreign, "{data:?}");
         }
     }
 }

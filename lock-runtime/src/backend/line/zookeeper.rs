@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
 
-use super::state::State;
+use super::state::{EntryKind, State};
 use super::{Entry, LineBackend, LineStore, key_of, node_name};
 use crate::backend::BoxFuture;
 use crate::driver::Background;
@@ -217,6 +217,7 @@ impl ZooKeeperStore {
         data: &[u8],
         stat: &Stat,
     ) -> Entry {
+        let (kind, state) = State::decode(data);
         let (owner, order) = match name.rsplit_once('-') {
             Some((owner, sequence)) => (owner.to_owned(), sequence.parse().unwrap_or(0)),
             None => (name.to_owned(), 0),
@@ -227,7 +228,8 @@ impl ZooKeeperStore {
             order,
             token: u64::try_from(stat.czxid).unwrap_or(0),
             version: i64::from(stat.version),
-            state: State::decode(data),
+            kind,
+            state,
             session: session.count,
         }
     }
@@ -238,13 +240,14 @@ impl LineStore for ZooKeeperStore {
         &'a self,
         key: &'a str,
         owner: &'a str,
+        kind: EntryKind,
         state: State,
     ) -> BoxFuture<'a, Result<Entry, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             let directory = self.directory(key);
             let prefix = format!("{directory}/{owner}-");
-            let data = state.encode();
+            let data = state.encode(kind);
             let entry_options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
             // The key's container node goes once empty: made again when missing.
             for _ in 0..3 {
@@ -342,9 +345,10 @@ impl LineStore for ZooKeeperStore {
             if session.count != entry.session {
                 return Ok(None);
             }
-            let written = session
-                .client
-                .set_data(&entry.id, state.encode().as_bytes(), None);
+            let written =
+                session
+                    .client
+                    .set_data(&entry.id, state.encode(entry.kind).as_bytes(), None);
             match written.await {
                 Ok(stat) => Ok(Some(i64::from(stat.version))),
                 Err(zookeeper_client::Error::NoNode) => Ok(None),

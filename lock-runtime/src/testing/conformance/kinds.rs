@@ -15,33 +15,34 @@ const SHARDS: LockKind = LockKind::Segmented { shards: 4 };
 
 /// Runs the checks of every kind the backend offers, and checks that it refuses the others.
 pub async fn run(client: &LockClient, namespace: &str) {
-    let offered = [LockKind::Read, SEMAPHORE, SHARDS]
-        .into_iter()
-        .filter(|kind| client.backend().offers(*kind))
-        .count();
-    if offered < 3 {
-        for kind in [LockKind::Read, LockKind::Write, SEMAPHORE, SHARDS] {
-            a_kind_not_offered_is_refused(client, &format!("{namespace}:refused"), kind).await;
+    let offers = |kind| client.backend().offers(kind);
+    for kind in [LockKind::Read, LockKind::Write, SEMAPHORE, SHARDS] {
+        a_kind_not_offered_is_refused(client, &format!("{namespace}:refused"), kind).await;
+    }
+    if offers(LockKind::Read) {
+        readers_share_and_a_writer_excludes(client, &format!("{namespace}:rw")).await;
+        a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
+        if client.backend().hands_off() {
+            a_release_hands_over_to_the_readers_at_the_head(
+                client,
+                &format!("{namespace}:rw-hand-off"),
+            )
+            .await;
         }
-        return;
+        a_shared_release_is_announced_and_remembered(client, &format!("{namespace}:announce"))
+            .await;
     }
-    readers_share_and_a_writer_excludes(client, &format!("{namespace}:rw")).await;
-    a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
-    if client.backend().hands_off() {
-        a_release_hands_over_to_the_readers_at_the_head(
-            client,
-            &format!("{namespace}:rw-hand-off"),
-        )
-        .await;
+    if offers(SEMAPHORE) {
+        a_semaphore_lets_in_its_permits(client, &format!("{namespace}:semaphore")).await;
+        the_smallest_count_inside_wins(client, &format!("{namespace}:counts")).await;
+        an_expired_permit_comes_back(client, &format!("{namespace}:expired")).await;
+        a_shared_min_hold_keeps_the_grant(client, &format!("{namespace}:min-hold")).await;
     }
-    a_semaphore_lets_in_its_permits(client, &format!("{namespace}:semaphore")).await;
-    the_smallest_count_inside_wins(client, &format!("{namespace}:counts")).await;
-    an_expired_permit_comes_back(client, &format!("{namespace}:expired")).await;
-    shards_are_exclusive_and_named(client, &format!("{namespace}:shards")).await;
+    if offers(SHARDS) {
+        shards_are_exclusive_and_named(client, &format!("{namespace}:shards")).await;
+    }
     kinds_do_not_mix_on_one_key(client, &format!("{namespace}:mixed")).await;
     shared_grants_are_renewed_owner_checked(client, &format!("{namespace}:extend")).await;
-    a_shared_min_hold_keeps_the_grant(client, &format!("{namespace}:min-hold")).await;
-    a_shared_release_is_announced_and_remembered(client, &format!("{namespace}:announce")).await;
 }
 
 /// A lease of `kind` for `name`, straight at the backend.
@@ -352,7 +353,8 @@ pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
         (SEMAPHORE, LockKind::Write),
         (SHARDS, SEMAPHORE),
     ];
-    for (held, asked) in pairs {
+    let offered = |kind| client.backend().offers(kind);
+    for (held, asked) in pairs.into_iter().filter(|&(a, b)| offered(a) && offered(b)) {
         let holder = take(client, key, held, "a free key").await;
         match try_once(client, key, asked).await {
             Err(LockError::KeyInUse { reason, .. }) => {
@@ -371,7 +373,8 @@ pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
 /// Renewal extends a shared grant only for its owner and token, and not after its release.
 pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &str) {
     let backend = client.backend();
-    for kind in [LockKind::Read, SEMAPHORE, SHARDS] {
+    let shared = [LockKind::Read, SEMAPHORE, SHARDS].into_iter();
+    for kind in shared.filter(|kind| backend.offers(*kind)) {
         let mine = lease(key, "mine", kind);
         let granted = expect_granted(backend, &mine, Turn::Once, "a free key").await;
         let stale = HeldLease {
@@ -407,6 +410,9 @@ pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &
             "{}: a released grant is not extended",
             kind.name()
         );
+    }
+    if !backend.offers(LockKind::Read) {
+        return;
     }
     let renewed = client
         .request(key, LockKind::Read)
