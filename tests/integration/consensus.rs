@@ -549,3 +549,71 @@ async fn readers_share_and_writers_exclude_on_recorded_histories() {
         );
     }
 }
+
+/// A writer behind two readers, the first released and the second abandoned (its lease of
+/// 1 s not renewed, its client alive): the writer's client takes the key once that lease
+/// is over, not only when the first reader's would have been. Found by the review of the
+/// read/write locks (2026-12-02): the writer woke for the first reader's lapse only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_behind_an_abandoned_reader_gets_the_key_when_its_lease_ends() {
+    use fencelock::LockKind;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let session = Duration::from_secs(15);
+        let (a, b, c) = (
+            store.client(None, session).await,
+            store.client(None, session).await,
+            store.client(None, session).await,
+        );
+        let key = format!("{kind}:abandoned-reader");
+        let read =
+            |client: &LockClient, ttl_ms| client.request(&key, LockKind::Read).ttl_ms(ttl_ms);
+        let first = read(&a, 12_000).give_up().acquire().await.expect("free");
+        let abandoned = read(&b, 1_000)
+            .renew(false)
+            .give_up()
+            .acquire()
+            .await
+            .expect("shared");
+        // A writer that attempts only every 10 s: its own client's watch must hand it the key.
+        let writing = c
+            .request(&key, LockKind::Write)
+            .ttl_ms(5_000)
+            .sleep_ms(10_000)
+            .wait_ms(20_000);
+        let writer = tokio::spawn(async move { writing.acquire().await });
+        in_line(&a, &key, 1, Duration::from_secs(30)).await;
+        first.release().await.expect("released");
+        let granted = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        let granted =
+            granted.unwrap_or_else(|_| panic!("{kind}: no grant 4 s after the lease ended"));
+        granted
+            .expect("joined")
+            .expect("granted")
+            .release()
+            .await
+            .expect("released");
+        drop(abandoned);
+    }
+}
+
+/// Two readers hold a key together: an operator sees no waiter. Found by the same review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_holding_together_are_not_listed_as_waiters() {
+    use fencelock::LockKind;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let client = store.client(None, SESSION).await;
+        let key = format!("{kind}:two-readers");
+        let read = || client.request(&key, LockKind::Read).give_up().acquire();
+        let (first, second) = (read().await.expect("free"), read().await.expect("shared"));
+        let state = client.admin().inspect(&key).await.expect("inspects");
+        assert_eq!(
+            (state.waiters, state.queue.len()),
+            (0, 0),
+            "{kind}: {state:?}"
+        );
+        first.release().await.expect("released");
+        second.release().await.expect("released");
+    }
+}

@@ -196,8 +196,8 @@ struct Behind {
     predecessor: Entry,
     /// The oldest live entry it waits for.
     head: Entry,
-    /// How long the head lasts unrenewed yet (`None`: for ever).
-    head_left: Option<Duration>,
+    /// How long the first of those to lapse lasts unrenewed yet (`None`: none lapses).
+    soonest_left: Option<Duration>,
 }
 
 impl<S: LineStore> LineBackend<S> {
@@ -350,15 +350,15 @@ impl<S: LineStore> Shared<S> {
                 live.push((entry.clone(), left));
             }
         }
+        // The soonest any of them can lapse (several readers may hold ahead of a writer).
+        let soonest_left = live.iter().filter_map(|(_, left)| *left).min();
         Ok(match (live.first().cloned(), live.pop()) {
-            (Some((head, head_left)), Some((predecessor, _))) => {
-                Standing::Behind(Box::new(Behind {
-                    mine,
-                    predecessor,
-                    head,
-                    head_left,
-                }))
-            }
+            (Some((head, _)), Some((predecessor, _))) => Standing::Behind(Box::new(Behind {
+                mine,
+                predecessor,
+                head,
+                soonest_left,
+            })),
             _ => Standing::Head(mine),
         })
     }
@@ -419,7 +419,18 @@ impl<S: LineStore> Shared<S> {
                     Some(entry)
                 }
             };
-            match self.stand(&lease.key, &lease.owner).await? {
+            let standing = match self.stand(&lease.key, &lease.owner).await {
+                Err(refused @ LockError::KeyInUse { .. }) => {
+                    // Refused before waiting: the entry goes at once, not with the cleanup.
+                    if let Some(ours) = self.ours(&id) {
+                        self.store.remove(&lease.key, &ours.entry, None).await?;
+                    }
+                    self.forget(&id);
+                    return Err(refused);
+                }
+                standing => standing?,
+            };
+            match standing {
                 Standing::Missing => self.forget(&id),
                 Standing::Head(mine) => {
                     // A fresh entry at the head holds the lease it was created with.
@@ -435,11 +446,11 @@ impl<S: LineStore> Shared<S> {
                     let Behind {
                         mine,
                         head,
-                        head_left,
+                        soonest_left,
                         ..
                     } = *behind;
                     let held = Acquire::Held {
-                        remaining: head_left,
+                        remaining: soonest_left,
                         latest_token: head.token,
                     };
                     let Some(place) = turn.place() else {
@@ -547,7 +558,7 @@ impl<S: LineStore> Shared<S> {
             };
             let Behind {
                 predecessor,
-                head_left,
+                soonest_left,
                 ..
             } = predecessor;
             let changed = match self.store.watch(key, &predecessor).await {
@@ -555,8 +566,8 @@ impl<S: LineStore> Shared<S> {
                 Ok(None) => continue,
                 Err(error) => break Err(error),
             };
-            // Wake when the head could have lapsed, to delete it, or when the place does.
-            let wake_at = head_left.map_or(place_until, |left| {
+            // Wake when an entry ahead could have lapsed, to delete it, or when the place does.
+            let wake_at = soonest_left.map_or(place_until, |left| {
                 place_until.min(Instant::now() + left + Duration::from_millis(1))
             });
             tokio::select! {
@@ -688,13 +699,23 @@ impl<S: LineStore> Shared<S> {
         let line = self.store.line(key).await?;
         let left = self.sight(key, &line);
         let mut state = LockState::free(key);
-        let mut entries = line.iter().zip(left);
-        if let Some((head, left)) = entries.next() {
-            state.holding = holding(head, left);
+        if let Some((head, left)) = line.first().zip(left.first()) {
+            state.holding = holding(head, *left);
         }
+        // Readers that hold beside the first are holders too, not waiters.
+        let holders = line
+            .iter()
+            .enumerate()
+            .take_while(|(at, entry)| {
+                *at == 0 || entry.kind == EntryKind::Read && line[0].kind == EntryKind::Read
+            })
+            .count();
         let ours = lock_ignoring_poison(&self.ours).clone();
         let now = Instant::now();
-        state.queue = entries
+        state.queue = line
+            .iter()
+            .zip(left)
+            .skip(holders)
             .map(|(entry, left)| {
                 // A waiter of this client: its place as counted here; another's: the place
                 // it asked for, which its own client counts.
@@ -735,8 +756,9 @@ impl<S: LineStore> Shared<S> {
             return Ok(forced);
         }
         forced.released = true;
-        // The next entry holds the key now; its client announces that when it takes it.
-        let announced = match line.get(1) {
+        // The next entry holds the key now if it waited for this one (not a reader beside a
+        // reader); its client announces that when it takes it.
+        let announced = match line.get(1).filter(|next| next.kind.waits_for(head.kind)) {
             Some(next) => ReleaseEvent::HandedOver {
                 to: owner_tag(&next.owner),
                 token: next.token,
