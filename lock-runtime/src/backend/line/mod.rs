@@ -522,7 +522,20 @@ impl<S: LineStore> Shared<S> {
             if now >= place_until {
                 // The waiter stopped attempting: its place goes to the next one. A delete that
                 // fails is sent again while the session lasts (the entry goes with it).
-                match self.store.remove(key, &ours.entry, None).await {
+                // Version-checked: an attempt of the waiter may have just taken the key.
+                let waiting = Some(ours.entry.version);
+                let removed = self.store.remove(key, &ours.entry, waiting).await;
+                let still_there = match removed {
+                    Ok(false) => !matches!(self.stand(key, &id.1).await, Ok(Standing::Missing)),
+                    _ => false,
+                };
+                match removed {
+                    // Taken meanwhile: the claim ends the place, as the next turn sees.
+                    Ok(false) if still_there && tries < MAX_TRIES => {
+                        tries += 1;
+                        tokio::time::sleep(RETRY_PAUSE / 10).await;
+                        continue;
+                    }
                     Err(_) if ours.entry.session == self.store.session() && tries < MAX_TRIES => {
                         tries += 1;
                         tokio::time::sleep(RETRY_PAUSE).await;
