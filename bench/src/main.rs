@@ -2,10 +2,11 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1] [--json PATH]
 //! ```
 //!
-//! W0: sequential PING (the floor). W1: uncontended acquire + release. W2: 8 workers, each
+//! W0: sequential PING (the floor). W1: uncontended acquire + release (through a guard, and
+//! through a `#[redis_lock]` function). W2: 8 workers, each
 //! with its own client, incrementing a counter under one key, in five modes (fencelock
 //! default, fair, polling; rslock with its default and with a tight retry). Script calls per
 //! grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared client and
@@ -20,7 +21,8 @@
 //! only the lock kinds (mutex, read, write, semaphore, segmented): W1, round trips per
 //! acquisition, and 8 workers on one key of each kind; `--backends` only the topology
 //! table's rows an application chooses between: one Redis server, Redlock(3), PostgreSQL
-//! and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`).
+//! and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`); `--w1`
+//! only W0 and W1 (the guard, the attribute's call, rslock).
 
 mod footprint;
 mod kinds;
@@ -93,6 +95,8 @@ struct Args {
     kinds: bool,
     /// Only the backends table (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, etcd).
     backends: bool,
+    /// Only W0 and W1.
+    w1: bool,
     json: PathBuf,
 }
 
@@ -103,6 +107,7 @@ fn parse_args() -> Result<Args, BoxError> {
         telemetry: false,
         kinds: false,
         backends: false,
+        w1: false,
         json: PathBuf::from("target/fencelock-bench.json"),
     };
     let mut given = std::env::args().skip(1);
@@ -113,10 +118,11 @@ fn parse_args() -> Result<Args, BoxError> {
             "--telemetry" => args.telemetry = true,
             "--kinds" => args.kinds = true,
             "--backends" => args.backends = true,
+            "--w1" => args.w1 = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1] [--json PATH]"
                 )
                 .into());
             }
@@ -197,11 +203,30 @@ async fn main() -> Result<(), BoxError> {
     let floor = ping.summary.mean;
 
     // One client of each library for W1, shared by all W3 workers and the open loop later.
-    let fence = Locker::fencelock(LockClient::connect(&url).await?);
+    let attribute_client = LockClient::connect(&url).await?;
+    let fence = Locker::fencelock(attribute_client.clone());
     let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
     let (w1_fence, w1_fence_scripts) = uncontended(&mut redis, "fencelock", &fence, &sizes).await?;
+    let w1_attribute = workloads::uncontended_attribute(&attribute_client, sizes.sequential).await;
     let (w1_rs, w1_rs_scripts) = uncontended(&mut redis, "rslock", &rs, &sizes).await?;
-    let w1 = report::w1(&w1_fence, &w1_rs, floor, &mut targets);
+    let w1_runs = report::W1 {
+        guard: &w1_fence,
+        attribute: &w1_attribute,
+        rslock: &w1_rs,
+    };
+    let w1 = report::w1(&w1_runs, floor, &mut targets);
+    let context = json!({
+        "nproc": nproc,
+        "redis_version": version,
+        "profile": profile,
+        "quick": args.quick,
+    });
+    if args.w1 {
+        return write_json(
+            &args.json,
+            &json!({ "context": context, "w0_ping": w0, "w1_uncontended": w1 }),
+        );
+    }
 
     let mut contention = Vec::with_capacity(Mode::ALL.len());
     for mode in Mode::ALL {
@@ -237,12 +262,7 @@ async fn main() -> Result<(), BoxError> {
     let missed = targets.iter().filter(|t| !t.met()).count();
     println!("\n{missed} of {} targets missed", targets.len());
     let document = json!({
-        "context": {
-            "nproc": nproc,
-            "redis_version": version,
-            "profile": profile,
-            "quick": args.quick,
-        },
+        "context": context,
         "w0_ping": w0,
         "w1_uncontended": w1,
         "w2_contended": w2,
@@ -253,11 +273,16 @@ async fn main() -> Result<(), BoxError> {
         "topologies": topologies,
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
     });
-    if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
+    write_json(&args.json, &document)
+}
+
+/// Writes the run's figures to `path`.
+fn write_json(path: &std::path::Path, document: &Value) -> Result<(), BoxError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&args.json, serde_json::to_string_pretty(&document)?)?;
-    println!("JSON: {}", args.json.display());
+    std::fs::write(path, serde_json::to_string_pretty(document)?)?;
+    println!("JSON: {}", path.display());
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock::LockClient;
+use fencelock::{LockClient, LockError, redis_lock};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Barrier;
 
@@ -91,6 +91,19 @@ pub async fn ping(redis: &MultiplexedConnection, iterations: usize) -> Latency {
 pub async fn uncontended(locker: &Locker, iterations: usize) -> Latency {
     measure(iterations, || async {
         locker.acquire("w1", None).await?.release().await
+    })
+    .await
+}
+
+/// W1 through the attribute: a `#[redis_lock]` function with an empty body, called
+/// sequentially (what the attribute's call adds to the guard's acquire + release).
+pub async fn uncontended_attribute(client: &LockClient, iterations: usize) -> Latency {
+    #[redis_lock(key = "w1:attribute", client = client, ttl_ms = 30_000)]
+    async fn locked(client: &LockClient) -> Result<(), LockError> {
+        Ok(())
+    }
+    measure(iterations, || async {
+        locked(client).await.map_err(|e| e.to_string())
     })
     .await
 }

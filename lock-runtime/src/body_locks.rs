@@ -6,14 +6,38 @@
 //! scope, and a task spawned from the body starts with no scope, so both wait like anyone
 //! else.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use crate::renewal::LossSignal;
-use crate::{LockError, LockKind};
+use crate::{LockError, LockGuard, LockKind};
 
 tokio::task_local! {
-    static HELD: Vec<Held>;
+    static HELD: Arc<Chain>;
+}
+
+/// The locks held around a body, innermost first: each body's scope adds a link to the
+/// chain of the body it runs in, so entering a scope copies nothing.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    pub(crate) held: Held,
+    outer: Option<Arc<Chain>>,
+}
+
+impl Chain {
+    /// The chain of the current body (if any) with `held` as its innermost lock.
+    pub(crate) fn inside_current(held: Held) -> Arc<Chain> {
+        let outer = HELD.try_with(Arc::clone).ok();
+        Arc::new(Chain { held, outer })
+    }
+
+    /// Runs `f` (a poll or a drop of the body) with this chain as the body's locks.
+    pub(crate) fn scope<T>(self: &Arc<Self>, f: impl FnOnce() -> T) -> T {
+        HELD.sync_scope(self.clone(), f)
+    }
+
+    fn locks(&self) -> impl Iterator<Item = &Held> {
+        std::iter::successors(Some(self), |chain| chain.outer.as_deref()).map(|chain| &chain.held)
+    }
 }
 
 /// One lock held around the current body.
@@ -28,6 +52,18 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// The lock `guard` holds.
+    pub(crate) fn of(guard: &LockGuard) -> Held {
+        Held {
+            client_id: guard.client_id(),
+            key: guard.key().to_owned(),
+            kind: guard.kind(),
+            token: guard.token(),
+            shard: guard.shard(),
+            signal: guard.loss_signal(),
+        }
+    }
+
     fn lost_error(&self) -> Option<LockError> {
         self.signal
             .cause()
@@ -36,7 +72,7 @@ impl Held {
 }
 
 fn innermost() -> Option<Held> {
-    HELD.try_with(|held| held.last().cloned()).ok().flatten()
+    HELD.try_with(|chain| chain.held.clone()).ok()
 }
 
 /// Inside the body of a `#[redis_lock]` function, the fencing token of the innermost lock
@@ -86,7 +122,7 @@ pub fn current_token() -> Option<u64> {
 /// # }
 /// ```
 pub fn current_shard() -> Option<u32> {
-    HELD.try_with(|held| held.iter().rev().find_map(|h| h.shard))
+    HELD.try_with(|chain| chain.locks().find_map(|h| h.shard))
         .ok()
         .flatten()
 }
@@ -109,18 +145,12 @@ pub async fn lost() -> Option<LockError> {
 
 /// The lock `key` if the current body runs under it, taken through the same client.
 pub(crate) fn held(client_id: u64, key: &str) -> Option<Held> {
-    HELD.try_with(|held| {
-        held.iter()
+    HELD.try_with(|chain| {
+        chain
+            .locks()
             .find(|h| h.client_id == client_id && h.key == key)
             .cloned()
     })
     .ok()
     .flatten()
-}
-
-/// Runs `body` with `lock` as the innermost held lock.
-pub(crate) async fn holding<F: Future>(lock: Held, body: F) -> F::Output {
-    let mut held = HELD.try_with(Vec::clone).unwrap_or_default();
-    held.push(lock);
-    HELD.scope(held, body).await
 }

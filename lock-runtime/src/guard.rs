@@ -106,6 +106,11 @@ impl LockGuard {
         self.tracking.signal().cause().is_some()
     }
 
+    /// The id of the client that holds it.
+    pub(crate) fn client_id(&self) -> u64 {
+        self.client.id()
+    }
+
     /// The loss signal, for the scope of a `#[redis_lock]` body.
     pub(crate) fn loss_signal(&self) -> std::sync::Arc<LossSignal> {
         self.tracking.signal().clone()

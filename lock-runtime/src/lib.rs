@@ -18,6 +18,7 @@ mod glob;
 mod guard;
 mod key;
 mod kind;
+mod locked_call;
 mod options;
 mod random;
 mod release_hub;

@@ -6,15 +6,11 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tracing::Instrument;
-
 pub use crate::LockKind;
-use crate::body_locks::{self, Held};
-use crate::error::WithSources;
 pub use crate::key::{KeyPart, KeyValue, render_key};
+pub use crate::locked_call::{EndLock, LockedCall};
 pub use crate::options::{Action, LockOptions, OnLost};
-use crate::telemetry::LockSpan;
-use crate::{LockClient, LockError, LockGuard};
+use crate::{LockClient, LockError};
 
 /// `options` named after the key template `template` (the `lock` of spans and metrics),
 /// unless they name the lock already (an `options = EXPR` base with `LockOptions::name`).
@@ -134,157 +130,34 @@ pub struct AwaitRelease;
 pub struct ReleaseInBackground;
 
 impl AwaitRelease {
-    /// The body of every `#[redis_lock]` function with a `Send` output: see [`enter`].
-    /// With `OnLost::Abort`, a release that finds the key gone or taken (deleted by hand,
-    /// Redis restarted without its data, before any renewal noticed) fails the call with
-    /// `LockError::Lost`; with `OnLost::Continue`, the output is returned and a warning
-    /// logged.
-    pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
+    /// The call of every `#[redis_lock]` function with a `Send` output: see
+    /// [`LockedCall`]. With `OnLost::Abort`, a release that finds the key gone or taken
+    /// (deleted by hand, Redis restarted without its data, before any renewal noticed) fails
+    /// the call with `LockError::Lost`; with `OnLost::Continue`, the output is returned and a
+    /// warning logged.
+    pub fn run_locked<R: LockResult, F: Future<Output = R>>(
         self,
         client: Result<LockClient, LockError>,
         key: Result<String, LockError>,
         kind: LockKind,
         options: LockOptions,
         body: F,
-    ) -> R {
-        let span = call_span(&key, kind, &options);
-        let scope = span.span().clone();
-        let call = async move {
-            let (output, guard) = match enter(client, key, kind, options, body, span).await {
-                Ran::Done(output) => return output,
-                Ran::Held(output, guard) => (output, guard),
-            };
-            let key = guard.key().to_owned();
-            match guard.release().await {
-                Ok(()) => output,
-                Err(lost) if lost.is_lost() && options.on_lost == OnLost::Abort => {
-                    R::from_lock_error(lost)
-                }
-                Err(error) => {
-                    tracing::warn!(target: "fencelock", %key, error = %WithSources(&error), "lock release after the body failed; returning the body's output");
-                    output
-                }
-            }
-        };
-        call.instrument(scope).await
+    ) -> LockedCall<F, Self> {
+        LockedCall::new(client, key, kind, options, body)
     }
 }
 
 impl ReleaseInBackground {
-    /// The body of every `#[redis_lock]` function whose output is not `Send`: see [`enter`].
-    pub async fn run_locked<R: LockResult, F: Future<Output = R>>(
+    /// The call of every `#[redis_lock]` function whose output is not `Send`: see
+    /// [`LockedCall`].
+    pub fn run_locked<R: LockResult, F: Future<Output = R>>(
         self,
         client: Result<LockClient, LockError>,
         key: Result<String, LockError>,
         kind: LockKind,
         options: LockOptions,
         body: F,
-    ) -> R {
-        let span = call_span(&key, kind, &options);
-        let scope = span.span().clone();
-        let call = async move {
-            match enter(client, key, kind, options, body, span).await {
-                Ran::Done(output) => output,
-                // Dropping the guard hands its release to the background.
-                Ran::Held(output, _guard) => output,
-            }
-        };
-        call.instrument(scope).await
-    }
-}
-
-/// The span of a `#[redis_lock]` call: its wait, body and release run in it.
-fn call_span(key: &Result<String, LockError>, kind: LockKind, options: &LockOptions) -> LockSpan {
-    LockSpan::new(key.as_deref().unwrap_or_default(), kind, options)
-}
-
-/// How the body ran: to an output that needs no release (a failed acquisition, a reentrant
-/// call, an aborted body), or under a guard still to be released.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "made once per call and moved out at once"
-)]
-enum Ran<R> {
-    Done(R),
-    Held(R, LockGuard),
-}
-
-/// Acquire, then run `body` under the lock.
-///
-/// - Failing to acquire returns the error without running `body`.
-/// - If the body already runs under `key` through the same client (a nested call), it is
-///   re-entered: no round trip, the holder's token and loss signal, and only the outermost
-///   holder releases. A read re-enters a write of the key; other mixes are refused (see
-///   `LockKind::reenters`).
-/// - With `OnLost::Abort`, a lost lease drops `body` at its next `.await` and returns
-///   `LockError::Lost`.
-/// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
-async fn enter<R: LockResult, F: Future<Output = R>>(
-    client: Result<LockClient, LockError>,
-    key: Result<String, LockError>,
-    kind: LockKind,
-    options: LockOptions,
-    body: F,
-    span: LockSpan,
-) -> Ran<R> {
-    let (client, key) = match client.and_then(|client| Ok((client, key?))) {
-        Ok(found) => found,
-        Err(error) => {
-            span.acquired(Err(&error), 0);
-            return Ran::Done(R::from_lock_error(error));
-        }
-    };
-    if let Some(held) = body_locks::held(client.id(), &key) {
-        // Reentering sends nothing, so nothing else checks the options (which expressions may
-        // have made invalid); `acquire` does on the other path.
-        let valid = kind
-            .validate()
-            .and_then(|()| kind.reenters(held.kind, held.shard, &key))
-            .and_then(|()| options.validate());
-        if let Err(error) = valid {
-            span.acquired(Err(&error), 0);
-            return Ran::Done(R::from_lock_error(error));
-        }
-        span.reentered(held.token);
-        let (Ok(output) | Err(output)) = under(held, options.on_lost, body).await;
-        return Ran::Done(output);
-    }
-    let request = client.request(key.clone(), kind).options(options);
-    let guard = match request.acquire_in(span).await {
-        Ok(guard) => guard,
-        Err(error) => return Ran::Done(R::from_lock_error(error)),
-    };
-    let held = Held {
-        client_id: client.id(),
-        key,
-        kind,
-        token: guard.token(),
-        shard: guard.shard(),
-        signal: guard.loss_signal(),
-    };
-    match under(held, options.on_lost, body).await {
-        Ok(output) => Ran::Held(output, guard),
-        Err(lost) => Ran::Done(lost),
-    }
-}
-
-/// Runs `body` with `held` as its innermost lock. With `OnLost::Abort`, the body is dropped
-/// at its next `.await` once the lock is lost (at once if it already was, as for a reentrant
-/// call under a lost lock) and `Err` carries the `LockError::Lost` to return.
-async fn under<R: LockResult, F: Future<Output = R>>(
-    held: Held,
-    policy: OnLost,
-    body: F,
-) -> Result<R, R> {
-    let signal = held.signal.clone();
-    let key = held.key.clone();
-    let body = body_locks::holding(held, body);
-    match policy {
-        OnLost::Abort => tokio::select! {
-            biased;
-            cause = signal.lost() => Err(R::from_lock_error(LockError::lost(key, cause))),
-            output = body => Ok(output),
-        },
-        OnLost::Continue => Ok(body.await),
+    ) -> LockedCall<F, Self> {
+        LockedCall::new(client, key, kind, options, body)
     }
 }

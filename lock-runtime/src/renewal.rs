@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -69,44 +70,56 @@ pub struct RenewalStats {
     pub losses: u64,
 }
 
-/// The loss signal shared by a lease's guard and the renewal loop. A `Notify` rather than a
-/// `watch`: `watch` wakes its waiters in a random order, and a simulation on the paused clock
-/// must take the same path on every run of a seed.
+/// The loss signal shared by a lease's guard, the bodies running under it and the renewal
+/// loop. Pollable without a future of its own, so that a locked call watches it from its own
+/// `poll`. Its waiters are woken in the order they first waited (not `watch`'s random order):
+/// a simulation on the paused clock must take the same path on every run of a seed.
 #[derive(Debug, Default)]
 pub(crate) struct LossSignal {
-    cause: Mutex<Option<LossCause>>,
-    lost: Notify,
+    state: Mutex<SignalState>,
+}
+
+#[derive(Debug, Default)]
+struct SignalState {
+    cause: Option<LossCause>,
+    /// One waker per waiting task, woken once at the loss.
+    waiting: Vec<Waker>,
 }
 
 impl LossSignal {
     /// Records the first loss, and says whether this was it; later ones keep the first cause.
     pub(crate) fn lose(&self, cause: LossCause) -> bool {
-        let first = {
-            let mut current = lock_ignoring_poison(&self.cause);
-            current.is_none() && current.replace(cause).is_none()
+        let waiting = {
+            let mut state = lock_ignoring_poison(&self.state);
+            if state.cause.is_some() {
+                return false;
+            }
+            state.cause = Some(cause);
+            std::mem::take(&mut state.waiting)
         };
-        if first {
-            self.lost.notify_waiters();
-        }
-        first
+        waiting.into_iter().for_each(Waker::wake);
+        true
     }
 
     pub(crate) fn cause(&self) -> Option<LossCause> {
-        *lock_ignoring_poison(&self.cause)
+        lock_ignoring_poison(&self.state).cause
+    }
+
+    /// Ready with the cause once the lease is lost; until then the task is woken at the loss.
+    pub(crate) fn poll_lost(&self, cx: &mut Context<'_>) -> Poll<LossCause> {
+        let mut state = lock_ignoring_poison(&self.state);
+        if let Some(cause) = state.cause {
+            return Poll::Ready(cause);
+        }
+        if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+            state.waiting.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// Completes when the lease is lost (at once if it already was).
     pub(crate) async fn lost(&self) -> LossCause {
-        loop {
-            let notified = self.lost.notified();
-            tokio::pin!(notified);
-            // Registered before the check: a loss right after it still wakes this waiter.
-            notified.as_mut().enable();
-            if let Some(cause) = self.cause() {
-                return cause;
-            }
-            notified.await;
-        }
+        std::future::poll_fn(|cx| self.poll_lost(cx)).await
     }
 }
 

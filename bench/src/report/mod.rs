@@ -144,13 +144,25 @@ pub fn w0(ping: &Latency) -> Value {
     })
 }
 
-pub fn w1(fence: &Latency, rs: &Latency, ping: Duration, targets: &mut Vec<Target>) -> Value {
+/// The W1 rows: fencelock's guard (what the target is about), fencelock's attribute, rslock.
+pub struct W1<'a> {
+    pub guard: &'a Latency,
+    pub attribute: &'a Latency,
+    pub rslock: &'a Latency,
+}
+
+pub fn w1(runs: &W1<'_>, ping: Duration, targets: &mut Vec<Target>) -> Value {
     println!(
         "\nW1  uncontended: one client, {} sequential acquire + release of one key",
-        fence.iterations
+        runs.guard.iterations
     );
     let ratio = |l: &Latency| l.summary.mean.as_secs_f64() / ping.as_secs_f64();
-    let rows: Vec<Vec<String>> = [("fencelock", fence), ("rslock", rs)]
+    let named = [
+        ("fencelock", runs.guard),
+        ("fencelock #[redis_lock]", runs.attribute),
+        ("rslock", runs.rslock),
+    ];
+    let rows: Vec<Vec<String>> = named
         .iter()
         .map(|(name, l)| {
             vec![
@@ -174,8 +186,10 @@ pub fn w1(fence: &Latency, rs: &Latency, ping: Duration, targets: &mut Vec<Targe
         ],
         &rows,
     );
-    first_errors("fencelock failure", &fence.failures);
-    first_errors("rslock failure", &rs.failures);
+    for (name, l) in named {
+        first_errors(&format!("{name} failure"), &l.failures);
+    }
+    let fence = runs.guard;
     let new = vec![Target::new(
         "W1 fencelock mean",
         format!("{:.2}x PING", ratio(fence)),
@@ -192,7 +206,11 @@ pub fn w1(fence: &Latency, rs: &Latency, ping: Duration, targets: &mut Vec<Targe
             "failures": failures_json(&l.failures),
         })
     };
-    json!({ "fencelock": row(fence), "rslock": row(rs) })
+    json!({
+        "fencelock": row(runs.guard),
+        "fencelock_attribute": row(runs.attribute),
+        "rslock": row(runs.rslock),
+    })
 }
 
 /// The best W2 could do: `W2_FLOOR_ROUND_TRIPS` PINGs per critical section.
