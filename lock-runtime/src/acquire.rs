@@ -16,6 +16,7 @@ use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once}
 use crate::background_release::release_in_background;
 use crate::error::WithSources;
 use crate::release_hub::owner_tag;
+use crate::renewal::valid_until;
 use crate::telemetry::{AcquireRecord, Holding, LockSpan};
 use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key, random};
 
@@ -148,13 +149,17 @@ impl Acquisition {
                     slot,
                     sent_at,
                 } => {
-                    return Ok(Granted {
+                    let granted = Granted {
                         token,
                         slot,
                         sent_at,
                         lease: self.options.ttl(),
                         acquired_at: sent_at,
-                    });
+                    };
+                    if self.in_time(&granted).await {
+                        return Ok(granted);
+                    }
+                    None
                 }
                 Attempt::Refused { holder_remaining } => holder_remaining,
                 Attempt::Failed(error) => return Err(error),
@@ -168,10 +173,35 @@ impl Acquisition {
                 Subscribing::Skipped => {}
                 Subscribing::Cut => return Err(self.give_up().await),
             }
-            if let Some(granted) = self.pause(holder_remaining).await {
+            if let Some(granted) = self.pause(holder_remaining).await
+                && self.in_time(&granted).await
+            {
                 return Ok(granted);
             }
         }
+    }
+
+    /// Whether `granted` still has validity left (see [`valid_until`]), checked before the
+    /// guard exists, so before any body runs on it. A grant whose reply came too late (the
+    /// process frozen, or the reply held up, between the grant and this check) may have
+    /// ended on the server and be another owner's by now: it is released (owner-checked, so
+    /// a successor's grant is left alone) and counts as an attempt that found the key held.
+    async fn in_time(&mut self, granted: &Granted) -> bool {
+        let longest = self.pending.client.backend().longest_lease();
+        let valid_until = valid_until(
+            granted.sent_at,
+            granted.lease,
+            longest.unwrap_or(Duration::MAX),
+        );
+        let now = Instant::now();
+        if now < valid_until {
+            return true;
+        }
+        let key = &self.pending.lease.key;
+        tracing::warn!(target: "fencelock", %key, token = granted.token, late_by = ?(now - valid_until), "the grant's reply came after its lease could have ended; releasing it");
+        self.last_error = Some(LockError::not_acquired(key.clone(), self.record.attempts()));
+        self.pending.withdraw(self.reply_lost, self.deadline).await;
+        false
     }
 
     /// One attempt (sent once more if its reply is lost), cut at the deadline; notes what
@@ -513,6 +543,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::backend::late_replies::LateReplies;
     use crate::backend::memory::MemoryBackend;
     use crate::backend::{BoxFuture, LockBackend, Release};
     use crate::release_hub::{ReleaseEvent, ReleaseHub};
@@ -668,5 +699,57 @@ mod tests {
         let intruder = backend.inner.acquire(&lease("intruder"), Turn::Once).await;
         let taken = matches!(intruder, Ok(Acquire::Granted { .. }));
         assert!(!taken || guard.is_lost(), "two holders: {intruder:?}");
+    }
+
+    /// A client whose acquire replies come `reply_delay` after the memory backend's grant,
+    /// and one whose replies come at once, on the same backend.
+    fn late_replies(reply_delay: Duration) -> (LockClient, LockClient) {
+        let inner: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+        let runtime = tokio::runtime::Handle::current();
+        let client = |delay| {
+            LockClient::from_backend_on(LateReplies::new(inner.clone(), delay), runtime.clone())
+        };
+        (client(reply_delay), client(Duration::ZERO))
+    }
+
+    /// Seen outside the repository: a backend whose acquire answered 1.5 s after granting a
+    /// 1 s lease got a guard, and a second acquire of the key then succeeded while that guard
+    /// lived. The grant has no validity left: no guard, whether the request gives up at once
+    /// or tries again within its wait (each attempt is as late), and the key is free for the
+    /// next owner.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_answered_after_its_lease_gives_no_guard() {
+        let (late, on_time) = late_replies(Duration::from_millis(1_500));
+        let once = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
+        assert!(
+            matches!(once, Err(LockError::NotAcquired { attempts: 1, .. })),
+            "{once:?}"
+        );
+        let retried = late
+            .lock("k")
+            .ttl_ms(1_000)
+            .wait_ms(4_000)
+            .sleep_ms(10)
+            .acquire()
+            .await;
+        assert!(
+            matches!(retried, Err(LockError::NotAcquired { attempts: 2.., .. })),
+            "{retried:?}"
+        );
+        let next = on_time.lock("k").give_up().acquire().await;
+        assert!(next.is_ok(), "the late grants left the key free: {next:?}");
+    }
+
+    /// The validity counts the drift allowance (1% of the lease + 2 ms: 12 ms of a 1 s
+    /// lease) from when the request was sent: a reply 988 ms late leaves none, 987 ms late
+    /// leaves 1 ms, and the body may start.
+    #[tokio::test(start_paused = true)]
+    async fn the_validity_is_the_lease_less_the_wait_and_the_drift() {
+        let (late, _) = late_replies(Duration::from_millis(988));
+        let none_left = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
+        assert!(none_left.is_err_and(|e| e.is_not_acquired()));
+        let (late, _) = late_replies(Duration::from_millis(987));
+        let guard = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
+        assert!(guard.is_ok_and(|g| !g.is_lost()));
     }
 }

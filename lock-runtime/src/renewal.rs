@@ -226,9 +226,8 @@ impl Tracked {
     /// backend's longest lease): valid until then (less the drift), renewed after a third
     /// of it.
     fn confirm_lease(&mut self, sent_at: Instant, lease: Duration) {
-        let lease = lease.min(self.longest);
-        self.valid_until = sent_at + lease - drift(lease);
-        self.next_due = sent_at + lease / 3;
+        self.valid_until = valid_until(sent_at, lease, self.longest);
+        self.next_due = sent_at + lease.min(self.longest) / 3;
     }
 
     /// Whether the next round should take this lease: renewed, not out in another round, and
@@ -271,6 +270,15 @@ impl Tracked {
 /// that even a 1 ms lease is not lost the moment it is granted.
 pub(crate) fn drift(ttl: Duration) -> Duration {
     (ttl / 100 + Duration::from_millis(2)).min(ttl / 2)
+}
+
+/// Until when a grant of `lease` by a request sent at `sent_at` surely lasts on the server, as
+/// Redlock counts a lock's validity: the lease (at most the backend's `longest` lease) from
+/// when the request was sent, less the drift. Whatever delayed the reply (the network, a
+/// client frozen between the grant and its reading of the reply) is time the lease spent.
+pub(crate) fn valid_until(sent_at: Instant, lease: Duration, longest: Duration) -> Instant {
+    let lease = lease.min(longest);
+    sent_at + lease - drift(lease)
 }
 
 impl Shared {

@@ -16,6 +16,8 @@
 //! gRPC), and say so in their docs: a request delivered late there can still take the key
 //! for a lease.
 
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod late_replies;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub mod line;
 pub mod memory;

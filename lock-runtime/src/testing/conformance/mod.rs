@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::{Grant, Holding, ReleaseEvent};
+use crate::backend::late_replies::LateReplies;
 use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockKind, LossCause, glob};
@@ -24,6 +25,7 @@ pub async fn run(client: &LockClient, namespace: &str) {
     grant_is_exclusive(client, &format!("{namespace}:exclusive")).await;
     tokens_strictly_increase(client, &format!("{namespace}:tokens")).await;
     expired_holder_cannot_release_successor(client, &format!("{namespace}:lease")).await;
+    a_grant_answered_after_its_lease_gives_no_guard(client, &format!("{namespace}:late")).await;
     dropped_guard_releases(client, &format!("{namespace}:drop")).await;
     give_up_makes_one_attempt(client, &format!("{namespace}:give-up")).await;
     continue_stops_after_its_retries(client, &format!("{namespace}:continue")).await;
@@ -188,6 +190,40 @@ pub async fn expired_holder_cannot_release_successor(client: &LockClient, key: &
         .release()
         .await
         .expect("the successor still owns its lock");
+}
+
+/// A grant whose reply reaches the client after the lease could have ended (the client frozen
+/// between the store's grant and its reading of the reply) gives no guard, so no body runs
+/// on it: the lease, less the time since the request was sent and the drift allowance,
+/// leaves nothing. The grant is released (or has run out), so the next owner gets the key at
+/// once. A reply late by less than that gives a guard as usual.
+pub async fn a_grant_answered_after_its_lease_gives_no_guard(client: &LockClient, key: &str) {
+    let frozen_for = |delay_ms| {
+        let late = LateReplies::new(client.backend().clone(), Duration::from_millis(delay_ms));
+        LockClient::with_background(
+            Arc::new(late),
+            client.background().clone(),
+            client.notifies(),
+        )
+    };
+    let late = frozen_for(SHORT_TTL_MS * 3 / 2)
+        .lock(key)
+        .ttl_ms(SHORT_TTL_MS)
+        .give_up()
+        .acquire()
+        .await;
+    expect_not_acquired(late, 1, "a grant read after its lease must give no guard");
+    let next = hold(client, key).await;
+    let in_time = frozen_for(SHORT_TTL_MS / 6)
+        .lock(key)
+        .ttl_ms(LONG_TTL_MS)
+        .wait_ms(LONG_TTL_MS)
+        .sleep_ms(10);
+    let in_time = tokio::spawn(in_time.acquire());
+    next.release().await.expect("the next owner held the key");
+    let in_time = in_time.await.expect("the request ran");
+    let in_time = in_time.expect("a grant read well within its lease gives a guard");
+    in_time.release().await.expect("release");
 }
 
 /// Dropping a guard releases the lock long before its lease would end.
