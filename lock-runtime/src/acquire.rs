@@ -545,7 +545,7 @@ mod tests {
     use super::*;
     use crate::backend::late_replies::LateReplies;
     use crate::backend::memory::MemoryBackend;
-    use crate::backend::{BoxFuture, LockBackend, Release};
+    use crate::backend::{BoxFuture, Extended, LockBackend, Release};
     use crate::release_hub::{ReleaseEvent, ReleaseHub};
     use crate::sync::lock_ignoring_poison;
 
@@ -619,7 +619,10 @@ mod tests {
         }
 
         /// Renewals hang: the waiter's belief rests on the grant alone.
-        fn extend<'a>(&'a self, _: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        fn extend<'a>(
+            &'a self,
+            _: &'a [HeldLease],
+        ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
             Box::pin(std::future::pending())
         }
 

@@ -77,8 +77,9 @@ const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Released,
-    /// The key was gone or another owner's.
-    Lost,
+    /// The key was gone or another owner's: `NotOwner`, or `Unconfirmed` after a try whose
+    /// reply was lost (it may have released the key).
+    Lost(LossCause),
     /// It gave up: the lease ends by its TTL.
     Failed,
 }
@@ -87,7 +88,7 @@ impl Outcome {
     fn label(self) -> &'static str {
         match self {
             Outcome::Released => "released",
-            Outcome::Lost => "lost",
+            Outcome::Lost(_) => "lost",
             Outcome::Failed => "failed",
         }
     }
@@ -110,8 +111,9 @@ async fn release_with_retries(
     };
     let released = releasing.instrument(span.span().clone()).await;
     span.released(released.label());
-    let cause = LossCause::NotOwner;
-    if released == Outcome::Lost && signal.lose(cause) {
+    if let Outcome::Lost(cause) = released
+        && signal.lose(cause)
+    {
         span.lost(&lease.key, cause);
     }
 }
@@ -126,12 +128,19 @@ async fn retry_release(
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
     let mut pause = Duration::from_millis(20);
+    let mut failed_before = false;
     loop {
         let keep = hold_until.saturating_duration_since(Instant::now());
         match backend.release(lease, keep).await {
             Ok(Release::Released) => return Outcome::Released,
-            Ok(Release::NotOwner) => return Outcome::Lost,
+            Ok(Release::NotOwner) if !failed_before => return Outcome::Lost(LossCause::NotOwner),
+            // A try whose reply was lost may have released the key longer ago than its
+            // release is remembered.
+            Ok(Release::NotOwner | Release::Unconfirmed) => {
+                return Outcome::Lost(LossCause::Unconfirmed);
+            }
             Err(error) if Instant::now() + pause < deadline => {
+                failed_before = true;
                 tracing::debug!(target: "fencelock", key = %lease.key, error = %WithSources(&error), "background release failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));

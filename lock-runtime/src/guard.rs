@@ -147,11 +147,12 @@ impl LockGuard {
     ///
     /// Returns [`LockError::Lost`] if the key was no longer ours (it expired, was deleted, or
     /// another owner holds it; that owner's lock is left alone). A release whose reply is lost
-    /// is sent once more; the backend remembers the last release of a key for a while, so the
-    /// second send still reports `Ok` when the first one released it; if it finds the key gone
-    /// or taken otherwise, the call reports the loss with cause `LossCause::Unconfirmed`. On a
-    /// backend error the release is retried in the background until the lease would have
-    /// ended anyway.
+    /// is sent once more; the backend remembers each owner's release for longer than a resend
+    /// can take to arrive (three response timeouts and a second), whatever the key saw
+    /// meanwhile, so the second send still reports `Ok` when the first one released it; if it
+    /// finds the key gone or taken otherwise, the call reports the loss with cause
+    /// `LossCause::Unconfirmed`. On a backend error the release is retried in the background
+    /// until the lease would have ended anyway.
     ///
     /// # Cancel safety
     /// Dropping this future before it completes leaves the release to the background, as
@@ -191,9 +192,9 @@ impl LockGuard {
                 span.released("released");
                 Ok(())
             }
-            Release::NotOwner => {
+            Release::NotOwner | Release::Unconfirmed => {
                 span.released("lost");
-                let cause = if resent {
+                let cause = if resent || outcome == Release::Unconfirmed {
                     LossCause::Unconfirmed
                 } else {
                     LossCause::NotOwner

@@ -26,7 +26,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{HeldLease, LockBackend};
+use crate::backend::{Extended, HeldLease, LockBackend};
 use crate::driver::Background;
 use crate::error::WithSources;
 use crate::sync::lock_ignoring_poison;
@@ -530,29 +530,35 @@ async fn renew(shared: Arc<Shared>, due: Vec<(u64, HeldLease)>) {
         });
     let now = Instant::now();
     telemetry::renewal_round(outcome.is_err());
+    let answers = match outcome {
+        Ok(extended) => extended,
+        Err(error) => {
+            tracing::debug!(target: "fencelock", error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
+            vec![Extended::Unknown(error); due.len()]
+        }
+    };
     let mut reports = Vec::new();
     let mut registry = shared.registry();
-    match outcome {
-        Ok(extended) => {
-            for ((id, _), still_ours) in due.iter().zip(extended) {
-                if still_ours {
-                    shared.leases_extended.fetch_add(1, Ordering::Relaxed);
-                    if let Some(tracked) = registry.leases.get_mut(id) {
-                        tracked.in_flight = false;
-                        tracked.failing = false;
-                        tracked.confirm(sent_at);
-                    }
-                } else if let Some(tracked) = registry.leases.remove(id) {
+    for ((id, _), answer) in due.iter().zip(answers) {
+        match answer {
+            Extended::Renewed => {
+                shared.leases_extended.fetch_add(1, Ordering::Relaxed);
+                if let Some(tracked) = registry.leases.get_mut(id) {
+                    tracked.in_flight = false;
+                    tracked.failing = false;
+                    tracked.confirm(sent_at);
+                }
+            }
+            Extended::Lost => {
+                if let Some(tracked) = registry.leases.remove(id) {
                     shared.lose(&tracked, LossCause::NotOwner, &mut reports);
                 }
             }
-        }
-        Err(error) => {
-            tracing::debug!(target: "fencelock", error = %WithSources(&error), leases = due.len(), "renewal failed; retrying until the leases' deadlines");
-            for (id, _) in &due {
+            // Asked again soon, until the lease's deadline; the failure told once.
+            Extended::Unknown(error) => {
                 if let Some(tracked) = registry.leases.get_mut(id) {
                     if !std::mem::replace(&mut tracked.failing, true) {
-                        reports.push(Report::RenewalFailed(tracked.report_to(), error.clone()));
+                        reports.push(Report::RenewalFailed(tracked.report_to(), error));
                     }
                     tracked.in_flight = false;
                     tracked.next_due = now + retry_pause(tracked.interval());

@@ -41,10 +41,17 @@ async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_
     guard.release().await.unwrap();
     let mut keys: Vec<String> = redis.keys("*").await.unwrap();
     keys.sort();
+    let memory = format!("app:{{stock:42}}:released:{owner}");
     assert_eq!(
         keys,
-        ["app:{stock:42}:fence", "app:{stock:42}:released-by"],
-        "only the fencing counter and the last release stay, for a while"
+        ["app:{stock:42}:fence", memory.as_str()],
+        "only the fencing counter and the owner's release stay, for a while"
+    );
+    // Three response timeouts (2 s by default) and a second: longer than a resend can take.
+    let remembered: i64 = redis.pttl(&memory).await.unwrap();
+    assert!(
+        remembered > 6_000 && remembered <= 7_000,
+        "the release is remembered for {remembered} ms"
     );
 }
 
@@ -413,33 +420,38 @@ async fn a_resent_release_of_an_expired_lease_reports_the_loss() {
 }
 
 /// Review defect 6, second half: when the second send finds the key taken by another owner, the
-/// first send may have released it; Redis remembers who released the key last, so the call
-/// reports the release, not a loss.
+/// first send may have released it; Redis remembers each owner's release, so the call reports
+/// the release, not a loss. Outside review, case (a): a release that keeps the key
+/// (`min_hold_ms`) marks it rather than deleting it, and was not remembered: when the hold
+/// ended and another owner took the key and released it before the resend arrived, the
+/// resend reported `Lost`.
 #[tokio::test]
 async fn a_resent_release_that_finds_the_next_owner_reports_the_release() {
     let server = redis_server();
     let (proxy, client) = proxied_client(&server, None).await;
     let next_owner = support::client(&server).await;
-    let guard = client
-        .lock("handed")
-        .ttl_ms(60_000)
-        .acquire()
-        .await
-        .unwrap();
-    proxy.hold_next(Direction::ToClient);
-    let releasing = tokio::spawn(guard.release());
-    proxy.held().await;
-    // The first send ran (its reply is what is held): the next owner can take the key.
-    let taken = next_owner
-        .lock("handed")
-        .retry(500)
-        .sleep_ms(10)
-        .acquire()
-        .await
-        .expect("the first send released the key");
-    let released = releasing.await.unwrap();
-    assert!(released.is_ok(), "{released:?}");
-    taken.release().await.unwrap();
+    for (key, min_hold_ms) in [("handed", None), ("kept", Some(100))] {
+        let mut request = client.lock(key).ttl_ms(60_000);
+        if let Some(min_hold_ms) = min_hold_ms {
+            request = request.min_hold_ms(min_hold_ms);
+        }
+        let guard = request.acquire().await.unwrap();
+        proxy.hold_next(Direction::ToClient);
+        let releasing = tokio::spawn(guard.release());
+        proxy.held().await;
+        // The first send ran (its reply is what is held): once the key is free (at once,
+        // or when the hold ends), the next owner takes it, and releases it.
+        let taken = next_owner
+            .lock(key)
+            .retry(500)
+            .sleep_ms(10)
+            .acquire()
+            .await
+            .expect("the first send released the key");
+        taken.release().await.unwrap();
+        let released = releasing.await.unwrap();
+        assert!(released.is_ok(), "{key}: {released:?}");
+    }
 }
 
 /// Review finding: a release whose first send died with the old server was taken for one

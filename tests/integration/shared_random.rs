@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fencelock::LockKind;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
-use fencelock::backend::{Acquire, HeldLease, Lease, LockBackend, Turn};
+use fencelock::backend::{Acquire, Extended, HeldLease, Lease, LockBackend, Turn};
 use redis::AsyncCommands;
 
 use crate::support::{inspector, redis_server};
@@ -400,7 +400,8 @@ async fn run_family(family: &str, seed: u64, steps: usize, out: &mut Vec<(&'stat
                         token,
                         slot,
                     };
-                    if backend.extend(std::slice::from_ref(&held)).await.unwrap()[0] {
+                    let extended = backend.extend(std::slice::from_ref(&held)).await.unwrap();
+                    if matches!(extended[..], [Extended::Renewed]) {
                         actors[i] = Actor::Holding(lease, token, slot);
                     }
                 }
@@ -485,7 +486,7 @@ async fn run_family(family: &str, seed: u64, steps: usize, out: &mut Vec<(&'stat
     keys.sort();
     for k in keys {
         let ttl: i64 = conn.pttl(&k).await.unwrap();
-        if !(k.ends_with(":fence") || k.ends_with(":released-by")) || ttl < 0 {
+        if !(k.ends_with(":fence") || k.contains("}:released:")) || ttl < 0 {
             out.push((
                 "left behind at the end",
                 format!("[{family} seed {seed}] {k} pttl {ttl}"),

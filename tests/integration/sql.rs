@@ -409,6 +409,45 @@ async fn a_release_sent_again_after_its_timeout_learns_that_the_first_released()
     }
 }
 
+/// A release the backend tries again itself (its first try gave up a lock wait; a try that
+/// fails at its commit may have been applied) and that then finds the key not its owner's,
+/// with no release of the owner's remembered, cannot tell whether the first try released it:
+/// the loss is reported as unconfirmed, as the client's own resend reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_tried_again_inside_the_backend_that_finds_the_key_gone_is_unconfirmed() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let guard = locks
+            .lock("retried")
+            .ttl_ms(60_000)
+            .acquire()
+            .await
+            .unwrap();
+        // The first try waits for the fence row past the statements' lock wait (a second);
+        // meanwhile the lock row goes (deleted by hand).
+        let holder = database
+            .hold_fence_row("retried", Duration::from_millis(1_300))
+            .await
+            .unwrap();
+        let deleted = format!("DELETE FROM {} WHERE name = 'retried'", database.table());
+        database.execute(&deleted).await.unwrap();
+        let released = guard.release().await;
+        assert!(
+            matches!(
+                released,
+                Err(LockError::Lost {
+                    cause: LossCause::Unconfirmed,
+                    ..
+                })
+            ),
+            "{:?}: {released:?}",
+            database.kind()
+        );
+        holder.await.unwrap();
+        database.drop_tables().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_stuck_on_one_key_holds_up_no_other_lease() {
     for database in databases().await {
@@ -428,6 +467,56 @@ async fn an_attempt_stuck_on_one_key_holds_up_no_other_lease() {
         assert!(!busy.is_lost(), "{:?}: busy was lost", database.kind());
         busy.release().await.unwrap();
         holder.await.unwrap();
+        database.drop_tables().await;
+    }
+}
+
+/// One lock row held locked by another session past the lock wait costs only its own lease:
+/// each lease of a renewal round gets its own answer, so the other lease of the round renews
+/// on, and the stuck one is asked again until its deadline. Before, the whole round failed,
+/// and both were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_row_held_by_another_session_costs_only_its_own_lease() {
+    for database in databases().await {
+        let locks = database.client().await;
+        let stuck = locks
+            .lock("row-stuck")
+            .ttl_ms(1_500)
+            .acquire()
+            .await
+            .unwrap();
+        let free = locks
+            .lock("row-free")
+            .ttl_ms(1_500)
+            .acquire()
+            .await
+            .unwrap();
+        let holder = database
+            .hold_lock_row("row-stuck", Duration::from_millis(3_000))
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(Duration::from_secs(10), stuck.lost()).await;
+        let lost = lost.unwrap_or_else(|_| panic!("{:?}: the stuck lease", database.kind()));
+        assert!(
+            matches!(
+                lost,
+                LockError::Lost {
+                    cause: LossCause::Unconfirmed,
+                    ..
+                }
+            ),
+            "{:?}: {lost:?}",
+            database.kind()
+        );
+        // Twice the lease: only renewal kept the other one.
+        holder.await.unwrap();
+        assert!(
+            !free.is_lost(),
+            "{:?}: the free row's lease",
+            database.kind()
+        );
+        free.release().await.unwrap();
+        drop(stuck);
         database.drop_tables().await;
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use fencelock::LockError;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
@@ -164,7 +164,7 @@ struct Request {
 
 enum Reply {
     Acquire(Result<Acquire, LockError>),
-    Extend(Result<Vec<bool>, LockError>),
+    Extend(Result<Vec<Extended>, LockError>),
     Release(Result<Release, LockError>),
 }
 
@@ -478,7 +478,7 @@ impl LockBackend for SimBackend {
     fn extend<'a>(
         &'a self,
         leases: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         let (world, leases) = (self.world.clone(), leases.to_vec());
         let what = format!("renew {} lease(s)", leases.len());
         Box::pin(async move {

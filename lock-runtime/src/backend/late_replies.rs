@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+};
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind};
 
@@ -58,7 +60,10 @@ impl LockBackend for LateReplies {
         self.inner.longest_lease()
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         self.inner.extend(held)
     }
 

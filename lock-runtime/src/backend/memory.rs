@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
-    holding_of, refused, released_mark,
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
+    ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
@@ -22,13 +22,21 @@ use crate::sync::lock_ignoring_poison;
 use crate::{LockError, LockKind};
 
 /// Locks held in this process's memory.
-#[derive(Default)]
 pub struct MemoryBackend {
     state: Mutex<State>,
     releases: Arc<ReleaseHub>,
 }
 
-#[derive(Default)]
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The response timeout the memory backend's release memory is counted from: its replies are
+/// never lost, but a test may make them fail; as long as a Redis server's default.
+const NOMINAL_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
 struct State {
     holders: HashMap<String, Holder>,
     /// The grants of keys held by shared kinds (read/write locks, semaphores, segmented
@@ -36,9 +44,9 @@ struct State {
     shared: HashMap<String, Vec<SharedHolder>>,
     /// The waiters in line per key, oldest first.
     lines: HashMap<String, VecDeque<Place>>,
-    /// Who released which key, until when that is remembered: a release sent again after
-    /// its reply was lost learns that the first one released the key.
-    released_by: HashMap<(String, String), Instant>,
+    /// Who released which key, for a while: a release sent again after its reply was lost
+    /// (a test's faults) learns that the first one released the key.
+    released: ReleaseMemory<(String, String)>,
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
@@ -73,7 +81,16 @@ struct Place {
 impl MemoryBackend {
     /// An empty backend.
     pub fn new() -> Self {
-        Self::default()
+        MemoryBackend {
+            state: Mutex::new(State {
+                holders: HashMap::new(),
+                shared: HashMap::new(),
+                lines: HashMap::new(),
+                released: ReleaseMemory::new(release_memory(NOMINAL_RESPONSE_TIMEOUT)),
+                last_token: 0,
+            }),
+            releases: Arc::default(),
+        }
     }
 
     /// Deletes `key` whoever holds it, as a `DEL` by hand on Redis would (it hands the key
@@ -472,9 +489,8 @@ impl State {
         let now = Instant::now();
         let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
-            .released_by
-            .get(&(lease.key.clone(), lease.owner.clone()))
-            .is_some_and(|until| *until > now);
+            .released
+            .remembers(&(lease.key.clone(), lease.owner.clone()), now);
         if lease.kind.is_shared() {
             return self.release_shared(lease, keep, left_line, released_before, now);
         }
@@ -486,13 +502,14 @@ impl State {
                         token: Some(holder.token),
                     };
                     self.holders.remove(&lease.key);
-                    self.remember_release(&lease.key, &lease.owner, now);
+                    self.remember_release(lease, now);
                     let handed_over = self.hand_off(&lease.key, now);
                     (Release::Released, Some(handed_over.unwrap_or(released)))
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
                     holder.expires_at = now + keep;
+                    self.remember_release(lease, now);
                     (Release::Released, None)
                 }
             }
@@ -542,13 +559,14 @@ impl State {
         if keep.as_millis() > 0 {
             mine.released = true;
             mine.expires_at = now + keep;
+            self.remember_release(lease, now);
             return (Release::Released, Vec::new());
         }
         let token = grants.remove(at).token;
         if grants.is_empty() {
             self.shared.remove(&lease.key);
         }
-        self.remember_release(&lease.key, &lease.owner, now);
+        self.remember_release(lease, now);
         let mut handed = self.hand_off_shared(&lease.key, now);
         if handed.is_empty() {
             handed.push(ReleaseEvent::Released { token: Some(token) });
@@ -556,14 +574,10 @@ impl State {
         (Release::Released, handed)
     }
 
-    /// Remembers that `owner` released `key` (as Redis keeps `...:released-by` for 30 s).
-    fn remember_release(&mut self, key: &str, owner: &str, now: Instant) {
-        if self.released_by.len() >= 1_024 {
-            self.released_by.retain(|_, until| *until > now);
-        }
-        let until = now + RELEASE_MEMORY;
-        self.released_by
-            .insert((key.to_owned(), owner.to_owned()), until);
+    /// Remembers that `lease`'s owner released its key, as Redis does.
+    fn remember_release(&mut self, lease: &Lease, now: Instant) {
+        let id = (lease.key.clone(), lease.owner.clone());
+        self.released.remember(id, now);
     }
 }
 
@@ -636,8 +650,14 @@ impl LockBackend for MemoryBackend {
         true
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        let result = self.with_state(|state| held.iter().map(|h| state.extend(h)).collect());
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
+        let result = self.with_state(|state| {
+            let extended = held.iter().map(|h| Extended::found(state.extend(h)));
+            extended.collect()
+        });
         Box::pin(std::future::ready(Ok(result)))
     }
 

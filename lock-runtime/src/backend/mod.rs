@@ -27,9 +27,13 @@ pub(crate) mod sharing;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
 
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::admin::{ForcedRelease, Grant, Holding, LockState};
 pub use crate::release_hub::ReleaseWatch;
@@ -110,6 +114,31 @@ pub enum Acquire {
     },
 }
 
+/// What a renewal found of one lease.
+#[derive(Debug, Clone)]
+pub enum Extended {
+    /// Its lease restarted at its `ttl` from when the call was sent.
+    Renewed,
+    /// The key is gone, another owner's, or granted anew: the lease is lost.
+    Lost,
+    /// The backend could not tell for this lease alone (say, its row stayed locked by another
+    /// session past the lock wait): the renewal loop asks again, until the lease's deadline,
+    /// as after a failed round, while the other leases of the round are settled.
+    Unknown(LockError),
+}
+
+impl Extended {
+    /// [`Renewed`](Self::Renewed) if the grant was found and extended, else
+    /// [`Lost`](Self::Lost).
+    pub fn found(extended: bool) -> Self {
+        if extended {
+            Extended::Renewed
+        } else {
+            Extended::Lost
+        }
+    }
+}
+
 /// How an acquire attempt competes with other waiters for a free key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Turn {
@@ -140,15 +169,67 @@ impl Turn {
 /// The answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
-    /// Our grant was deleted.
+    /// Our grant was deleted (by this call, or by an earlier send of it whose reply was lost).
     Released,
     /// The key was not ours any more (expired, or taken by someone else); nothing changed.
     NotOwner,
+    /// A backend that sent the release again itself (its first try's outcome unknown) found
+    /// the key not ours, and cannot tell whether the first try released it.
+    Unconfirmed,
 }
 
-/// How long the last release of a key is remembered (as Redis keeps `...:released-by`), so
-/// that a release sent again after its reply was lost learns that the first one released it.
-pub(crate) const RELEASE_MEMORY: Duration = Duration::from_secs(30);
+/// How long a backend remembers an owner's release, so that a release sent again after its
+/// reply was lost learns that the first one released the key, whatever the key saw since
+/// (other owners' grants and releases, the end of a `min_hold_ms` hold). A resend follows the
+/// first send's failure, and backends settle a lost call before the next one: from the first
+/// send to the resend's arrival there are at most the first send's response timeout, the
+/// settling and the resend's own timeout (a resend later than that is itself an error, never
+/// an answer), plus a second of slack. A background release retried for longer reports what
+/// it then finds as unconfirmed.
+pub(crate) fn release_memory(response_timeout: Duration) -> Duration {
+    response_timeout * 3 + Duration::from_secs(1)
+}
+
+/// Releases remembered in a process (the memory backend's, a line client's), each for the same
+/// time, so that the oldest is forgotten first.
+#[derive(Debug)]
+pub(crate) struct ReleaseMemory<K> {
+    lasts: Duration,
+    until: HashMap<K, Instant>,
+    /// The entries of `until` in the order they were remembered, so by when they lapse.
+    order: VecDeque<(Instant, K)>,
+}
+
+impl<K: Hash + Eq + Clone> ReleaseMemory<K> {
+    pub(crate) fn new(lasts: Duration) -> Self {
+        ReleaseMemory {
+            lasts,
+            until: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Remembers the release `id` from `now`; forgets those that lapsed.
+    pub(crate) fn remember(&mut self, id: K, now: Instant) {
+        while let Some((until, _)) = self.order.front()
+            && *until <= now
+        {
+            if let Some((until, id)) = self.order.pop_front()
+                && self.until.get(&id) == Some(&until)
+            {
+                self.until.remove(&id);
+            }
+        }
+        let until = now + self.lasts;
+        self.until.insert(id.clone(), until);
+        self.order.push_back((until, id));
+    }
+
+    /// Whether the release `id` is remembered at `now`.
+    pub(crate) fn remembers(&self, id: &K, now: Instant) -> bool {
+        self.until.get(id).is_some_and(|until| *until > now)
+    }
+}
 
 /// What a key kept after its release (`min_hold_ms`) holds instead of its owner's token: the
 /// token followed by this.
@@ -247,10 +328,14 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// For each grant still held as granted (same owner, same token), restart its lease at
-    /// `lease.ttl` from now; `true` where that happened, `false` where the key is gone, owned
-    /// by another owner, or granted anew. The renewal loop sends every lease due in one tick
-    /// in one call, so implementations should batch (Redis: one pipeline).
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
+    /// `lease.ttl` from now, and say what it found of each, in order: renewed; lost (the key
+    /// is gone, owned by another owner, or granted anew); or unknown for that lease alone. An
+    /// `Err` leaves every lease of the call unknown. The renewal loop sends every lease due in
+    /// one tick in one call, so implementations should batch (Redis: one pipeline).
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>>;
 
     /// Delete the key if, and only if, `lease.owner` holds it, hand it to the oldest waiter
     /// in line whose place lasts (a grant with a new fencing token, for that waiter's lease
@@ -336,7 +421,10 @@ mod tests {
             Box::pin(std::future::pending())
         }
 
-        fn extend<'a>(&'a self, _: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        fn extend<'a>(
+            &'a self,
+            _: &'a [HeldLease],
+        ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
             Box::pin(std::future::pending())
         }
 
@@ -347,6 +435,31 @@ mod tests {
         ) -> BoxFuture<'a, Result<Release, LockError>> {
             Box::pin(std::future::pending())
         }
+    }
+
+    /// A release is remembered for its time, then forgotten; forgetting keeps pace with
+    /// remembering, so the memory holds about the releases of one memory's time.
+    #[tokio::test(start_paused = true)]
+    async fn released_owners_are_remembered_for_their_time_then_forgotten() {
+        let lasts = Duration::from_secs(7);
+        let mut memory = ReleaseMemory::new(lasts);
+        let start = Instant::now();
+        for i in 0..1_000u64 {
+            memory.remember(i, start + Duration::from_millis(i * 10));
+        }
+        let last = start + Duration::from_millis(9_990);
+        assert!(memory.remembers(&300, last), "remembered until 10 s");
+        assert!(!memory.remembers(&299, last), "forgotten at 9.99 s");
+        assert_eq!(
+            memory.until.len(),
+            700,
+            "only those of the last 7 s are kept"
+        );
+        let end = start + Duration::from_millis(16_990);
+        assert!(memory.remembers(&999, end - Duration::from_millis(1)));
+        assert!(!memory.remembers(&999, end));
+        memory.remember(1_000, end);
+        assert_eq!((memory.until.len(), memory.order.len()), (1, 1));
     }
 
     #[tokio::test]

@@ -48,7 +48,9 @@ use std::future::Future;
 use futures_util::future::join_all;
 
 use super::redis::{Proposal, RedisBackend, RedisSettings};
-use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
 
@@ -398,34 +400,40 @@ fn is_key_in_use(error: &LockError) -> bool {
 
 // Renewal, release and notifications.
 impl RedlockBackend {
-    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
         let replies = self.on_every_master(|m| m.extend(held)).await;
         let answers = self.majority_answered(None, "renewing leases failed", replies)?;
         let unanswered = self.masters.len() - answers.len();
-        let mut extended = Vec::with_capacity(held.len());
-        for (i, lease) in held.iter().enumerate() {
-            let on = answers
-                .iter()
-                .filter(|(_, extended)| extended.get(i) == Some(&true))
-                .count();
-            if on >= self.quorum() {
-                extended.push(true);
-            } else if on + unanswered < self.quorum() {
-                extended.push(false);
+        let decided = |i: usize, lease: &HeldLease| {
+            let on = |found: fn(&Extended) -> bool| {
+                let told = answers.iter().filter_map(|(_, extended)| extended.get(i));
+                told.filter(|extended| found(extended)).count()
+            };
+            let renewed = on(|e| matches!(e, Extended::Renewed));
+            let unknown = unanswered + on(|e| matches!(e, Extended::Unknown(_)));
+            if renewed >= self.quorum() {
+                Extended::Renewed
+            } else if renewed + unknown < self.quorum() {
+                Extended::Lost
             } else {
-                // The masters that did not answer decide: the round is tried again.
-                return Err(LockError::backend(
+                // The masters that did not answer (or could not tell) decide: asked again.
+                Extended::Unknown(LockError::backend(
                     Some(&lease.lease.key),
                     format!(
-                        "renewing failed: {on} of {} masters renewed the lease and {unanswered} \
-                         did not answer, so whether a majority holds it is unknown",
+                        "renewing failed: {renewed} of {} masters renewed the lease and \
+                         {unknown} did not answer or could not tell, so whether a majority \
+                         holds it is unknown",
                         self.masters.len()
                     ),
                     None,
-                ));
+                ))
             }
-        }
-        Ok(extended)
+        };
+        Ok(held
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| decided(i, lease))
+            .collect())
     }
 
     async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
@@ -434,9 +442,12 @@ impl RedlockBackend {
             .iter()
             .filter(|r| matches!(r, Ok(Release::Released)))
             .count();
-        let mut failures = replies.into_iter().filter_map(Result::err);
-        let first_failure = failures.next();
-        let unknown = usize::from(first_failure.is_some()) + failures.count();
+        // A master that could not tell (or did not answer) may have held it.
+        let unknown = replies
+            .iter()
+            .filter(|r| !matches!(r, Ok(Release::Released | Release::NotOwner)))
+            .count();
+        let first_failure = replies.into_iter().find_map(Result::err);
         if released >= self.quorum() {
             Ok(Release::Released)
         } else if released + unknown < self.quorum() {
@@ -447,7 +458,8 @@ impl RedlockBackend {
                 Some(&lease.key),
                 format!(
                     "releasing failed: {released} of {} masters released and {unknown} did \
-                     not answer, so whether a majority held the lease is unknown",
+                     not answer or could not tell, so whether a majority held the lease is \
+                     unknown",
                     self.masters.len()
                 ),
                 first_failure.map(|e| Arc::new(e) as _),
@@ -619,7 +631,10 @@ impl LockBackend for RedlockBackend {
         self.watch_subscribed(key)
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         Box::pin(self.extend_grants(held))
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::backend::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
 use crate::{LockError, LockKind};
 
@@ -160,7 +160,10 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         self.backend.offers(kind)
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         Box::pin(async move {
             self.admit(Call::Extend { held }).await?;
             self.backend.extend(held).await

@@ -233,8 +233,28 @@ impl SqlDatabase {
         key: &str,
         hold: Duration,
     ) -> Result<tokio::task::JoinHandle<()>, sqlx::Error> {
+        self.hold_row(&format!("{}_fences", self.table), key, hold)
+            .await
+    }
+
+    /// Locks the lock row of `key` (held now) as [`hold_fence_row`](Self::hold_fence_row)
+    /// locks its fence row: as an administrator's open transaction would.
+    pub async fn hold_lock_row(
+        &self,
+        key: &str,
+        hold: Duration,
+    ) -> Result<tokio::task::JoinHandle<()>, sqlx::Error> {
+        self.hold_row(&self.table, key, hold).await
+    }
+
+    async fn hold_row(
+        &self,
+        table: &str,
+        key: &str,
+        hold: Duration,
+    ) -> Result<tokio::task::JoinHandle<()>, sqlx::Error> {
         use sqlx::Connection;
-        let select = format!("SELECT token FROM {}_fences WHERE name = ", self.table);
+        let select = format!("SELECT token FROM {table} WHERE name = ");
         macro_rules! hold_with {
             ($connection:ty, $placeholder:literal) => {{
                 let mut connection = <$connection>::connect(&self.url).await?;
@@ -259,7 +279,10 @@ impl SqlDatabase {
     /// Drops this database's lock tables (tried 3 times: the connections of a test's
     /// finished processes may still hold locks on them for a moment).
     pub async fn drop_tables(&self) {
-        let drop = format!("DROP TABLE IF EXISTS {0}, {0}_fences", self.table);
+        let drop = format!(
+            "DROP TABLE IF EXISTS {0}, {0}_fences, {0}_releases",
+            self.table
+        );
         for tries_left in (0..3).rev() {
             match self.execute(&drop).await {
                 Ok(_) => return,

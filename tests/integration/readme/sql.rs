@@ -10,7 +10,7 @@ async fn nightly_report(day: u32) -> Result<u32, LockError> {
 }
 
 async fn run(postgres_url: &str) -> Result<(), LockError> {
-    // Creates `fencelock_locks` and `fencelock_locks_fences` if they are missing.
+    // Creates `fencelock_locks` and the tables beside it if they are missing.
     let locks = LockClient::postgres(postgres_url).await?;
     with_client(locks, nightly_report(20261202)).await?;
 
@@ -32,6 +32,7 @@ async fn runs() {
         return;
     };
     run(database.url()).await.unwrap();
-    let drop = "DROP TABLE IF EXISTS fencelock_locks, fencelock_locks_fences";
+    let drop = "DROP TABLE IF EXISTS fencelock_locks, fencelock_locks_fences, \
+        fencelock_locks_releases";
     database.execute(drop).await.unwrap();
 }

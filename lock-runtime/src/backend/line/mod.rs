@@ -47,8 +47,8 @@ use tokio::time::Instant;
 
 use self::state::{EntryKind, State};
 use super::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
-    refused,
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
+    ReleaseWatch, Turn, refused, release_memory,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, Waiter};
 use crate::driver::Background;
@@ -152,9 +152,10 @@ struct Shared<S> {
     ours: Mutex<HashMap<(String, String), Ours>>,
     /// Per key, when this client first saw each entry at its current version.
     sightings: Mutex<HashMap<String, HashMap<String, Sighting>>>,
-    /// This client's releases of held entries in the last [`RELEASE_MEMORY`], so that a
-    /// release sent again after a lost reply learns that the first one released.
-    released: Mutex<HashMap<OursKey, Instant>>,
+    /// This client's releases of held entries, for as long as a resend of one may follow
+    /// (counting the session timeout as the response timeout), so that a release sent again
+    /// after a lost reply learns that the first one released.
+    released: Mutex<ReleaseMemory<OursKey>>,
     background: Background,
 }
 
@@ -202,13 +203,14 @@ struct Behind {
 
 impl<S: LineStore> LineBackend<S> {
     pub(crate) fn new(store: S, background: Background) -> LineBackend<S> {
+        let memory = ReleaseMemory::new(release_memory(store.session_timeout()));
         LineBackend {
             shared: Arc::new(Shared {
                 store,
                 hub: Arc::default(),
                 ours: Mutex::default(),
                 sightings: Mutex::default(),
-                released: Mutex::default(),
+                released: Mutex::new(memory),
                 background,
             }),
         }
@@ -675,9 +677,7 @@ impl<S: LineStore> Shared<S> {
             self.hub
                 .announce(&lease.key, ReleaseEvent::Released { token });
         }
-        let mut memory = lock_ignoring_poison(&self.released);
-        memory.retain(|_, at| at.elapsed() < RELEASE_MEMORY);
-        memory.insert(id, Instant::now());
+        lock_ignoring_poison(&self.released).remember(id, Instant::now());
         Ok(Release::Released)
     }
 
@@ -689,10 +689,7 @@ impl<S: LineStore> Shared<S> {
     }
 
     fn released_lately(&self, id: &OursKey) -> bool {
-        let memory = lock_ignoring_poison(&self.released);
-        memory
-            .get(id)
-            .is_some_and(|at| at.elapsed() < RELEASE_MEMORY)
+        lock_ignoring_poison(&self.released).remembers(id, Instant::now())
     }
 
     /// Deletes a kept entry once its keep has passed (if nobody else did: version-checked).
@@ -896,7 +893,10 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
         Some(self.shared.store.session_timeout())
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         Box::pin(async move {
             let extending = held.iter().map(|held| self.shared.extend_one(held));
             let (extended, refreshed) = tokio::join!(
@@ -904,7 +904,12 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
                 self.shared.store.refresh()
             );
             refreshed?;
-            extended.into_iter().collect()
+            // A lease whose entry could not be written is unknown alone.
+            let answers = extended.into_iter().map(|extended| match extended {
+                Ok(found) => Extended::found(found),
+                Err(error) => Extended::Unknown(error),
+            });
+            Ok(answers.collect())
         })
     }
 

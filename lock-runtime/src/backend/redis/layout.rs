@@ -7,12 +7,14 @@
 //! expires a minute after the server time its token stands for (`grant.lua`); waiters queue
 //! in `P{K}:queue` (a list of `<owner token> <lease ms>`) and `P{K}:queue:deadlines` (a sorted
 //! set of the same entries, scored by when each place lapses), which expire with their last
-//! waiter's place; `P{K}:released-by` names the owner of the last release for 30 s, so that a
-//! release sent again after its reply was lost knows it released. A release hands the key to
+//! waiter's place; `P{K}:released:<owner token>` remembers that owner's release for as long
+//! as a resend can take to arrive (three response timeouts and a second), so that a release
+//! sent again after its reply was lost knows it released. A release hands the key to
 //! the oldest waiter whose place lasts and publishes that on the channel `P{K}:released`
 //! (`release.lua`). A shared kind (read/write lock, semaphore, segmented lock) keeps its
 //! grants in `P{K}` as a hash and their leases in the sorted set `P{K}:leases` (`shared.lua`
-//! describes both), and remembers its last releases in `P{K}:released-by` as a sorted set. The braces put every key in one Redis Cluster hash slot, and `K` stays
+//! describes both), and remembers releases as a mutex does. The braces put every key in one
+//! Redis Cluster hash slot, and `K` stays
 //! readable for operators; a key starting with a brace gets one more `{` in front (`P{{}x}`),
 //! since Redis would hash the whole key for an empty tag.
 
@@ -20,7 +22,7 @@ use crate::LockError;
 use crate::glob::{self, Glob, Start};
 
 /// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
-/// of the lock (`...:fence`, `...:queue`, `...:released-by`) lands in one Redis Cluster slot. Redis
+/// of the lock (`...:fence`, `...:queue`, `...:released:<owner>`) lands in one Redis Cluster slot. Redis
 /// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
 /// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
 /// apart, does a key starting with `{`.
@@ -91,9 +93,9 @@ pub(crate) fn fence_key(lock_key: &str) -> String {
     format!("{lock_key}:fence")
 }
 
-/// The owner of the last release, remembered for a release sent again.
-pub(crate) fn released_by_key(lock_key: &str) -> String {
-    format!("{lock_key}:released-by")
+/// Where `owner`'s release of `lock_key` is remembered, for a release sent again.
+pub(crate) fn release_memory_key(lock_key: &str, owner: &str) -> String {
+    format!("{lock_key}:released:{owner}")
 }
 
 /// A prefix with a brace would move or empty the hash tag of every key.

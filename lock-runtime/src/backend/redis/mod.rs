@@ -19,7 +19,10 @@ use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
-use super::{Acquire, BoxFuture, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn};
+use super::{
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    release_memory,
+};
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind, random};
 
@@ -554,7 +557,7 @@ impl RedisBackend {
 // Renewal: extends batched into script calls and pipelines.
 impl RedisBackend {
     /// Extends every grant in `held`, in pipelines of script calls.
-    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<bool>, LockError> {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
         let connection = match &self.link {
             Link::Server { connection, .. } => connection,
             Link::Cluster(cluster) => return self.extend_on_cluster(cluster, held).await,
@@ -567,7 +570,8 @@ impl RedisBackend {
             let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
             match self.extend_pipeline(connection, group).await {
                 Ok(replies) => {
-                    extended.extend(replies.into_iter().flatten().map(|r| r == 1));
+                    let found = replies.into_iter().flatten();
+                    extended.extend(found.map(|reply| Extended::found(reply == 1)));
                     done += group.len();
                 }
                 // A large pipeline that timed out is split and sent again: every extend
@@ -631,7 +635,7 @@ impl RedisBackend {
         &self,
         cluster: &ClusterLink,
         held: &[HeldLease],
-    ) -> Result<Vec<bool>, LockError> {
+    ) -> Result<Vec<Extended>, LockError> {
         let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
         for (index, lease) in held.iter().enumerate() {
             let slot = cluster::slot(&self.lock_key(&lease.lease.key));
@@ -650,10 +654,10 @@ impl RedisBackend {
             .extend(calls)
             .await
             .map_err(|error| backend_error(None, "renewing leases failed", error))?;
-        let mut extended = vec![false; held.len()];
+        let mut extended = vec![Extended::Lost; held.len()];
         for (chunk, reply) in order.iter().zip(replies) {
             for (&index, answer) in chunk.iter().zip(reply) {
-                extended[index] = answer == 1;
+                extended[index] = Extended::found(answer == 1);
             }
         }
         Ok(extended)
@@ -715,9 +719,9 @@ impl RedisBackend {
         let [lock_key, fence_key, queue_key, deadlines_key] =
             layout::lock_keys(self.lock_key(&lease.key));
         let channel = layout::release_channel(&lock_key);
-        let released_by = layout::released_by_key(&lock_key);
+        let memory_key = layout::release_memory_key(&lock_key, &lease.owner);
         let leases_key = layout::leases_key(&lock_key);
-        let mut keys = vec![lock_key, fence_key, queue_key, deadlines_key, released_by];
+        let mut keys = vec![lock_key, fence_key, queue_key, deadlines_key, memory_key];
         let mut args = vec![
             lease.owner.clone(),
             keep.as_millis().to_string(),
@@ -731,6 +735,11 @@ impl RedisBackend {
             args.extend([kind.to_owned(), count.to_string(), hand_over.to_owned()]);
             keys.push(leases_key);
         }
+        args.push(
+            release_memory(self.response_timeout)
+                .as_millis()
+                .to_string(),
+        );
         (keys, args)
     }
 
@@ -971,7 +980,10 @@ impl LockBackend for RedisBackend {
         true
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         Box::pin(self.extend_grants(held))
     }
 

@@ -97,31 +97,33 @@ pub(crate) fn backend_error(
     error: sqlx::Error,
 ) -> LockError {
     let db = statements.dialect.name();
-    let (table, fences) = (&statements.table, &statements.fences);
+    let (table, fences, releases) = (&statements.table, &statements.fences, &statements.releases);
     let message = match cause(statements.dialect, &error) {
         Cause::Login => format!(
             "{db} at {at} refused the login: check the user and password in the URL \
              (and that the user may connect from this host)"
         ),
         Cause::Privilege => format!(
-            "{db} at {at} refused a statement on the lock tables `{table}` and `{fences}` \
-             for lack of a privilege: grant the URL's user SELECT, INSERT, UPDATE and DELETE \
-             on both (and CREATE, to let fencelock create them on first use, or create them \
-             beforehand with the statements of `SqlClientBuilder::schema`)"
+            "{db} at {at} refused a statement on the lock tables `{table}`, `{fences}` and \
+             `{releases}` for lack of a privilege: grant the URL's user SELECT, INSERT, UPDATE \
+             and DELETE on them (and CREATE, to let fencelock create them on first use, or \
+             create them beforehand with the statements of `SqlClientBuilder::schema`)"
         ),
         Cause::MissingTable => format!(
-            "the lock tables `{table}` and `{fences}` are missing in {db} at {at}: create them \
-             with the statements of `SqlClientBuilder::schema`, or let fencelock create them \
-             (`create_tables(true)`, the default, with the CREATE privilege)"
+            "the lock tables `{table}`, `{fences}` and `{releases}` (or one of them) are \
+             missing in {db} at {at}: create them with the statements of \
+             `SqlClientBuilder::schema`, or let fencelock create them (`create_tables(true)`, \
+             the default, with the CREATE privilege)"
         ),
         Cause::MissingDatabase => format!(
             "the database named in the URL does not exist on {db} at {at}: create it, or \
              name an existing one"
         ),
         Cause::ForeignTable => format!(
-            "the table `{table}` or `{fences}` in {db} at {at} is not a fencelock lock table of \
-             this version (another program's, or an older layout): name another table with \
-             `table(...)`, or compare it with the statements of `SqlClientBuilder::schema`"
+            "the table `{table}`, `{fences}` or `{releases}` in {db} at {at} is not a fencelock \
+             lock table of this version (another program's, or an older layout): name another \
+             table with `table(...)`, or compare it with the statements of \
+             `SqlClientBuilder::schema`"
         ),
         Cause::Broken => format!(
             "{db} at {at} kept ending the connections (restarting, or an administrator ended \

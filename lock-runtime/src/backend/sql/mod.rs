@@ -5,9 +5,11 @@
 //! the database's own clock (an expired row is taken over), waiters are woken by releases
 //! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
 //!
-//! Two tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! Three tables: `<table>` holds a row per held lock (name, owner token, fencing token,
 //! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
-//! fencing counter, which outlives the lock row, so tokens keep increasing per name. Every
+//! fencing counter, which outlives the lock row, so tokens keep increasing per name;
+//! `<table>_releases` remembers each owner's release for as long as a resend of it can
+//! arrive, so that a release sent again after a lost reply learns what the first one did. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
 //! default isolation level. Renewal takes no fence lock: it updates only a row that is
@@ -31,17 +33,18 @@ mod statements;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use self::calls::Calls;
 use self::errors::{backend_error, is_missing_table, is_transient, redacted};
 use self::session::{Param, Session, Sessions, Transaction, Value};
 #[cfg(feature = "mysql")]
-use self::statements::{AcquireSteps, ReleaseSteps};
-use self::statements::{Acquiring, Dialect, Releasing, Statements};
+use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
+use self::statements::{Acquiring, Dialect, Extending, Releasing, Statements};
 use super::{
-    Acquire, BoxFuture, HeldLease, Lease, LockBackend, RELEASE_MEMORY, Release, ReleaseWatch, Turn,
-    holding_of, refused, released_mark,
+    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    holding_of, refused, release_memory, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState};
 use crate::driver::Background;
@@ -80,6 +83,8 @@ struct Store {
     sessions: Box<dyn Sessions>,
     /// The database's address without its password, for messages.
     at: String,
+    /// How long a release is remembered for a resend of it.
+    release_memory: Duration,
 }
 
 impl std::fmt::Debug for SqlBackend {
@@ -127,6 +132,64 @@ impl GrantRow {
     /// Who holds the row, as an operator sees it.
     fn holding(&self) -> Holding {
         holding_of(&self.owner, self.token, self.remaining())
+    }
+}
+
+/// A grant as renewal statements name it: name, owner, token.
+type GrantId = (String, String, i64);
+
+fn grant_id(held: &HeldLease) -> GrantId {
+    let token = i64::try_from(held.token).unwrap_or(i64::MAX);
+    (held.lease.key.clone(), held.lease.owner.clone(), token)
+}
+
+/// The grants named by rows that start with name, owner and token.
+fn grant_ids(rows: &[Vec<Value>]) -> HashSet<GrantId> {
+    rows.iter()
+        .filter_map(|row| match row.as_slice() {
+            [name, owner, token, ..] => Some((
+                name.text()?.to_owned(),
+                owner.text()?.to_owned(),
+                token.int()?,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a renewal found of a batch: the grants it renewed, and those live whose row another
+/// session held locked (unknown: the next round asks again). The others are lost.
+struct Renewal {
+    renewed: HashSet<GrantId>,
+    held_elsewhere: HashSet<GrantId>,
+}
+
+impl Renewal {
+    /// From rows of name, owner, token and a flag: 1 renewed, 0 held by another session.
+    #[cfg(feature = "postgres")]
+    fn of_flagged(rows: &[Vec<Value>]) -> Renewal {
+        let (renewed, held_elsewhere): (Vec<_>, Vec<_>) = rows
+            .iter()
+            .partition(|row| row.get(3).and_then(Value::int) == Some(1));
+        Renewal {
+            renewed: grant_ids(&renewed.into_iter().cloned().collect::<Vec<_>>()),
+            held_elsewhere: grant_ids(&held_elsewhere.into_iter().cloned().collect::<Vec<_>>()),
+        }
+    }
+
+    fn answer(&self, held: &HeldLease) -> Extended {
+        let id = grant_id(held);
+        if self.renewed.contains(&id) {
+            Extended::Renewed
+        } else if self.held_elsewhere.contains(&id) {
+            Extended::Unknown(LockError::backend(
+                Some(&held.lease.key),
+                "its lock row was held locked by another session; renewal asks again",
+                None,
+            ))
+        } else {
+            Extended::Lost
+        }
     }
 }
 
@@ -359,13 +422,30 @@ impl Store {
         Ok(outcome)
     }
 
-    async fn release(&self, lease: &Lease, keep: Duration) -> Result<Release, sqlx::Error> {
-        match &self.statements.releasing {
+    /// Releases `lease` (see [`LockBackend::release`]); `retried` when an earlier try of this
+    /// call failed after it may have been applied: finding the key not the owner's then, with
+    /// no release of the owner's remembered, the answer is that it cannot tell.
+    async fn release(
+        &self,
+        lease: &Lease,
+        keep: Duration,
+        retried: bool,
+    ) -> Result<Release, sqlx::Error> {
+        let released = match &self.statements.releasing {
             #[cfg(feature = "postgres")]
-            Releasing::AtOnce(statement) => self.release_at_once(statement, lease, keep).await,
+            Releasing::AtOnce(statement) => self.release_at_once(statement, lease, keep).await?,
             #[cfg(feature = "mysql")]
-            Releasing::InSteps(steps) => self.release_in_steps(steps, lease, keep).await,
-        }
+            Releasing::InSteps(steps) => self.release_in_steps(steps, lease, keep).await?,
+        };
+        Ok(match released {
+            Release::NotOwner if retried => Release::Unconfirmed,
+            released => released,
+        })
+    }
+
+    /// How long a release is remembered for a resend of it, in ms.
+    fn release_memory_ms(&self) -> Param {
+        Param::Int(millis(self.release_memory))
     }
 
     #[cfg(feature = "postgres")]
@@ -380,7 +460,7 @@ impl Store {
             lease.owner.as_str().into(),
             Param::Int(millis(keep)),
             Param::Text(released_mark(&lease.owner)),
-            Param::Int(millis(RELEASE_MEMORY)),
+            self.release_memory_ms(),
             Param::Text(channel(&self.statements.table)),
         ];
         let mut session = self.sessions.session().await?;
@@ -416,19 +496,19 @@ impl Store {
                 if keep.as_millis() == 0 {
                     let params = [key.into(), owner.into()];
                     session.execute(&self.statements.delete, &params).await?;
-                    let memory = Param::Int(millis(RELEASE_MEMORY));
-                    let params = [owner.into(), memory, key.into()];
-                    session.execute(&steps.remember_release, &params).await?;
                 } else {
                     let keep = Param::Int(millis(keep));
                     let params = [marked.as_str().into(), keep, key.into(), owner.into()];
                     session.execute(&steps.keep, &params).await?;
                 }
+                let params = [owner.into(), key.into(), self.release_memory_ms()];
+                session.execute(&steps.remember_release, &params).await?;
+                session.execute(&steps.forget_releases, &[]).await?;
                 Release::Released
             }
             Some(grant) if grant.owner == marked => Release::Released,
             _ => {
-                let params = [key.into(), owner.into()];
+                let params = [owner.into(), key.into()];
                 let recent = session.fetch(&steps.released_recently, &params).await?;
                 if recent.is_empty() {
                     Release::NotOwner
@@ -441,45 +521,63 @@ impl Store {
         Ok(release)
     }
 
-    async fn extend(&self, held: &[HeldLease]) -> Result<Vec<bool>, sqlx::Error> {
-        let mut renewed = Vec::with_capacity(held.len());
+    /// Renews `held` in batches; each grant's answer on its own (see [`Renewal`]).
+    async fn extend(&self, held: &[HeldLease]) -> Result<Vec<Extended>, sqlx::Error> {
+        let mut answers = Vec::with_capacity(held.len());
         for batch in held.chunks(EXTEND_BATCH) {
-            let (update, read_back) = self.statements.extend(batch.len());
-            let params: Vec<Param> = batch
-                .iter()
-                .flat_map(|h| {
-                    let ttl = millis(h.lease.ttl);
-                    Statements::extend_params(&h.lease.key, &h.lease.owner, h.token, ttl)
-                })
-                .collect();
-            let rows = match read_back {
-                None => {
+            let params = Statements::grant_params(batch);
+            let renewal = match &self.statements.extending {
+                #[cfg(feature = "postgres")]
+                Extending::AtOnce(statement) => {
+                    let statement = self.statements.with_grants(statement, batch.len());
                     let mut session = self.sessions.session().await?;
-                    session.fetch(&update, &params).await?
+                    Renewal::of_flagged(&session.fetch(&statement, &params).await?)
                 }
-                Some(read_back) => {
-                    let mut transaction = self.transaction().await?;
-                    transaction.session().execute(&update, &params).await?;
-                    let rows = transaction.session().fetch(&read_back, &params).await?;
-                    transaction.commit().await?;
-                    rows
-                }
+                #[cfg(feature = "mysql")]
+                Extending::InSteps(steps) => self.extend_in_steps(steps, batch, &params).await?,
             };
-            let grants: HashSet<(&str, &str, i64)> = rows
-                .iter()
-                .filter_map(|row| {
-                    let [name, owner, token, ..] = row.as_slice() else {
-                        return None;
-                    };
-                    Some((name.text()?, owner.text()?, token.int()?))
-                })
-                .collect();
-            renewed.extend(batch.iter().map(|h| {
-                let token = i64::try_from(h.token).unwrap_or(i64::MAX);
-                grants.contains(&(h.lease.key.as_str(), h.lease.owner.as_str(), token))
-            }));
+            answers.extend(batch.iter().map(|held| renewal.answer(held)));
         }
-        Ok(renewed)
+        Ok(answers)
+    }
+
+    /// [`extend`](Self::extend) of one batch in a transaction of steps: lock the live grants
+    /// nobody else holds and renew them; when some were skipped, read which of those are
+    /// live.
+    #[cfg(feature = "mysql")]
+    async fn extend_in_steps(
+        &self,
+        steps: &ExtendSteps,
+        batch: &[HeldLease],
+        params: &[Param],
+    ) -> Result<Renewal, sqlx::Error> {
+        let statements = &self.statements;
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        let lock_grants = statements.with_grants(&steps.lock_grants, batch.len());
+        let locked = session.fetch(&lock_grants, params).await?;
+        let locked = grant_ids(&locked);
+        let live: Vec<&HeldLease> = batch
+            .iter()
+            .filter(|held| locked.contains(&grant_id(held)))
+            .collect();
+        if !live.is_empty() {
+            let update = statements.with_grants(&steps.update, live.len());
+            session
+                .execute(&update, &Statements::grant_params(live))
+                .await?;
+        }
+        let seen_live = if locked.len() < batch.len() {
+            let extended = statements.with_grants(&steps.extended, batch.len());
+            grant_ids(&session.fetch(&extended, params).await?)
+        } else {
+            HashSet::new()
+        };
+        transaction.commit().await?;
+        Ok(Renewal {
+            held_elsewhere: seen_live.difference(&locked).cloned().collect(),
+            renewed: locked,
+        })
     }
 
     async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, sqlx::Error> {
@@ -628,7 +726,10 @@ impl LockBackend for SqlBackend {
         false
     }
 
-    fn extend<'a>(&'a self, held: &'a [HeldLease]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
         let held = held.to_vec();
         self.call(None, move |store| {
             let held = held.clone();
@@ -642,9 +743,11 @@ impl LockBackend for SqlBackend {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let owned = lease.clone();
+        let tried = AtomicBool::new(false);
         self.call(Some(&lease.key), move |store| {
             let lease = owned.clone();
-            async move { store.release(&lease, keep).await }
+            let retried = tried.swap(true, Ordering::Relaxed);
+            async move { store.release(&lease, keep, retried).await }
         })
     }
 
@@ -741,8 +844,8 @@ impl SqlClientBuilder {
         }
     }
 
-    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence table is named after it,
-    /// with `_fences`. Lowercase ASCII letters, digits and `_`, starting with a letter or
+    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence and release tables are
+    /// named after it, with `_fences` and `_releases`. Lowercase ASCII letters, digits and `_`, starting with a letter or
     /// `_`, at most 48 bytes; the table lives in the connection's default schema (database).
     pub fn table(mut self, name: impl Into<String>) -> Self {
         self.table = name.into();
@@ -819,6 +922,7 @@ impl SqlClientBuilder {
             statements,
             sessions: pool.sessions,
             at,
+            release_memory: release_memory(self.response_timeout),
         };
         let backend = SqlBackend {
             store: Arc::new(store),

@@ -2,6 +2,7 @@
 //! the configured table names in place.
 
 use super::session::Param;
+use crate::backend::HeldLease;
 
 /// Which SQL database a backend talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,26 @@ pub(crate) enum Releasing {
     InSteps(ReleaseSteps),
 }
 
+/// How a renewal of a batch runs, as [`Acquiring`] says of an acquire.
+#[derive(Debug)]
+pub(crate) enum Extending {
+    #[cfg(feature = "postgres")]
+    AtOnce(String),
+    #[cfg(feature = "mysql")]
+    InSteps(ExtendSteps),
+}
+
+/// A renewal's steps in one transaction: lock the rows nobody else holds, renew the live ones
+/// among them, and (when rows were skipped) read which skipped ones are live. Each leaves
+/// `{grants}` in, for [`Statements::with_grants`].
+#[cfg(feature = "mysql")]
+#[derive(Debug)]
+pub(crate) struct ExtendSteps {
+    pub(crate) lock_grants: String,
+    pub(crate) update: String,
+    pub(crate) extended: String,
+}
+
 /// An acquire's steps after the fence lock and the read of the lock row (nothing more when
 /// another holds it).
 #[cfg(feature = "mysql")]
@@ -81,6 +102,7 @@ pub(crate) struct AcquireSteps {
 pub(crate) struct ReleaseSteps {
     pub(crate) keep: String,
     pub(crate) remember_release: String,
+    pub(crate) forget_releases: String,
     pub(crate) released_recently: String,
 }
 
@@ -92,7 +114,9 @@ pub(crate) struct Statements {
     pub(crate) table: String,
     /// The fence table's name, unquoted.
     pub(crate) fences: String,
-    /// Creates both tables, one statement after the other.
+    /// The release table's name, unquoted.
+    pub(crate) releases: String,
+    /// Creates the tables, one statement after the other.
     pub(crate) schema: Vec<String>,
     /// Fails when a table is missing.
     pub(crate) probe: String,
@@ -106,17 +130,17 @@ pub(crate) struct Statements {
     pub(crate) list: String,
     /// PostgreSQL's `pg_notify` (MySQL announces nothing: waiters poll).
     pub(crate) notify: Option<String>,
-    /// Renews a batch (`{grants}` left in, for [`Statements::grants`]).
-    extend: String,
-    /// MySQL: reads back which grants of the batch were renewed (PostgreSQL's update returns
-    /// them).
-    extended: Option<String>,
+    /// Renews a batch of grants.
+    pub(crate) extending: Extending,
 }
 
 impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Statements {
         let fences = format!("{table}_fences");
+        let releases = format!("{table}_releases");
         let (locks_id, fences_id) = (dialect.quoted(table), dialect.quoted(&fences));
+        let releases_id = dialect.quoted(&releases);
+        let releases_index = dialect.quoted(&format!("{releases}_by_time"));
         let prepare = |text: &str| -> String {
             let kept: Vec<&str> = text
                 .lines()
@@ -125,6 +149,8 @@ impl Statements {
             kept.join("\n")
                 .replace("{locks}", &locks_id)
                 .replace("{fences}", &fences_id)
+                .replace("{releases}", &releases_id)
+                .replace("{releases_by_time}", &releases_index)
                 .trim()
                 .to_owned()
         };
@@ -165,6 +191,7 @@ impl Statements {
                 Dialect::MySql => Releasing::InSteps(ReleaseSteps {
                     keep: prepare(include_str!("mysql/keep.sql")),
                     remember_release: prepare(include_str!("mysql/remember_release.sql")),
+                    forget_releases: prepare(include_str!("mysql/forget_releases.sql")),
                     released_recently: prepare(include_str!("mysql/released_recently.sql")),
                 }),
             },
@@ -175,21 +202,26 @@ impl Statements {
                 #[cfg(feature = "mysql")]
                 Dialect::MySql => None,
             },
-            extend: prepare(sql_file!(dialect, "extend.sql")),
-            extended: match dialect {
+            extending: match dialect {
                 #[cfg(feature = "postgres")]
-                Dialect::Postgres => None,
+                Dialect::Postgres => {
+                    Extending::AtOnce(prepare(include_str!("postgres/extend.sql")))
+                }
                 #[cfg(feature = "mysql")]
-                Dialect::MySql => Some(prepare(include_str!("mysql/extended.sql"))),
+                Dialect::MySql => Extending::InSteps(ExtendSteps {
+                    lock_grants: prepare(include_str!("mysql/lock_grants.sql")),
+                    update: prepare(include_str!("mysql/extend.sql")),
+                    extended: prepare(include_str!("mysql/extended.sql")),
+                }),
             },
             fences,
+            releases,
         }
     }
 
-    /// The statements that renew `count` grants, whose parameters are each grant's name,
-    /// owner, token and lease in ms, in that order: the update, and (MySQL) the read-back
-    /// of the renewed ones, which takes the same parameters.
-    pub(crate) fn extend(&self, count: usize) -> (String, Option<String>) {
+    /// A renewal's `statement` for `count` grants, whose parameters are each grant's name,
+    /// owner, token and lease in ms, in that order.
+    pub(crate) fn with_grants(&self, statement: &str, count: usize) -> String {
         let grants = match self.dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => (0..count)
@@ -214,22 +246,22 @@ impl Statements {
                 format!("{first}{}", more.repeat(count.saturating_sub(1)))
             }
         };
-        (
-            self.extend.replace("{grants}", &grants),
-            self.extended
-                .as_ref()
-                .map(|extended| extended.replace("{grants}", &grants)),
-        )
+        statement.replace("{grants}", &grants)
     }
 
-    /// The parameters of one grant in [`extend`](Self::extend)'s statements.
-    pub(crate) fn extend_params(key: &str, owner: &str, token: u64, ttl_ms: i64) -> [Param; 4] {
-        [
-            Param::from(key),
-            Param::from(owner),
-            Param::Int(token as i64),
-            Param::Int(ttl_ms),
-        ]
+    /// The parameters of [`with_grants`](Self::with_grants)'s statements for `held`.
+    pub(crate) fn grant_params<'a>(held: impl IntoIterator<Item = &'a HeldLease>) -> Vec<Param> {
+        held.into_iter()
+            .flat_map(|held| {
+                let ttl_ms = i64::try_from(held.lease.ttl.as_millis()).unwrap_or(i64::MAX);
+                [
+                    Param::from(held.lease.key.as_str()),
+                    Param::from(held.lease.owner.as_str()),
+                    Param::Int(held.token as i64),
+                    Param::Int(ttl_ms),
+                ]
+            })
+            .collect()
     }
 }
 
@@ -238,35 +270,45 @@ impl Statements {
 mod tests {
     use super::*;
 
+    /// A renewal's statements, each for `count` grants.
+    fn renewal(statements: &Statements, count: usize) -> Vec<String> {
+        let with = |statement: &String| statements.with_grants(statement, count);
+        match &statements.extending {
+            Extending::AtOnce(statement) => vec![with(statement)],
+            Extending::InSteps(steps) => [&steps.lock_grants, &steps.update, &steps.extended]
+                .into_iter()
+                .map(with)
+                .collect(),
+        }
+    }
+
     #[test]
     fn every_statement_names_the_configured_tables_and_no_placeholder_is_left() {
         for dialect in [Dialect::Postgres, Dialect::MySql] {
             let statements = Statements::new(dialect, "app_locks");
-            let (update, read_back) = statements.extend(3);
-            let mut all = vec![statements.probe.clone(), statements.read.clone(), update];
+            let mut all = vec![statements.probe.clone(), statements.read.clone()];
+            all.extend(renewal(&statements, 3));
             all.extend(statements.schema.clone());
             all.push(statements.lock_fence.clone());
-            all.extend(read_back);
             for statement in all {
                 assert!(!statement.contains('{'), "{dialect:?}: {statement}");
                 assert!(!statement.contains("--"), "{dialect:?}: {statement}");
                 assert!(statement.contains("app_locks"), "{dialect:?}: {statement}");
             }
-            assert!(
-                statements
-                    .schema
-                    .iter()
-                    .any(|s| s.contains("app_locks_fences"))
-            );
+            for table in ["app_locks_fences", "app_locks_releases"] {
+                assert!(statements.schema.iter().any(|s| s.contains(table)));
+            }
         }
     }
 
     #[test]
     fn a_batch_binds_four_parameters_per_grant() {
-        let (update, _) = Statements::new(Dialect::Postgres, "t").extend(2);
-        assert!(update.contains("$8::BIGINT") && !update.contains("$9"));
-        let (update, read_back) = Statements::new(Dialect::MySql, "t").extend(2);
-        assert_eq!(update.matches('?').count(), 8);
-        assert_eq!(read_back.map(|s| s.matches('?').count()), Some(8));
+        let [at_once] = &renewal(&Statements::new(Dialect::Postgres, "t"), 2)[..] else {
+            panic!("one statement");
+        };
+        assert!(at_once.contains("$8::BIGINT") && !at_once.contains("$9"));
+        for step in renewal(&Statements::new(Dialect::MySql, "t"), 2) {
+            assert_eq!(step.matches('?').count(), 8, "{step}");
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::admin::{Grant, Holding, ReleaseEvent};
 use crate::backend::late_replies::LateReplies;
-use crate::backend::{Acquire, HeldLease, Lease, LockBackend, Release, Turn};
+use crate::backend::{Acquire, Extended, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockKind, LossCause, glob};
 
@@ -33,6 +33,7 @@ pub async fn run(client: &LockClient, namespace: &str) {
     renewal_outlives_the_ttl(client, &format!("{namespace}:renewal")).await;
     extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
     min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
+    a_resent_release_is_remembered_for_its_owner(client, &format!("{namespace}:resent")).await;
     if client.notifies() {
         releases_are_announced(client, &format!("{namespace}:announce")).await;
     } else {
@@ -100,6 +101,18 @@ async fn expect_held(backend: &Arc<dyn LockBackend>, lease: &Lease, turn: Turn, 
         matches!(outcome, Acquire::Held { .. }),
         "{rule}: {outcome:?}"
     );
+}
+
+/// Which leases a renewal renewed; every lease must have an answer (a backend under test
+/// that cannot tell fails the check).
+fn renewed(answers: Result<Vec<Extended>, LockError>) -> Vec<bool> {
+    let answers = answers.expect("backend answers");
+    let known = answers.iter().map(|answer| match answer {
+        Extended::Renewed => true,
+        Extended::Lost => false,
+        Extended::Unknown(error) => panic!("a renewal could not tell: {error}"),
+    });
+    known.collect()
 }
 
 /// Releases `lease` straight at the backend, whatever the outcome.
@@ -333,9 +346,9 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         lease: other.clone(),
         ..granted.clone()
     };
-    let extended = backend.extend(&[granted.clone(), not_granted]).await;
+    let extended = renewed(backend.extend(&[granted.clone(), not_granted]).await);
     assert_eq!(
-        extended.expect("backend answers"),
+        extended,
         vec![true, false],
         "only the owner's lease is extended"
     );
@@ -347,20 +360,14 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         Release::Released,
         "a release sent again (its first reply lost) learns that the first one released"
     );
-    let extended = backend
-        .extend(std::slice::from_ref(&granted))
-        .await
-        .expect("backend answers");
+    let extended = renewed(backend.extend(std::slice::from_ref(&granted)).await);
     assert_eq!(extended, vec![false], "a released lease cannot be extended");
 
     // Deleted under its holder, then granted anew to the same owner (a late acquire of that
     // owner): the holder's grant is over, and renewing it must say so.
     let again = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
     assert!(again.token > granted.token, "a new grant has a new token");
-    let extended = backend
-        .extend(&[granted.clone(), again.clone()])
-        .await
-        .expect("backend answers");
+    let extended = renewed(backend.extend(&[granted.clone(), again.clone()]).await);
     assert_eq!(
         extended,
         vec![false, true],
@@ -376,7 +383,7 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
         let released = backend.release(&mine, keep).await.expect("backend answers");
         assert_eq!(released, Release::Released);
     }
-    let extended = backend.extend(&[kept]).await.expect("backend answers");
+    let extended = renewed(backend.extend(&[kept]).await);
     assert_eq!(
         extended,
         vec![false],
@@ -459,12 +466,102 @@ pub async fn without_announcements_waiters_poll(client: &LockClient, key: &str) 
 }
 
 fn owner(key: &str, name: &str) -> Lease {
+    owner_of(key, name, LockKind::Mutex)
+}
+
+fn owner_of(key: &str, name: &str, kind: LockKind) -> Lease {
     Lease {
         key: key.to_owned(),
         owner: format!("conformance-{name}"),
         ttl: Duration::from_millis(LONG_TTL_MS),
         replicas: 0,
-        kind: LockKind::Mutex,
+        kind,
+    }
+}
+
+/// Other owners' grants and releases between a release and its resend: more than a key's
+/// memory once held (the shared kinds kept their latest 64 releases).
+const RELEASES_BETWEEN: usize = 70;
+
+/// A release sent again after its reply was lost learns that the first send released the key,
+/// for the owner who asks, whatever the key saw between the two, in every kind the backend
+/// offers: a `min_hold_ms` hold that ended and another owner's grant and release in the gap;
+/// many other owners' grants and releases. Nobody else's release passes for it. Each case
+/// first confirms that the first send released.
+pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, namespace: &str) {
+    let backend = client.backend();
+    let kinds = [
+        LockKind::Mutex,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Semaphore { permits: 2 },
+        LockKind::Segmented { shards: 4 },
+    ];
+    for kind in kinds.into_iter().filter(|kind| backend.offers(*kind)) {
+        let key = format!("{namespace}:{}", kind.name());
+        let rule = |what: &str| format!("{}: {what}", kind.name());
+        let kept = owner_of(&key, "kept", kind);
+        expect_granted(backend, &kept, Turn::Once, &rule("a free key")).await;
+        let keep = Duration::from_millis(SHORT_TTL_MS);
+        let first = backend.release(&kept, keep).await.expect("backend answers");
+        assert_eq!(first, Release::Released, "{}", rule("the first send"));
+        // The hold ends and another owner takes the key and releases it before the resend.
+        let next = owner_of(&key, "after-the-hold", kind);
+        granted_within(backend, &next, Duration::from_millis(LONG_TTL_MS / 4)).await;
+        release_now(backend, &next).await;
+        let again = backend.release(&kept, keep).await.expect("backend answers");
+        assert_eq!(
+            again,
+            Release::Released,
+            "{}",
+            rule("a resend after the hold ended")
+        );
+
+        let busy = owner_of(&key, "busy", kind);
+        expect_granted(backend, &busy, Turn::Once, &rule("a free key")).await;
+        let first = backend.release(&busy, Duration::ZERO).await;
+        assert_eq!(
+            first.ok(),
+            Some(Release::Released),
+            "{}",
+            rule("the first send")
+        );
+        for i in 0..RELEASES_BETWEEN {
+            let other = owner_of(&key, &format!("other-{i}"), kind);
+            expect_granted(backend, &other, Turn::Once, &rule("a released key")).await;
+            release_now(backend, &other).await;
+        }
+        let again = backend.release(&busy, Duration::ZERO).await;
+        assert_eq!(
+            again.ok(),
+            Some(Release::Released),
+            "{}",
+            rule("a resend after other owners' grants and releases")
+        );
+        let stranger = owner_of(&key, "stranger", kind);
+        let foreign = backend.release(&stranger, Duration::ZERO).await;
+        assert_eq!(
+            foreign.ok(),
+            Some(Release::NotOwner),
+            "{}",
+            rule("nobody else's release passes for it")
+        );
+    }
+}
+
+/// Attempts `lease` every 10 ms until it is granted (a hold or a lease running out), at most
+/// `within`.
+async fn granted_within(backend: &Arc<dyn LockBackend>, lease: &Lease, within: Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let outcome = backend.acquire(lease, Turn::Once).await;
+        match outcome.expect("backend answers") {
+            Acquire::Granted { .. } => return,
+            Acquire::Held { .. } if started.elapsed() < within => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            held => panic!("{:?} not granted within {within:?}: {held:?}", lease.key),
+        }
     }
 }
 
@@ -482,12 +579,8 @@ pub async fn a_release_hands_the_key_to_the_oldest_waiter(client: &LockClient, k
         let first_grant = handed_over(client, &holder, &first).await;
         assert!(first_grant.token > held.token, "{place:?}: tokens increase");
         expect_held(backend, &owner(key, "newcomer"), place, "a newcomer waits").await;
-        let extended = backend.extend(std::slice::from_ref(&first_grant)).await;
-        assert_eq!(
-            extended.ok(),
-            Some(vec![true]),
-            "the handed-over grant renews"
-        );
+        let extended = renewed(backend.extend(std::slice::from_ref(&first_grant)).await);
+        assert_eq!(extended, vec![true], "the handed-over grant renews");
         handed_over(client, &first, &second).await;
         for lease in [&second, &owner(key, "newcomer")] {
             release_now(backend, lease).await;
@@ -801,12 +894,8 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
         let heard = heard.expect("the watch hears the forced release");
         assert_eq!(heard.expect("backend answers"), announced, "as announced");
     }
-    let extended = backend.extend(std::slice::from_ref(&held)).await;
-    assert_eq!(
-        extended.ok(),
-        Some(vec![false]),
-        "the holder's renewal finds it lost"
-    );
+    let extended = renewed(backend.extend(std::slice::from_ref(&held)).await);
+    assert_eq!(extended, vec![false], "the holder's renewal finds it lost");
     let released = backend.release(&holder, Duration::ZERO).await;
     assert_eq!(released.ok(), Some(Release::NotOwner), "its release too");
     let next = if backend.hands_off() {

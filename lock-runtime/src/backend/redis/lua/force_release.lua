@@ -2,7 +2,7 @@
 -- tag, its fencing token), whatever its lease (no owner token needed), keeps the fencing counter
 -- (the next grant's token is greater), hands the key to the oldest waiter whose place lasts as a
 -- release does, and announces what happened, so that waiters wake. Unlike a release it leaves
--- no `:released-by`: the holder did not release, and its next renewal or release must find its
+-- no release memory: the holder did not release, and its next renewal or release must find its
 -- lease lost. Foreign data in the lock key is not touched; nor is another grant (one that took
 -- the key since the operator looked, also the same owner's, whose token is greater; or the one
 -- a first run of this script handed it to).

@@ -2,26 +2,24 @@
 -- waiters at the head of the queue as far as they may join (unless ARGV[8] says not to), and
 -- take back the place ARGV[1] may have in the queue as a waiter.
 -- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
--- KEYS[5] who released the key lately (a sorted set: owner -> server ms until which that is
--- remembered), KEYS[6] the leases
+-- KEYS[5] the owner's release memory (`<lock key>:released:<owner>`), KEYS[6] the leases
 -- ARGV[1] owner token; ARGV[2] ms to keep the grant (min_hold_ms), 0 to delete; ARGV[3] the
 -- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms; ARGV[5]
 -- `PUBLISH`, or `SPUBLISH` on a Redis Cluster; ARGV[6] the owner's kind and ARGV[7] its count
 -- (with ARGV[4], its queue entry); ARGV[8] '1' to hand the key over, '0' on a master of
 -- Redlock, whose masters keep no common line (each could hand the key to another waiter): a
 -- waiting writer keeps a place there only to hold back later readers, and attempts again when
--- it hears of the release.
+-- it hears of the release. ARGV[9] ms to remember the release (longer than a resend can take
+-- to arrive).
 -- Publishes `granted <sha1 of the new owner's token> <fencing token>` for each waiter handed
 -- the key, else `released <fencing token of the grant released>`; `left` when a waiter
 -- leaves. Returns 1 if released, 0 if the key holds no grant of the owner (or holds
 -- something else), -1 if it holds nothing. A kept grant is marked `released`, so that a
 -- renewal already on its way cannot extend it again and a resent release still finds it;
--- a deleted one is remembered in KEYS[5] for a while, so that a release sent again after its
--- reply was lost learns that the first one released it. PUBLISH goes through pcall: a user
--- whose ACL grants no channels must still release; its waiters poll.
-local RELEASE_MEMORY_MS = 30000
--- How many of a key's latest releases are remembered.
-local RELEASES_REMEMBERED = 64
+-- either way KEYS[5] remembers the release for ARGV[9] ms, for this owner alone, so that a
+-- release sent again after its reply was lost learns that the first one released it, however
+-- busy the key was since. PUBLISH goes through pcall: a user whose ACL grants no channels must
+-- still release; its waiters poll.
 
 local now_ms, now_us = server_time()
 local entry = shared_entry(ARGV[1], ARGV[4], ARGV[6], ARGV[7])
@@ -33,8 +31,7 @@ end
 local foreign = open_shared(KEYS[1], KEYS[6], now_ms)
 local mine = not foreign and read_grant(KEYS[1], ARGV[1])
 if not mine then
-  local remembered = redis.pcall('ZSCORE', KEYS[5], ARGV[1])
-  if type(remembered) == 'string' and tonumber(remembered) > now_ms then
+  if redis.call('EXISTS', KEYS[5]) == 1 then
     return 1
   end
   if left then
@@ -56,24 +53,11 @@ if ARGV[2] ~= '0' then
   redis.call('HSET', KEYS[1], 'o:' .. ARGV[1], mine.kind .. ' released ' .. mine.slot .. ' ' ..
     mine.count)
   fit_lifetime(KEYS[1], KEYS[6], now_ms)
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[9])
   return 1
 end
 remove_grant(KEYS[1], KEYS[6], mine, member, now_ms)
--- Not over another program's data: an empty key, a sorted set with a TTL, as this leaves, or
--- the string a mutex of this key leaves (the key served a mutex lately).
-local memory = redis.call('TYPE', KEYS[5]).ok
-local memory_ttl = redis.call('PTTL', KEYS[5])
-if memory == 'string' and memory_ttl > 0 and memory_ttl <= RELEASE_MEMORY_MS then
-  redis.call('DEL', KEYS[5])
-  memory = 'none'
-end
-if memory == 'none' or (memory == 'zset' and memory_ttl > 0) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
-  redis.call('ZADD', KEYS[5], now_ms + RELEASE_MEMORY_MS, ARGV[1])
-  -- The latest releases only: a resend follows its first send within a response timeout.
-  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -(RELEASES_REMEMBERED + 1))
-  redis.call('PEXPIRE', KEYS[5], RELEASE_MEMORY_MS)
-end
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[9])
 local announced = {}
 if ARGV[8] == '1' then
   announced = hand_off_shared(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], now_ms, now_us)

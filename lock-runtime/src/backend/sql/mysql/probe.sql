@@ -1,3 +1,4 @@
 -- Fails when a table is missing, or lacks a column the backend uses.
-SELECT l.name, l.owner, l.token, l.expires_at, f.name, f.token, f.released_by, f.released_until
-FROM {locks} AS l CROSS JOIN {fences} AS f WHERE 1 = 0
+SELECT l.name, l.owner, l.token, l.expires_at, f.name, f.token, r.owner, r.name,
+    r.remembered_until
+FROM {locks} AS l CROSS JOIN {fences} AS f CROSS JOIN {releases} AS r WHERE 1 = 0

@@ -1,5 +1,6 @@
--- The lock table (a row per held lock) and the fences (a fencing counter per name that
--- outlives the lock's row). Names compare byte for byte (VARBINARY): `Stock` and `stock`,
+-- The lock table (a row per held lock), the fences (a fencing counter per name that outlives
+-- the lock's row) and the releases (each owner's release, remembered for a resend of it that
+-- may follow a lost reply; the backend deletes those that lapsed). Names compare byte for byte (VARBINARY): `Stock` and `stock`,
 -- or `a` and `a `, are different locks. Statements run in order when the tables are missing.
 CREATE TABLE IF NOT EXISTS {locks} (
     name VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -9,7 +10,11 @@ CREATE TABLE IF NOT EXISTS {locks} (
 ) ENGINE = InnoDB;
 CREATE TABLE IF NOT EXISTS {fences} (
     name VARBINARY(1024) NOT NULL PRIMARY KEY,
-    token BIGINT NOT NULL,
-    released_by VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-    released_until DATETIME(6) NULL
+    token BIGINT NOT NULL
+) ENGINE = InnoDB;
+CREATE TABLE IF NOT EXISTS {releases} (
+    owner VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+    name VARBINARY(1024) NOT NULL,
+    remembered_until DATETIME(6) NOT NULL,
+    INDEX {releases_by_time} (remembered_until)
 ) ENGINE = InnoDB

@@ -1,5 +1,6 @@
--- The lock table (a row per held lock) and the fences (a fencing counter per name that
--- outlives the lock's row). Statements run in order, in one transaction, when the tables
+-- The lock table (a row per held lock), the fences (a fencing counter per name that outlives
+-- the lock's row) and the releases (each owner's release, remembered for a resend of it that
+-- may follow a lost reply; the backend deletes those that lapsed). Statements run in order, in one transaction, when the tables
 -- are missing; the advisory lock serialises processes that start at once (PostgreSQL's
 -- CREATE TABLE IF NOT EXISTS can fail when two run together).
 SELECT pg_advisory_xact_lock(hashtext('fencelock schema {locks}'));
@@ -11,7 +12,11 @@ CREATE TABLE IF NOT EXISTS {locks} (
 );
 CREATE TABLE IF NOT EXISTS {fences} (
     name TEXT PRIMARY KEY,
-    token BIGINT NOT NULL,
-    released_by TEXT,
-    released_until TIMESTAMPTZ
-)
+    token BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {releases} (
+    owner TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    remembered_until TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {releases_by_time} ON {releases} (remembered_until)
