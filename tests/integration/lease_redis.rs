@@ -108,6 +108,27 @@ async fn deleting_the_key_by_hand_stops_the_body_with_lost() {
     eprintln!("deleted key found and body stopped after {after:?} (renewal interval 1 s)");
 }
 
+/// Holds `cut-off` with a 10 s lease (a drift allowance of 102 ms) until dropped, noting when
+/// its body was dropped.
+#[redis_lock(key = "cut-off", ttl_ms = 10_000)]
+async fn cut_off_job(
+    entered: Arc<tokio::sync::Notify>,
+    stopped: Arc<std::sync::Mutex<Option<Instant>>>,
+) -> Result<(), LockError> {
+    struct NoteStop(Arc<std::sync::Mutex<Option<Instant>>>);
+    impl Drop for NoteStop {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = Some(Instant::now());
+        }
+    }
+    let _note = NoteStop(stopped);
+    entered.notify_one();
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A holder cut off from Redis stops its body before the key can expire there: before another
+/// client, polling from the moment of the cut, is granted the key.
 #[tokio::test]
 async fn a_client_cut_off_from_redis_stops_the_body_before_the_key_can_expire() {
     let server = redis_server();
@@ -117,21 +138,54 @@ async fn a_client_cut_off_from_redis_stops_the_body_before_the_key_can_expire() 
         .connect()
         .await
         .unwrap();
-    let mut redis = inspector(&server).await;
-    let (result, after) = cut_while_running(locks, || async { proxy.freeze() }).await;
+    let contender = client(&server).await;
+    let (entered, stopped) = (Arc::default(), Arc::default());
+    let job = tokio::spawn(with_client(
+        locks,
+        cut_off_job(Arc::clone(&entered), Arc::clone(&stopped)),
+    ));
+    entered.notified().await;
+    proxy.freeze();
+    let taken = contender
+        .lock("cut-off")
+        .ttl_ms(10_000)
+        .retry(10_000)
+        .sleep_ms(5)
+        .wait_ms(60_000)
+        .acquire()
+        .await
+        .expect("the key expires in Redis");
+    let taken_at = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), job)
+        .await
+        .expect("the body is stopped")
+        .unwrap();
     expect_lost(result, LossCause::Unconfirmed);
-    let remaining: i64 = redis.pttl("lock:{watched}").await.unwrap();
-    eprintln!("cut off: body stopped after {after:?}; the key still had {remaining} ms in Redis");
+    let stopped_at = stopped.lock().unwrap().expect("the body was dropped");
+    assert!(
+        stopped_at < taken_at,
+        "the body stopped {:?} after another client took the key",
+        stopped_at - taken_at
+    );
+    eprintln!(
+        "cut off: the body stopped {:?} before another client took the key",
+        taken_at - stopped_at
+    );
+    taken.release().await.unwrap();
 }
 
+/// Each round flushes the scripts and kills every connection, then waits for a renewal to get
+/// through after it (the event awaited, not a fixed time): the lease outlives every round.
 #[tokio::test]
 async fn renewal_survives_script_flush_and_killed_connections() {
     let server = redis_server();
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
-    // Leases of 1.2 s, each round 0.8 s: slack for a reconnection on a loaded machine.
-    let guard = locks.lock("steady").ttl_ms(1_200).acquire().await.unwrap();
+    // A 3 s lease renewed every second: after a kill, two seconds for the reconnection, the
+    // script's reload and the resend, however loaded the machine.
+    let guard = locks.lock("steady").ttl_ms(3_000).acquire().await.unwrap();
     for round in 0..3 {
+        let extended = locks.renewal_stats().leases_extended;
         let _: () = redis::cmd("SCRIPT")
             .arg("FLUSH")
             .query_async(&mut redis)
@@ -142,42 +196,56 @@ async fn renewal_survives_script_flush_and_killed_connections() {
             .query_async(&mut redis)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        let renewed = support::eventually(Duration::from_secs(30), || async {
+            locks.renewal_stats().leases_extended > extended || guard.is_lost()
+        })
+        .await;
         assert!(
-            !guard.is_lost(),
+            renewed && !guard.is_lost(),
             "round {round}: {:?}",
             locks.renewal_stats()
         );
     }
-    assert!(
-        locks.renewal_stats().leases_extended >= 3,
-        "{:?}",
-        locks.renewal_stats()
-    );
     guard
         .release()
         .await
-        .expect("still ours after 2.4 s of a 1.2 s lease");
+        .expect("still ours after three rounds of flushes and kills");
 }
 
+/// Renewal keeps 10,000 leases alive for 2.5 TTLs in a bounded number of rounds. The lease is
+/// derived from how long this machine takes to lock 1,000 keys (as loaded as it is now): three
+/// times what locking all 10,000 should take (at least 4 s), so that neither the acquisitions
+/// nor a round of 10,000 renewals (a renewal interval is a third of the lease) come near a
+/// lease's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_ten_thousand_locks_alive() {
     const LOCKS: usize = 10_000;
-    // Longer than taking 10,000 locks lasts in a debug build on a loaded machine: a lease
-    // whose grant is answered after its TTL is lost before renewal can start.
-    const TTL_MS: u64 = 4_000;
+    const CALIBRATION: usize = 1_000;
     let server = redis_server();
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
-    let acquiring: Vec<_> = (0..LOCKS)
-        .map(|i| tokio::spawn(locks.lock(format!("many:{i}")).ttl_ms(TTL_MS).acquire()))
-        .collect();
-    let mut guards = Vec::with_capacity(LOCKS);
-    for task in acquiring {
-        guards.push(task.await.unwrap().unwrap());
+    let take_all = |count: usize, ttl_ms: u64| {
+        let acquiring: Vec<_> = (0..count)
+            .map(|i| tokio::spawn(locks.lock(format!("many:{i}")).ttl_ms(ttl_ms).acquire()))
+            .collect();
+        async move {
+            let mut guards = Vec::with_capacity(count);
+            for task in acquiring {
+                guards.push(task.await.unwrap().unwrap());
+            }
+            guards
+        }
+    };
+    let started = Instant::now();
+    for guard in take_all(CALIBRATION, 60_000).await {
+        guard.release().await.unwrap();
     }
+    let per_thousand = started.elapsed();
+    let ttl = (per_thousand * (LOCKS / CALIBRATION) as u32 * 3).max(Duration::from_secs(4));
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap();
+    let guards = take_all(LOCKS, ttl_ms).await;
     let before = locks.renewal_stats();
-    tokio::time::sleep(Duration::from_millis(TTL_MS * 5 / 2)).await;
+    tokio::time::sleep(ttl * 5 / 2).await;
     let stats = locks.renewal_stats();
     let mut pipe = redis::pipe();
     for i in 0..LOCKS {
@@ -187,7 +255,7 @@ async fn renewal_keeps_ten_thousand_locks_alive() {
     assert_eq!(
         alive.iter().filter(|a| **a).count(),
         LOCKS,
-        "every lock outlived 2.5 TTLs"
+        "every lock outlived 2.5 TTLs of {ttl_ms} ms"
     );
     assert_eq!(stats.losses, 0, "{stats:?}");
     // 2.5 TTLs are 7.5 intervals: one round each once the leases are in step, plus a few
@@ -197,7 +265,11 @@ async fn renewal_keeps_ten_thousand_locks_alive() {
         (5..=20).contains(&rounds),
         "renewal rounds for 10,000 locks in 7.5 intervals: {rounds}"
     );
-    eprintln!("10,000 locks, 7.5 intervals: {rounds} renewal rounds, {stats:?}");
+    eprintln!(
+        "10,000 locks, lease {ttl_ms} ms (1,000 locked in {per_thousand:?}), 7.5 intervals: \
+         {rounds} renewal rounds, {stats:?}"
+    );
+    drop(guards);
 }
 
 // Reentrancy.

@@ -445,9 +445,15 @@ async fn run_family(family: &str, seed: u64, steps: usize, out: &mut Vec<(&'stat
                             token: again,
                             slot: s2,
                         }) => {
-                            // A different token is legitimate here: the old lease may have
-                            // ended since, and the key been granted anew.
-                            let _ = (again != token, s2 != slot);
+                            // The same grant (its lease still ran) keeps its token and
+                            // slot; a new one (the old lease ended, and the key was granted
+                            // anew) has a greater token.
+                            if again < token || (again == token && s2 != slot) {
+                                out.push((
+                                    "asked again",
+                                    format!("held {token} in {slot:?}, granted {again} in {s2:?}"),
+                                ));
+                            }
                             actors[i] = Actor::Holding(lease, again, s2);
                         }
                         Ok(Acquire::Held { .. }) => {}

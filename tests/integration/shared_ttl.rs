@@ -1,5 +1,6 @@
 //! The shared kinds' keys on Redis live as long as their longest live lease: once every
-//! grant ended, nothing is left, and a mutex of the key is granted as on the memory backend.
+//! grant ended, nothing is left, and a mutex of the key is granted, on Redis as on the memory
+//! backend.
 
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ async fn kept_reader_then_mutex(backend: &dyn LockBackend) -> Result<Acquire, St
 }
 
 #[tokio::test]
-async fn a_mutex_after_every_shared_grant_ended_is_granted_as_on_memory() {
+async fn a_mutex_after_every_shared_grant_ended_is_granted() {
     let server = redis_server();
     let redis = RedisBackend::connect(&server.url(), RedisSettings::default())
         .await
@@ -90,7 +91,7 @@ async fn a_mutex_after_every_shared_grant_ended_is_granted_as_on_memory() {
         ),
     ] {
         let granted = |o: &Result<Acquire, String>| matches!(o, Ok(Acquire::Granted { .. }));
-        if granted(&memory_outcome) != granted(&redis_outcome) {
+        if !granted(&memory_outcome) || !granted(&redis_outcome) {
             problems.push(format!(
                 "{name}: memory {memory_outcome:?}, redis {redis_outcome:?}"
             ));

@@ -118,18 +118,25 @@ impl EtcdCluster {
         Ok(revision)
     }
 
-    /// How many range reads member `index` has served (its Prometheus metrics).
+    /// How many range reads member `index` has served (its Prometheus metrics); an error when
+    /// the metrics do not count them.
     pub fn range_reads(&self, index: usize) -> io::Result<u64> {
         let metrics = http(self.members.all[index].client_port, "GET", "/metrics", "")?;
-        let served = metrics
+        let counts: Vec<f64> = metrics
             .lines()
             .filter(|line| {
                 line.starts_with("grpc_server_handled_total")
                     && line.contains("grpc_method=\"Range\"")
             })
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-        Ok(served as u64)
+            .collect();
+        if counts.is_empty() {
+            return Err(io::Error::other(
+                "etcd's /metrics has no grpc_server_handled_total for Range: a reading of \
+                 0 would prove nothing",
+            ));
+        }
+        Ok(counts.iter().sum::<f64>() as u64)
     }
 
     /// Kills member `index` with `SIGKILL`; its data stays for a restart.
