@@ -3,6 +3,8 @@
 //! level, however deep the nesting (it used to multiply it by about 7 per level): eight
 //! levels run in a task spawned on tokio's 2 MiB worker stack, in a debug build too.
 
+use std::sync::Arc;
+
 use fencelock::admin::Holding;
 use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
 
@@ -92,4 +94,49 @@ async fn eight_nested_locked_calls_run_in_a_spawned_task() {
         let state = admin.inspect(&key).await.unwrap();
         assert_eq!(state.holding, Holding::Free, "{key} released");
     }
+}
+
+#[fencelock::redis_lock(key = "long-job")]
+async fn long_job(rounds: usize) -> Result<usize, LockError> {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Probe;
+    impl Wake for Probe {
+        fn wake(self: Arc<Self>) {}
+    }
+    let mut probes = Vec::new();
+    for _ in 0..rounds {
+        // A sub-future of the body polled with a waker of its own, as `FuturesUnordered`
+        // (`buffer_unordered`, `for_each_concurrent`) polls each of its futures.
+        let probe = Arc::new(Probe);
+        probes.push(Arc::downgrade(&probe));
+        let waker = Waker::from(probe);
+        let mut step = std::pin::pin!(long_job_step());
+        match step.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(done) => done?,
+            Poll::Pending => unreachable!("a reentrant call on the memory backend is ready"),
+        }
+    }
+    Ok(probes.iter().filter(|p| p.upgrade().is_some()).count())
+}
+
+#[fencelock::redis_lock(key = "long-job")]
+async fn long_job_step() -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The loss signal keeps a waker for every task context that ever polled a locked call under
+/// it (`LossSignal::poll_lost` pushes, only the loss empties the list): a long-held lock
+/// whose body makes many reentrant calls from sub-futures (or awaits `fencelock::lost()` in
+/// them) accumulates wakers (and what they keep alive) for as long as it is held. The
+/// `Notify` it replaced deregistered a waiter when its future was dropped. Expected: no waker
+/// of a finished step is kept.
+#[tokio::test]
+async fn finished_nested_calls_leave_their_wakers_in_the_loss_signal() {
+    let kept = fencelock::with_client(LockClient::memory(), long_job(10_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        kept, 0,
+        "{kept} wakers of finished calls are still referenced"
+    );
 }

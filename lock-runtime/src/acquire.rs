@@ -198,9 +198,22 @@ impl Acquisition {
             return true;
         }
         let key = &self.pending.lease.key;
-        tracing::warn!(target: "fencelock", %key, token = granted.token, late_by = ?(now - valid_until), "the grant's reply came after its lease could have ended; releasing it");
-        self.last_error = Some(LockError::not_acquired(key.clone(), self.record.attempts()));
+        let late_by = now - valid_until;
+        tracing::warn!(target: "fencelock", %key, token = granted.token, ?late_by, "the grant's reply came after its lease could have ended; releasing it");
+        self.last_error = Some(LockError::backend(
+            Some(key),
+            format!(
+                "the grant's reply came {} ms after its lease could have ended (a paused \
+                 process, or a slow network), and the grant was released",
+                late_by.as_millis()
+            ),
+            None,
+        ));
         self.pending.withdraw(self.reply_lost, self.deadline).await;
+        self.pending.change_owner();
+        self.reply_lost = false;
+        self.placed_at = None;
+        self.latest_token = None;
         false
     }
 
@@ -213,13 +226,16 @@ impl Acquisition {
         let turn = self.turn();
         let backend = self.pending.client.backend().clone();
         let attempt = resend_once(|| backend.acquire(&self.pending.lease, turn));
-        let Some((outcome, resent)) = until(self.deadline, attempt).await else {
+        let Some((outcome, resent_at)) = until(self.deadline, attempt).await else {
             // Cut at the deadline: the attempt may still be applied.
             self.reply_lost = true;
             return Attempt::Cut;
         };
-        self.reply_lost |= resent;
+        self.reply_lost |= resent_at.is_some();
         self.record.span().attempted(sent_at.elapsed());
+        // What the answer says dates from the send that got it: a grant or a place the
+        // second send found (made by the first, or by itself) restarts there.
+        let sent_at = resent_at.unwrap_or(sent_at);
         match outcome {
             Ok(Acquire::Granted { token, slot }) => Attempt::Granted {
                 token,
@@ -514,6 +530,18 @@ impl PendingAcquire {
         ))
     }
 
+    /// A fresh owner token for the attempts after the owner's grant was released (a late
+    /// grant): a store remembers a release for its owner, and would take a later release of a
+    /// grant under the same token for a resend of the first. A cleanup still due for the old
+    /// owner (an attempt whose reply was lost may yet land) goes to the background.
+    fn change_owner(&mut self) {
+        if self.leaves_traces {
+            release_in_background(&self.client, self.lease.clone(), Instant::now(), true, None);
+        }
+        self.lease.owner = random::owner_token();
+        self.leaves_traces = false;
+    }
+
     /// Gives back the place in line (or a grant a release handed over) before giving up, so that
     /// the next request does not find the key held for a waiter that has left. A lost reply
     /// keeps the background cleanup due (its attempt may still arrive); whatever fails here,
@@ -719,15 +747,12 @@ mod tests {
     /// 1 s lease got a guard, and a second acquire of the key then succeeded while that guard
     /// lived. The grant has no validity left: no guard, whether the request gives up at once
     /// or tries again within its wait (each attempt is as late), and the key is free for the
-    /// next owner.
+    /// next owner. The call fails as when replies are lost (`Backend`): nobody held the key.
     #[tokio::test(start_paused = true)]
     async fn a_grant_answered_after_its_lease_gives_no_guard() {
         let (late, on_time) = late_replies(Duration::from_millis(1_500));
         let once = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
-        assert!(
-            matches!(once, Err(LockError::NotAcquired { attempts: 1, .. })),
-            "{once:?}"
-        );
+        assert!(once.as_ref().is_err_and(LockError::is_backend), "{once:?}");
         let retried = late
             .lock("k")
             .ttl_ms(1_000)
@@ -736,7 +761,7 @@ mod tests {
             .acquire()
             .await;
         assert!(
-            matches!(retried, Err(LockError::NotAcquired { attempts: 2.., .. })),
+            retried.as_ref().is_err_and(LockError::is_backend),
             "{retried:?}"
         );
         let next = on_time.lock("k").give_up().acquire().await;
@@ -750,7 +775,7 @@ mod tests {
     async fn the_validity_is_the_lease_less_the_wait_and_the_drift() {
         let (late, _) = late_replies(Duration::from_millis(988));
         let none_left = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
-        assert!(none_left.is_err_and(|e| e.is_not_acquired()));
+        assert!(none_left.is_err_and(|e| e.is_backend()));
         let (late, _) = late_replies(Duration::from_millis(987));
         let guard = late.lock("k").ttl_ms(1_000).give_up().acquire().await;
         assert!(guard.is_ok_and(|g| !g.is_lost()));

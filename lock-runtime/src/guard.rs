@@ -180,7 +180,7 @@ impl LockGuard {
         let keep = self.hold_until.saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
         let span = self.span().clone();
-        let (outcome, resent) = resend_once(|| backend.release(&self.lease, keep))
+        let (outcome, resent_at) = resend_once(|| backend.release(&self.lease, keep))
             .instrument(span)
             .await;
         // On an error the guard stays unreleased: its drop retries in the background.
@@ -194,7 +194,7 @@ impl LockGuard {
             }
             Release::NotOwner | Release::Unconfirmed => {
                 span.released("lost");
-                let cause = if resent || outcome == Release::Unconfirmed {
+                let cause = if resent_at.is_some() || outcome == Release::Unconfirmed {
                     LossCause::Unconfirmed
                 } else {
                     LossCause::NotOwner

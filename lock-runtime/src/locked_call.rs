@@ -38,8 +38,9 @@ pin_project! {
             let mut this = this.project();
             let _entered = this.span.enter();
             // A body dropped before its end (the call cancelled) still sees its locks.
-            if let State::Running { chain, .. } = this.state {
+            if let State::Running { chain, waiting, .. } = this.state {
                 chain.scope(|| this.body.set(None));
+                chain.held.signal.stop_waiting(waiting);
             }
         }
     }
@@ -106,6 +107,10 @@ impl<R> EndLock<R> for ReleaseInBackground {
     }
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, in place in the call's future; boxing the guard would cost an allocation per call"
+)]
 enum State<K> {
     /// The call fails with this before the body runs.
     Failed(LockError),
@@ -114,11 +119,13 @@ enum State<K> {
         on_lost: OnLost,
     },
     /// The body runs with `chain` as its locks; `guard` is `None` for a reentered lock, which
-    /// only its outermost holder releases.
+    /// only its outermost holder releases. `waiting`: the call's registration with the loss
+    /// signal, given back when the body ends.
     Running {
         chain: Arc<Chain>,
         guard: Option<LockGuard>,
         on_lost: OnLost,
+        waiting: Option<u64>,
     },
     Releasing {
         release: BoxFuture<'static, Result<(), LockError>>,
@@ -197,6 +204,7 @@ fn first_state<K>(
         chain: Chain::inside_current(held),
         guard: None,
         on_lost: options.on_lost,
+        waiting: None,
     }
 }
 
@@ -226,6 +234,7 @@ where
                         chain: Chain::inside_current(Held::of(&guard)),
                         guard: Some(guard),
                         on_lost,
+                        waiting: None,
                     },
                     Poll::Ready(Err(error)) => State::Failed(error),
                 },
@@ -233,9 +242,11 @@ where
                     chain,
                     guard,
                     on_lost,
+                    mut waiting,
                 } => {
+                    let signal = &chain.held.signal;
                     if on_lost == OnLost::Abort
-                        && let Poll::Ready(cause) = chain.held.signal.poll_lost(cx)
+                        && let Poll::Ready(cause) = signal.poll_lost(&mut waiting, cx)
                     {
                         chain.scope(|| this.body.set(None));
                         // The guard is dropped with the state: released in the background.
@@ -250,10 +261,12 @@ where
                             chain,
                             guard,
                             on_lost,
+                            waiting,
                         };
                         return Poll::Pending;
                     };
                     this.body.set(None);
+                    signal.stop_waiting(&mut waiting);
                     let Some(guard) = guard else {
                         return Poll::Ready(output);
                     };

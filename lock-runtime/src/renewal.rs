@@ -72,8 +72,9 @@ pub struct RenewalStats {
 
 /// The loss signal shared by a lease's guard, the bodies running under it and the renewal
 /// loop. Pollable without a future of its own, so that a locked call watches it from its own
-/// `poll`. Its waiters are woken in the order they first waited (not `watch`'s random order):
-/// a simulation on the paused clock must take the same path on every run of a seed.
+/// `poll`. Each waiter holds a registration, given back when it stops waiting; waiters are
+/// woken in the order they first waited (not `watch`'s random order): a simulation on the
+/// paused clock must take the same path on every run of a seed.
 #[derive(Debug, Default)]
 pub(crate) struct LossSignal {
     state: Mutex<SignalState>,
@@ -82,8 +83,9 @@ pub(crate) struct LossSignal {
 #[derive(Debug, Default)]
 struct SignalState {
     cause: Option<LossCause>,
-    /// One waker per waiting task, woken once at the loss.
-    waiting: Vec<Waker>,
+    /// The waiters' wakers, by registration (in the order they first waited).
+    waiting: BTreeMap<u64, Waker>,
+    next_registration: u64,
 }
 
 impl LossSignal {
@@ -97,7 +99,7 @@ impl LossSignal {
             state.cause = Some(cause);
             std::mem::take(&mut state.waiting)
         };
-        waiting.into_iter().for_each(Waker::wake);
+        waiting.into_values().for_each(Waker::wake);
         true
     }
 
@@ -105,21 +107,68 @@ impl LossSignal {
         lock_ignoring_poison(&self.state).cause
     }
 
-    /// Ready with the cause once the lease is lost; until then the task is woken at the loss.
-    pub(crate) fn poll_lost(&self, cx: &mut Context<'_>) -> Poll<LossCause> {
+    /// Ready with the cause once the lease is lost; until then the task is woken at the loss,
+    /// through `registration` (made here, kept by the caller, given back with
+    /// [`stop_waiting`](Self::stop_waiting)).
+    pub(crate) fn poll_lost(
+        &self,
+        registration: &mut Option<u64>,
+        cx: &mut Context<'_>,
+    ) -> Poll<LossCause> {
         let mut state = lock_ignoring_poison(&self.state);
         if let Some(cause) = state.cause {
             return Poll::Ready(cause);
         }
-        if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
-            state.waiting.push(cx.waker().clone());
+        let state = &mut *state;
+        let id = *registration.get_or_insert_with(|| {
+            state.next_registration += 1;
+            state.next_registration
+        });
+        let waker = state
+            .waiting
+            .entry(id)
+            .or_insert_with(|| cx.waker().clone());
+        if !waker.will_wake(cx.waker()) {
+            *waker = cx.waker().clone();
         }
         Poll::Pending
     }
 
+    /// Gives back a waiter's registration: it is woken no more.
+    pub(crate) fn stop_waiting(&self, registration: &mut Option<u64>) {
+        if let Some(id) = registration.take() {
+            lock_ignoring_poison(&self.state).waiting.remove(&id);
+        }
+    }
+
     /// Completes when the lease is lost (at once if it already was).
     pub(crate) async fn lost(&self) -> LossCause {
-        std::future::poll_fn(|cx| self.poll_lost(cx)).await
+        LossWait {
+            signal: self,
+            registration: None,
+        }
+        .await
+    }
+}
+
+/// [`LossSignal::lost`]: its registration is given back when it is dropped.
+struct LossWait<'a> {
+    signal: &'a LossSignal,
+    registration: Option<u64>,
+}
+
+impl Future for LossWait<'_> {
+    type Output = LossCause;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossCause> {
+        let this = &mut *self;
+        this.signal.poll_lost(&mut this.registration, cx)
+    }
+}
+
+impl Drop for LossWait<'_> {
+    fn drop(&mut self) {
+        self.signal.stop_waiting(&mut self.registration);
     }
 }
 

@@ -10,6 +10,7 @@ mod cluster;
 mod consensus;
 mod hand_off;
 mod kinds;
+mod late_grants;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;

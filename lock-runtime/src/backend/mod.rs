@@ -258,15 +258,21 @@ pub(crate) fn holding_of(stored_owner: &str, token: u64, remaining: Duration) ->
 
 /// Runs a backend call; if its reply is lost (a backend error), sends it once more at once:
 /// every call is safe to repeat for the same owner, and a connection cut between two calls
-/// should not fail either. Also says whether a reply was lost, in which case the first send
-/// may have taken effect before the second (never after it: backends settle lost calls).
-pub(crate) async fn resend_once<T, F>(call: impl Fn() -> F) -> (Result<T, LockError>, bool)
+/// should not fail either. Also says when the second send went out, if a reply was lost: the
+/// first send may have taken effect before the second (never after it: backends settle lost
+/// calls), and the second's effect dates from then.
+pub(crate) async fn resend_once<T, F>(
+    call: impl Fn() -> F,
+) -> (Result<T, LockError>, Option<Instant>)
 where
     F: Future<Output = Result<T, LockError>>,
 {
     match call().await {
-        Err(error) if error.is_backend() => (call().await, true),
-        outcome => (outcome, false),
+        Err(error) if error.is_backend() => {
+            let resent_at = Instant::now();
+            (call().await, Some(resent_at))
+        }
+        outcome => (outcome, None),
     }
 }
 

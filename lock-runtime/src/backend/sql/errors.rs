@@ -12,6 +12,9 @@ use crate::LockError;
 enum Cause {
     /// A transaction lost a race it can win next time: retried.
     Transient,
+    /// A statement waited for a row lock longer than the lock wait: retried (renewal then
+    /// skips the locked rows).
+    LockWait,
     /// The server ended the connection (restart, administrator, idle timeout): retried on
     /// another.
     Broken,
@@ -31,9 +34,11 @@ fn cause(dialect: Dialect, error: &sqlx::Error) -> Cause {
     match dialect {
         #[cfg(feature = "postgres")]
         Dialect::Postgres => match database.code().as_deref() {
-            // serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
-            // unique_violation (a racing insert of the same row).
-            Some("40001" | "40P01" | "55P03" | "23505") => Cause::Transient,
+            // serialization_failure, deadlock_detected, unique_violation (a racing insert of
+            // the same row).
+            Some("40001" | "40P01" | "23505") => Cause::Transient,
+            // lock_not_available (lock_timeout).
+            Some("55P03") => Cause::LockWait,
             // admin_shutdown, crash_shutdown, cannot_connect_now, the connection exceptions,
             // idle_in_transaction_session_timeout.
             Some("57P01" | "57P02" | "57P03" | "25P03") => Cause::Broken,
@@ -50,8 +55,10 @@ fn cause(dialect: Dialect, error: &sqlx::Error) -> Cause {
         Dialect::MySql => {
             let number = mysql_number(database);
             match number {
-                // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_DUP_ENTRY (a racing insert).
-                Some(1213 | 1205 | 1062) => Cause::Transient,
+                // ER_LOCK_DEADLOCK, ER_DUP_ENTRY (a racing insert).
+                Some(1213 | 1062) => Cause::Transient,
+                // ER_LOCK_WAIT_TIMEOUT.
+                Some(1205) => Cause::LockWait,
                 // ER_SERVER_SHUTDOWN, CR_SERVER_GONE_ERROR, CR_SERVER_LOST, ER_CONNECTION_KILLED.
                 Some(1053 | 2006 | 2013 | 1927) => Cause::Broken,
                 // ER_BAD_FIELD_ERROR.
@@ -80,7 +87,13 @@ fn mysql_number(error: &dyn sqlx::error::DatabaseError) -> Option<u16> {
 /// broke (a fresh one may work).
 pub(crate) fn is_transient(dialect: Dialect, error: &sqlx::Error) -> bool {
     let broken = matches!(error, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed);
-    broken || matches!(cause(dialect, error), Cause::Transient | Cause::Broken)
+    let cause = cause(dialect, error);
+    broken || matches!(cause, Cause::Transient | Cause::LockWait | Cause::Broken)
+}
+
+/// Whether a statement waited for a row lock past the lock wait.
+pub(crate) fn is_lock_wait(dialect: Dialect, error: &sqlx::Error) -> bool {
+    cause(dialect, error) == Cause::LockWait
 }
 
 /// Whether a statement failed because a table is missing.
@@ -129,7 +142,7 @@ pub(crate) fn backend_error(
             "{db} at {at} kept ending the connections (restarting, or an administrator ended \
              them), each tried again on another"
         ),
-        Cause::Transient => format!(
+        Cause::Transient | Cause::LockWait => format!(
             "{db} at {at} kept failing a lock statement on a race with another transaction \
              (deadlock, serialization failure or lock wait timeout), retried each time"
         ),

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use self::calls::Calls;
-use self::errors::{backend_error, is_missing_table, is_transient, redacted};
+use self::errors::{backend_error, is_lock_wait, is_missing_table, is_transient, redacted};
 use self::session::{Param, Session, Sessions, Transaction, Value};
 #[cfg(feature = "mysql")]
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
@@ -61,6 +61,11 @@ const MAX_TABLE_LEN: usize = 48;
 
 /// Grants renewed by one statement.
 const EXTEND_BATCH: usize = 200;
+
+/// How long a PostgreSQL renewal waits for a row another session holds before it skips it:
+/// longer than a contender's attempt holds the row, far shorter than a lease.
+#[cfg(feature = "postgres")]
+const RENEWAL_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 /// How often a transaction that lost a race (deadlock, serialization failure, lock wait
 /// timeout) or its connection is tried before the error is reported (the response timeout
@@ -503,7 +508,6 @@ impl Store {
                 }
                 let params = [owner.into(), key.into(), self.release_memory_ms()];
                 session.execute(&steps.remember_release, &params).await?;
-                session.execute(&steps.forget_releases, &[]).await?;
                 Release::Released
             }
             Some(grant) if grant.owner == marked => Release::Released,
@@ -518,7 +522,25 @@ impl Store {
             }
         };
         transaction.commit().await?;
+        if random::unit() < 1.0 / 8.0 {
+            self.forget_releases(steps).await;
+        }
         Ok(release)
+    }
+
+    /// Deletes releases that lapsed (see `mysql/forget_releases.sql`); a failure only
+    /// leaves them to the next try.
+    #[cfg(feature = "mysql")]
+    async fn forget_releases(&self, steps: &ReleaseSteps) {
+        let forgetting = async {
+            let mut session = self.sessions.session().await?;
+            let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+            session.execute(read_committed, &[]).await?;
+            session.execute(&steps.forget_releases, &[]).await
+        };
+        if let Err(error) = forgetting.await {
+            tracing::debug!(target: "fencelock", error = %error, "deleting lapsed releases failed; the next try will");
+        }
     }
 
     /// Renews `held` in batches; each grant's answer on its own (see [`Renewal`]).
@@ -529,9 +551,7 @@ impl Store {
             let renewal = match &self.statements.extending {
                 #[cfg(feature = "postgres")]
                 Extending::AtOnce(statement) => {
-                    let statement = self.statements.with_grants(statement, batch.len());
-                    let mut session = self.sessions.session().await?;
-                    Renewal::of_flagged(&session.fetch(&statement, &params).await?)
+                    self.extend_at_once(statement, batch, &params).await?
                 }
                 #[cfg(feature = "mysql")]
                 Extending::InSteps(steps) => self.extend_in_steps(steps, batch, &params).await?,
@@ -541,9 +561,40 @@ impl Store {
         Ok(answers)
     }
 
-    /// [`extend`](Self::extend) of one batch in a transaction of steps: lock the live grants
-    /// nobody else holds and renew them; when some were skipped, read which of those are
-    /// live.
+    /// PostgreSQL's renewal of a batch: a contender's attempt locks the holder's row for a
+    /// moment (its `ON CONFLICT`), so the rows are waited for, up to [`RENEWAL_LOCK_WAIT`];
+    /// past it, the batch is sent again skipping the rows another session holds, which are
+    /// answered unknown.
+    #[cfg(feature = "postgres")]
+    async fn extend_at_once(
+        &self,
+        statement: &str,
+        batch: &[HeldLease],
+        params: &[Param],
+    ) -> Result<Renewal, sqlx::Error> {
+        let waiting = async {
+            let mut transaction = self.transaction().await?;
+            let lock_wait = format!("SET LOCAL lock_timeout = {}", RENEWAL_LOCK_WAIT.as_millis());
+            transaction.session().execute(&lock_wait, &[]).await?;
+            let statement = self.statements.with_grants(statement, batch.len(), false);
+            let rows = transaction.session().fetch(&statement, params).await?;
+            transaction.commit().await?;
+            Ok(rows)
+        };
+        let rows = match waiting.await {
+            Err(error) if is_lock_wait(self.dialect(), &error) => {
+                let statement = self.statements.with_grants(statement, batch.len(), true);
+                let mut session = self.sessions.session().await?;
+                session.fetch(&statement, params).await?
+            }
+            rows => rows?,
+        };
+        Ok(Renewal::of_flagged(&rows))
+    }
+
+    /// MySQL's renewal of a batch, in a transaction of steps: lock the live grants nobody
+    /// else holds (a MySQL attempt reads a held row without locking it) and renew them; when
+    /// some were skipped, read which of those are live.
     #[cfg(feature = "mysql")]
     async fn extend_in_steps(
         &self,
@@ -551,24 +602,24 @@ impl Store {
         batch: &[HeldLease],
         params: &[Param],
     ) -> Result<Renewal, sqlx::Error> {
-        let statements = &self.statements;
+        let with_grants =
+            |statement: &str, count| self.statements.with_grants(statement, count, true);
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
-        let lock_grants = statements.with_grants(&steps.lock_grants, batch.len());
-        let locked = session.fetch(&lock_grants, params).await?;
-        let locked = grant_ids(&locked);
+        let lock_grants = with_grants(&steps.lock_grants, batch.len());
+        let locked = grant_ids(&session.fetch(&lock_grants, params).await?);
         let live: Vec<&HeldLease> = batch
             .iter()
             .filter(|held| locked.contains(&grant_id(held)))
             .collect();
         if !live.is_empty() {
-            let update = statements.with_grants(&steps.update, live.len());
+            let update = with_grants(&steps.update, live.len());
             session
                 .execute(&update, &Statements::grant_params(live))
                 .await?;
         }
         let seen_live = if locked.len() < batch.len() {
-            let extended = statements.with_grants(&steps.extended, batch.len());
+            let extended = with_grants(&steps.extended, batch.len());
             grant_ids(&session.fetch(&extended, params).await?)
         } else {
             HashSet::new()

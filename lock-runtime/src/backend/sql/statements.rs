@@ -140,7 +140,9 @@ impl Statements {
         let releases = format!("{table}_releases");
         let (locks_id, fences_id) = (dialect.quoted(table), dialect.quoted(&fences));
         let releases_id = dialect.quoted(&releases);
-        let releases_index = dialect.quoted(&format!("{releases}_by_time"));
+        // Index names are the schema's on PostgreSQL: named after the table, 63 bytes at most
+        // with a table name of `MAX_TABLE_LEN`.
+        let releases_index = dialect.quoted(&format!("{releases}_until"));
         let prepare = |text: &str| -> String {
             let kept: Vec<&str> = text
                 .lines()
@@ -150,7 +152,7 @@ impl Statements {
                 .replace("{locks}", &locks_id)
                 .replace("{fences}", &fences_id)
                 .replace("{releases}", &releases_id)
-                .replace("{releases_by_time}", &releases_index)
+                .replace("{releases_until}", &releases_index)
                 .trim()
                 .to_owned()
         };
@@ -220,8 +222,9 @@ impl Statements {
     }
 
     /// A renewal's `statement` for `count` grants, whose parameters are each grant's name,
-    /// owner, token and lease in ms, in that order.
-    pub(crate) fn with_grants(&self, statement: &str, count: usize) -> String {
+    /// owner, token and lease in ms, in that order; with `skip_locked`, the rows another
+    /// session holds locked are skipped rather than waited for.
+    pub(crate) fn with_grants(&self, statement: &str, count: usize, skip_locked: bool) -> String {
         let grants = match self.dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => (0..count)
@@ -246,7 +249,10 @@ impl Statements {
                 format!("{first}{}", more.repeat(count.saturating_sub(1)))
             }
         };
-        statement.replace("{grants}", &grants)
+        let skip_locked = if skip_locked { "SKIP LOCKED" } else { "" };
+        statement
+            .replace("{grants}", &grants)
+            .replace("{skip_locked}", skip_locked)
     }
 
     /// The parameters of [`with_grants`](Self::with_grants)'s statements for `held`.
@@ -272,7 +278,7 @@ mod tests {
 
     /// A renewal's statements, each for `count` grants.
     fn renewal(statements: &Statements, count: usize) -> Vec<String> {
-        let with = |statement: &String| statements.with_grants(statement, count);
+        let with = |statement: &String| statements.with_grants(statement, count, true);
         match &statements.extending {
             Extending::AtOnce(statement) => vec![with(statement)],
             Extending::InSteps(steps) => [&steps.lock_grants, &steps.update, &steps.extended]

@@ -1,5 +1,8 @@
--- Deletes a few releases no resend can ask about any more, oldest first: each release deletes
--- more than it adds while any have lapsed, so the table holds about the releases of the
--- last release memory.
+-- Deletes releases no resend can ask about any more, oldest first, after a release (one in
+-- eight: each deletes more than the releases in between add while any have lapsed, so the
+-- table holds about the releases of the last release memory). Run at READ COMMITTED, apart
+-- from the release's transaction: a range delete under REPEATABLE READ would lock the gaps of
+-- the time index beside other releases' fresh rows, and releases of unrelated names would
+-- deadlock.
 DELETE FROM {releases} WHERE remembered_until <= UTC_TIMESTAMP(6)
-ORDER BY remembered_until LIMIT 4
+ORDER BY remembered_until LIMIT 32

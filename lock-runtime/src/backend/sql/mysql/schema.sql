@@ -16,5 +16,5 @@ CREATE TABLE IF NOT EXISTS {releases} (
     owner VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
     name VARBINARY(1024) NOT NULL,
     remembered_until DATETIME(6) NOT NULL,
-    INDEX {releases_by_time} (remembered_until)
+    INDEX (remembered_until)
 ) ENGINE = InnoDB

@@ -38,7 +38,8 @@ WITH fence AS (
     WHERE owner = $2 AND name = $1 AND remembered_until > statement_timestamp()
 ), forgotten AS (
     DELETE FROM {releases} WHERE owner IN (
-        SELECT owner FROM {releases} WHERE remembered_until <= statement_timestamp()
+        SELECT owner FROM {releases}
+        WHERE remembered_until <= statement_timestamp() AND owner <> $2
         ORDER BY remembered_until LIMIT 4 FOR UPDATE SKIP LOCKED
     )
     RETURNING 1

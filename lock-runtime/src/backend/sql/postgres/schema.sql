@@ -19,4 +19,4 @@ CREATE TABLE IF NOT EXISTS {releases} (
     name TEXT NOT NULL,
     remembered_until TIMESTAMPTZ NOT NULL
 );
-CREATE INDEX IF NOT EXISTS {releases_by_time} ON {releases} (remembered_until)
+CREATE INDEX IF NOT EXISTS {releases_until} ON {releases} (remembered_until)
