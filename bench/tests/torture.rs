@@ -1,5 +1,7 @@
 //! The short version of every fault scenario (3 s each): the torture binary exits non-zero
-//! when a scenario breaks its promise, and prints its figures either way.
+//! when a scenario breaks its promise or proves too little (a worker that never reached the
+//! store, fewer sections than the scenario's floor, a fault that did not hit), and prints its
+//! figures either way.
 
 use std::process::Command;
 
@@ -141,4 +143,23 @@ fn etcd_under_faults() {
         "etcd-member-killed",
         "etcd-leader-killed",
     ]);
+}
+
+/// The lock kinds on one Redis server: read/write locks, semaphores and segmented locks, each
+/// with a holder killed and frozen, the server restarted without its data, and cut
+/// connections; checked on their recorded histories (no reader beside a writer, no more
+/// holders than permits, no shard held twice; tokens in order).
+#[test]
+fn lock_kinds_under_faults() {
+    let faults = [
+        "holder-sigkill",
+        "holder-sigstop",
+        "redis-restart",
+        "latency-and-cuts",
+    ];
+    let names: Vec<String> = ["read-write", "semaphore", "segmented"]
+        .iter()
+        .flat_map(|kind| faults.iter().map(move |fault| format!("{kind}-{fault}")))
+        .collect();
+    scenarios(&names.iter().map(String::as_str).collect::<Vec<_>>());
 }

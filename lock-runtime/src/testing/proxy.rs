@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,9 +27,9 @@ struct State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// From the client to the server: requests.
-    ToServer,
+    ToServer = 0,
     /// From the server to the client: replies.
-    ToClient,
+    ToClient = 1,
 }
 
 /// What happened on the connection of a held chunk once it was delivered.
@@ -57,6 +57,10 @@ pub struct TcpProxy {
     addr: SocketAddr,
     state: watch::Sender<State>,
     holding: Arc<Holding>,
+    /// Connections closed by `sever`.
+    severed: Arc<AtomicU64>,
+    /// Chunks of bytes forwarded to the server, and to the client.
+    forwarded: Arc<[AtomicU64; 2]>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -107,9 +111,12 @@ impl TcpProxy {
             generation: 0,
         });
         let holding = Arc::new(Holding::default());
+        let severed = Arc::new(AtomicU64::new(0));
+        let forwarded: Arc<[AtomicU64; 2]> = Arc::default();
         let (shutdown, stopped) = tokio::sync::oneshot::channel();
         let accepting = state.clone();
         let proxy_holding = holding.clone();
+        let counting = (severed.clone(), forwarded.clone());
         std::thread::Builder::new()
             .name("fencelock-test-proxy".into())
             .spawn(move || {
@@ -118,7 +125,7 @@ impl TcpProxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, upstream, accepting, proxy_holding) => {}
+                        () = accept(listener, upstream, accepting, proxy_holding, counting) => {}
                         _ = stopped => {}
                     }
                 });
@@ -127,6 +134,8 @@ impl TcpProxy {
             addr,
             state,
             holding,
+            severed,
+            forwarded,
             shutdown: Some(shutdown),
         })
     }
@@ -159,6 +168,19 @@ impl TcpProxy {
     /// Closes every open connection; new ones are accepted.
     pub fn sever(&self) {
         self.state.send_modify(|s| s.generation += 1);
+    }
+
+    /// How many connections [`sever`](Self::sever) has closed so far (counted as each one
+    /// closes): what shows that a cut hit something.
+    pub fn severed(&self) -> u64 {
+        self.severed.load(Ordering::SeqCst)
+    }
+
+    /// How many chunks of bytes went `direction` so far. A client writes a request, or a
+    /// pipeline, at once and then waits for the reply: the chunks sent to the server are
+    /// its round trips, as far as one read takes a whole request (16 KiB at most).
+    pub fn forwarded(&self, direction: Direction) -> u64 {
+        self.forwarded[direction as usize].load(Ordering::SeqCst)
     }
 
     /// Holds back the next chunk of bytes going `direction`, on whichever connection, while
@@ -224,6 +246,7 @@ async fn accept(
     upstream: SocketAddr,
     state: watch::Sender<State>,
     holding: Arc<Holding>,
+    (severed, forwarded): (Arc<AtomicU64>, Arc<[AtomicU64; 2]>),
 ) {
     while let Ok((client, _)) = listener.accept().await {
         let Ok(server) = TcpStream::connect(upstream).await else {
@@ -243,6 +266,8 @@ async fn accept(
             generation,
             holding: holding.clone(),
             link: link.clone(),
+            severed: severed.clone(),
+            forwarded: forwarded.clone(),
         };
         tokio::spawn(pump(client_read, server_write, Direction::ToServer).run());
         tokio::spawn(pump(server_read, client_write, Direction::ToClient).run());
@@ -260,6 +285,8 @@ struct Pump {
     generation: u64,
     holding: Arc<Holding>,
     link: Arc<Link>,
+    severed: Arc<AtomicU64>,
+    forwarded: Arc<[AtomicU64; 2]>,
 }
 
 impl Pump {
@@ -287,6 +314,10 @@ impl Pump {
                 return;
             };
             if current.generation != generation {
+                // One count per connection: its requests' side.
+                if self.direction == Direction::ToServer {
+                    self.severed.fetch_add(1, Ordering::SeqCst);
+                }
                 return;
             }
             tokio::select! {
@@ -308,6 +339,7 @@ impl Pump {
                         if self.to.write_all(&buffer[..n]).await.is_err() {
                             return;
                         }
+                        self.forwarded[self.direction as usize].fetch_add(1, Ordering::SeqCst);
                     }
                 },
                 changed = self.state.changed() => {

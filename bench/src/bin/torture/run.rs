@@ -5,14 +5,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fencelock::testing::history::{Violation, check, read_histories};
+use fencelock::testing::history::{
+    CheckReport, Section, Violation, check, check_at_most, check_read_write, read_histories,
+};
 use fencelock::testing::{
     EtcdCluster, RedisCluster, RedisServer, SentinelGroup, SqlDatabase, SqlKind, TcpProxy,
     ZooKeeperEnsemble,
 };
 use redis::AsyncCommands;
 
-use crate::worker::{self, KEYS};
+use crate::worker::{self, KEYS, Kind, PERMITS, SHARDS, resource_keys};
 
 pub const PROCESSES: usize = 4;
 
@@ -26,27 +28,120 @@ pub enum Promise {
     FencingOnly,
 }
 
+/// What a scenario expects of its run, besides its promise.
+#[derive(Debug, Clone, Copy)]
+pub struct Expect {
+    pub promise: Promise,
+    /// The worker the scenario killed, whose output is not checked.
+    pub killed: Option<usize>,
+    /// The sections the workers must reach at least: a run that did little proves little.
+    pub floor: Floor,
+    /// Faults that must have hit (a kill that killed, a cut that closed connections...): a
+    /// run whose fault missed proves nothing of it.
+    pub faults: u32,
+}
+
+/// The least a scenario's workers must do, set well below what it does on a loaded machine.
+#[derive(Debug, Clone, Copy)]
+pub enum Floor {
+    /// Sections per second of run.
+    PerSecond(f64),
+    /// Sections in all, whatever the run's length: a scenario whose bodies outlast its
+    /// fault runs a few sections only.
+    AtLeast(usize),
+}
+
+impl Floor {
+    fn sections(self, run_ms: u64) -> usize {
+        match self {
+            Floor::PerSecond(per_second) => (per_second * run_ms as f64 / 1_000.0).ceil() as usize,
+            Floor::AtLeast(sections) => sections,
+        }
+    }
+}
+
 /// What a run found.
 pub struct Report {
     pub scenario: &'static str,
-    pub promise: Promise,
+    pub kind: Kind,
+    pub expect: Expect,
     pub sections: usize,
+    /// The least number of sections the run had to reach.
+    pub floor: usize,
+    /// Faults that hit.
+    pub faults: u32,
     pub violations: Vec<Violation>,
     pub accepted: i64,
     pub counted: i64,
+    /// Stale tokens that reached the resource and were refused (reads and writes).
+    pub refused: usize,
+    /// Accepted writes whose token did not exceed the one accepted before on the resource.
+    pub writes_out_of_order: Vec<String>,
     /// Errors surfaced to callers, summed over the workers: lost, not acquired, backend,
     /// other.
     pub errors: [u32; 4],
     /// Workers that failed (other than one the scenario killed), with their output.
     pub failed_workers: Vec<String>,
+    /// Workers (other than one the scenario killed) that the store never answered.
+    pub unanswered_workers: Vec<usize>,
 }
 
 impl Report {
-    /// Whether the run kept the scenario's promise.
-    pub fn kept(&self) -> bool {
-        self.failed_workers.is_empty()
-            && self.accepted == self.counted
-            && (self.promise == Promise::FencingOnly || self.violations.is_empty())
+    /// Why the run broke the scenario's promise or proved too little; empty if it kept it.
+    pub fn broken(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        let mut check = |failed: bool, why: String| {
+            if failed {
+                broken.push(why);
+            }
+        };
+        check(
+            !self.failed_workers.is_empty(),
+            format!("{} worker(s) failed", self.failed_workers.len()),
+        );
+        check(
+            !self.unanswered_workers.is_empty(),
+            format!(
+                "workers {:?} never reached the store",
+                self.unanswered_workers
+            ),
+        );
+        check(
+            self.sections < self.floor,
+            format!(
+                "{} sections, fewer than the floor of {}",
+                self.sections, self.floor
+            ),
+        );
+        check(
+            self.faults < self.expect.faults,
+            format!("{} of {} faults hit", self.faults, self.expect.faults),
+        );
+        check(
+            self.accepted != self.counted,
+            format!("{} updates lost", self.accepted - self.counted),
+        );
+        check(
+            !self.writes_out_of_order.is_empty(),
+            format!(
+                "accepted writes out of token order: {:?}",
+                self.writes_out_of_order
+            ),
+        );
+        let tolerated = |violation: &&Violation| {
+            self.expect.promise == Promise::FencingOnly
+                && matches!(violation, Violation::Overlap(..) | Violation::TooMany(_))
+        };
+        let broken_rules = self.violations.iter().filter(|v| !tolerated(v)).count();
+        check(
+            broken_rules > 0,
+            format!("{broken_rules} violation(s) the promise does not allow"),
+        );
+        check(
+            self.expect.promise == Promise::Exclusion && self.refused > 0,
+            format!("{} stale tokens reached the resource", self.refused),
+        );
+        broken
     }
 }
 
@@ -145,7 +240,10 @@ impl Topology {
 
 pub struct Run {
     pub scenario: &'static str,
+    pub kind: Kind,
     pub topology: Topology,
+    /// Faults that hit so far (see [`Run::fault`]).
+    faults: u32,
     /// Between the workers and the lock server, when the scenario disturbs the network.
     pub proxy: Option<TcpProxy>,
     resource: RedisServer,
@@ -154,11 +252,12 @@ pub struct Run {
 }
 
 impl Run {
-    /// Starts a resource server and the workers against `lock_server` (through a proxy if
-    /// `through_proxy`); each section's body runs `body_ms`, the run `run_ms`. Workers mark
-    /// their entries in the run's folder.
+    /// Starts a resource server and the workers taking `kind` locks on `topology` (through a
+    /// proxy if `through_proxy`); each section's body runs `body_ms`, the run `run_ms`.
+    /// Workers mark their entries in the run's folder.
     pub fn start(
         scenario: &'static str,
+        kind: Kind,
         mut topology: Topology,
         body_ms: u64,
         run_ms: u64,
@@ -186,7 +285,8 @@ impl Run {
                     .arg("worker")
                     .envs(worker_env.iter().map(|(k, v)| (k, v)))
                     .env(worker::RESOURCE, resource.url())
-                    .env(worker::HISTORY, dir.join(format!("worker-{i}.history")))
+                    .env(worker::HISTORY, dir.join(format!("worker-{i}")))
+                    .env(worker::KIND, kind.name())
                     .env(worker::BODY_MS, body_ms.to_string())
                     .env(worker::RUN_MS, run_ms.to_string())
                     .env(worker::ENTRY_MARKS, &dir)
@@ -197,12 +297,19 @@ impl Run {
             .collect::<std::io::Result<_>>()?;
         Ok(Run {
             scenario,
+            kind,
             topology,
+            faults: 0,
             proxy,
             resource,
             dir,
             workers,
         })
+    }
+
+    /// Counts a fault the scenario injected if `hit` confirms that it hit.
+    pub fn fault(&mut self, hit: bool) {
+        self.faults += u32::from(hit);
     }
 
     /// Waits (bounded, 30 s) until some worker has entered a critical section; its index.
@@ -219,17 +326,14 @@ impl Run {
         None
     }
 
-    /// Waits for the workers, then checks the history and the resource.
-    pub fn finish(
-        self,
-        promise: Promise,
-        killed: Option<usize>,
-    ) -> Result<Report, Box<dyn std::error::Error>> {
+    /// Waits for the workers, then checks the history and the resource against `expect`.
+    pub fn finish(self, expect: Expect, run_ms: u64) -> Result<Report, Box<dyn std::error::Error>> {
         let mut errors = [0u32; 4];
         let mut failed_workers = Vec::new();
+        let mut unanswered_workers = Vec::new();
         for (i, worker) in self.workers.into_iter().enumerate() {
             let output = worker.wait_with_output()?;
-            if Some(i) == killed {
+            if Some(i) == expect.killed {
                 continue;
             }
             let stdout = String::from_utf8_lossy(&output.stdout);
@@ -240,49 +344,113 @@ impl Run {
                     String::from_utf8_lossy(&output.stderr)
                 ));
             }
-            let counts = stdout
-                .lines()
-                .filter_map(|line| line.strip_prefix("errors "))
-                .flat_map(|counts| counts.split(' ').map(|n| n.parse::<u32>().unwrap_or(0)));
-            for (total, count) in errors.iter_mut().zip(counts) {
+            let numbers = |prefix: &str| -> Vec<u32> {
+                stdout
+                    .lines()
+                    .filter_map(|line| line.strip_prefix(prefix))
+                    .flat_map(|counts| counts.split(' ').map(|n| n.parse::<u32>().unwrap_or(0)))
+                    .collect()
+            };
+            let counts = numbers("errors ");
+            for (total, count) in errors.iter_mut().zip(&counts) {
                 *total += count;
             }
-        }
-        let files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|e| e == "history"))
-            .collect();
-        let history = check(&read_histories(&files)?);
-        let (accepted, counted) = tokio::runtime::Runtime::new()?.block_on(async {
-            let mut resource = redis::Client::open(self.resource.url())?
-                .get_multiplexed_async_connection()
-                .await?;
-            let (mut accepted, mut counted) = (0i64, 0i64);
-            for key in 0..KEYS {
-                accepted += resource
-                    .get::<_, Option<i64>>(format!("accepted:{key}"))
-                    .await?
-                    .unwrap_or(0);
-                counted += resource
-                    .get::<_, Option<i64>>(format!("counter:{key}"))
-                    .await?
-                    .unwrap_or(0);
+            // Answers of the store: sections entered, and calls it refused or found lost.
+            let answered = numbers("sections ").iter().sum::<u32>()
+                + counts.first().unwrap_or(&0)
+                + counts.get(1).unwrap_or(&0);
+            if answered == 0 {
+                unanswered_workers.push(i);
             }
-            Ok::<_, redis::RedisError>((accepted, counted))
-        })?;
+        }
+        let histories = |role: &str| -> std::io::Result<Vec<Section>> {
+            let suffix = format!(".{role}.history");
+            let files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.to_string_lossy().ends_with(&suffix))
+                .collect();
+            read_histories(&files)
+        };
+        let (exclusive, shared) = (histories("exclusive")?, histories("shared")?);
+        let history = checked(self.kind, &exclusive, &shared);
+        let resource = tokio::runtime::Runtime::new()?.block_on(read_resource(&self.resource))?;
         let _ = std::fs::remove_dir_all(&self.dir);
         if let Topology::Sql(database) = &self.topology {
             tokio::runtime::Runtime::new()?.block_on(database.drop_tables());
         }
         Ok(Report {
             scenario: self.scenario,
-            promise,
+            kind: self.kind,
+            expect,
             sections: history.sections,
+            floor: expect.floor.sections(run_ms),
+            faults: self.faults,
             violations: history.violations,
-            accepted,
-            counted,
+            accepted: resource.accepted,
+            counted: resource.counted,
+            refused: resource.refused,
+            writes_out_of_order: resource.out_of_order,
             errors,
             failed_workers,
+            unanswered_workers,
         })
     }
+}
+
+/// The recorded sections checked by the rules of `kind`: no two exclusive sections of a key
+/// (or shard) overlap, tokens strictly increase in entry order; readers share only with
+/// readers; no more than the permits are inside a semaphore at once.
+fn checked(kind: Kind, exclusive: &[Section], shared: &[Section]) -> CheckReport {
+    match kind {
+        Kind::Mutex | Kind::Segmented => check(exclusive),
+        Kind::ReadWrite => check_read_write(shared, exclusive),
+        Kind::Semaphore => check_at_most(shared, PERMITS as usize),
+    }
+}
+
+/// What the protected resource saw, over every key (and shard) a run may write.
+struct Resource {
+    /// Writes accepted, and the value their counters reached: equal unless updates were lost.
+    accepted: i64,
+    counted: i64,
+    /// Stale tokens refused.
+    refused: usize,
+    /// The keys whose accepted writes' tokens did not strictly increase, with the pair.
+    out_of_order: Vec<String>,
+}
+
+async fn read_resource(resource: &RedisServer) -> Result<Resource, redis::RedisError> {
+    let mut connection = redis::Client::open(resource.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut seen = Resource {
+        accepted: 0,
+        counted: 0,
+        refused: 0,
+        out_of_order: Vec::new(),
+    };
+    let labels = (0..KEYS).flat_map(|key| {
+        let shards = (0..SHARDS).map(move |shard| format!("seg:{key}/{shard}"));
+        [format!("hist:{key}"), format!("rw:{key}")]
+            .into_iter()
+            .chain(shards)
+    });
+    for label in labels {
+        let [counter, _, accepted, writes, refused] = resource_keys(&label);
+        seen.accepted += connection
+            .get::<_, Option<i64>>(&accepted)
+            .await?
+            .unwrap_or(0);
+        seen.counted += connection
+            .get::<_, Option<i64>>(&counter)
+            .await?
+            .unwrap_or(0);
+        seen.refused += connection.llen::<_, usize>(&refused).await?;
+        let tokens: Vec<u64> = connection.lrange(&writes, 0, -1).await?;
+        if let Some(pair) = tokens.windows(2).find(|pair| pair[1] <= pair[0]) {
+            seen.out_of_order
+                .push(format!("{label}: {} then {}", pair[0], pair[1]));
+        }
+    }
+    Ok(seen)
 }

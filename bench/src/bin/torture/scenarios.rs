@@ -10,8 +10,8 @@ use fencelock::testing::{
     continue_process, stop_process,
 };
 
-use crate::run::{Promise, Report, Run, Topology};
-use crate::worker::TTL_MS;
+use crate::run::{Expect, Floor, Promise, Report, Run, Topology};
+use crate::worker::{Kind, TTL_MS};
 
 type Outcome = Result<Report, Box<dyn std::error::Error>>;
 
@@ -151,6 +151,54 @@ pub const ALL: &[Scenario] = &[
         name: "etcd-leader-killed",
         run: |ms| consensus_member_killed(Consensus::Etcd, true, ms),
     },
+    Scenario {
+        name: "read-write-holder-sigkill",
+        run: |ms| kind_holder_sigkill(Kind::ReadWrite, ms),
+    },
+    Scenario {
+        name: "read-write-holder-sigstop",
+        run: |ms| kind_holder_sigstop(Kind::ReadWrite, ms),
+    },
+    Scenario {
+        name: "read-write-redis-restart",
+        run: |ms| kind_redis_restart(Kind::ReadWrite, ms),
+    },
+    Scenario {
+        name: "read-write-latency-and-cuts",
+        run: |ms| kind_latency_and_cuts(Kind::ReadWrite, ms),
+    },
+    Scenario {
+        name: "semaphore-holder-sigkill",
+        run: |ms| kind_holder_sigkill(Kind::Semaphore, ms),
+    },
+    Scenario {
+        name: "semaphore-holder-sigstop",
+        run: |ms| kind_holder_sigstop(Kind::Semaphore, ms),
+    },
+    Scenario {
+        name: "semaphore-redis-restart",
+        run: |ms| kind_redis_restart(Kind::Semaphore, ms),
+    },
+    Scenario {
+        name: "semaphore-latency-and-cuts",
+        run: |ms| kind_latency_and_cuts(Kind::Semaphore, ms),
+    },
+    Scenario {
+        name: "segmented-holder-sigkill",
+        run: |ms| kind_holder_sigkill(Kind::Segmented, ms),
+    },
+    Scenario {
+        name: "segmented-holder-sigstop",
+        run: |ms| kind_holder_sigstop(Kind::Segmented, ms),
+    },
+    Scenario {
+        name: "segmented-redis-restart",
+        run: |ms| kind_redis_restart(Kind::Segmented, ms),
+    },
+    Scenario {
+        name: "segmented-latency-and-cuts",
+        run: |ms| kind_latency_and_cuts(Kind::Segmented, ms),
+    },
 ];
 
 /// One private Redis server.
@@ -200,89 +248,190 @@ fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
-/// Runs `command` on a connection of its own to `server` (the reply may never come in time:
-/// the command is what matters).
-fn send(server: &RedisServer, command: redis::Cmd) -> Result<(), Box<dyn std::error::Error>> {
-    tokio::runtime::Runtime::new()?.block_on(async {
-        let mut admin = redis::Client::open(server.url())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let _: redis::RedisResult<()> = command.query_async(&mut admin).await;
-        Ok(())
+/// Runs `future` to its end on a runtime of its own (the scenarios run on plain threads).
+fn block_on<T>(future: impl Future<Output = T>) -> std::io::Result<T> {
+    Ok(tokio::runtime::Runtime::new()?.block_on(future))
+}
+
+/// Runs `command` on a connection of its own to `server`, waiting at most `wait` for the
+/// reply (which may never come in time: the command is what matters); the reply, if any.
+fn send(server: &RedisServer, command: redis::Cmd, wait: Duration) -> Option<redis::Value> {
+    block_on(async {
+        let mut admin = server.connection().await.ok()?;
+        let reply = tokio::time::timeout(wait, command.query_async(&mut admin)).await;
+        reply.ok()?.ok()
     })
+    .ok()
+    .flatten()
+}
+
+/// Whether `server` answers a `PING` from a new connection within 300 ms: what an outage is
+/// checked by.
+fn answers(server: &RedisServer) -> bool {
+    send(server, redis::cmd("PING"), Duration::from_millis(300)).is_some()
+}
+
+/// The server's `run_id`: a restart changes it.
+fn run_id(server: &RedisServer) -> Option<String> {
+    block_on(server.info("server", "run_id")).ok().flatten()
+}
+
+/// Whether process `pid` is stopped (`T` in `/proc/<pid>/stat`) within a second: a signal is
+/// delivered a moment after it is sent.
+fn stops(pid: u32) -> bool {
+    let stopped = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    };
+    let started = Instant::now();
+    while !stopped() {
+        if started.elapsed() > Duration::from_secs(1) {
+            return false;
+        }
+        sleep_ms(5);
+    }
+    true
+}
+
+/// What a scenario whose `faults` hit must show: its promise, and at least `floor` sections.
+fn expect(promise: Promise, floor: Floor, faults: u32) -> Expect {
+    Expect {
+        promise,
+        killed: None,
+        floor,
+        faults,
+    }
 }
 
 fn no_faults(run_ms: u64) -> Outcome {
-    let run = Run::start("no faults", single()?, 3, run_ms, false)?;
-    run.finish(Promise::Exclusion, None)
+    let run = Run::start("no faults", Kind::Mutex, single()?, 3, run_ms, false)?;
+    run.finish(
+        expect(Promise::Exclusion, Floor::PerSecond(50.0), 0),
+        run_ms,
+    )
 }
 
 fn holder_sigkill(run_ms: u64) -> Outcome {
-    killed_holder("holder SIGKILL", single()?, run_ms)
+    killed_holder(
+        "holder SIGKILL",
+        Kind::Mutex,
+        single()?,
+        Floor::PerSecond(50.0),
+        run_ms,
+    )
 }
 
 /// A worker killed with SIGKILL a third into the run: its leases expire, and the others go
-/// on without overlapping.
-fn killed_holder(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
-    let mut run = Run::start(scenario, topology, 3, run_ms, false)?;
+/// on without overlapping. The fault hit if the worker died of the signal.
+fn killed_holder(
+    scenario: &'static str,
+    kind: Kind,
+    topology: Topology,
+    floor: Floor,
+    run_ms: u64,
+) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    let mut run = Run::start(scenario, kind, topology, 3, run_ms, false)?;
     sleep_ms(run_ms / 3);
     run.workers[0].kill()?;
-    run.finish(Promise::Exclusion, Some(0))
+    let status = run.workers[0].wait()?;
+    run.fault(status.signal() == Some(libc::SIGKILL));
+    let expect = Expect {
+        killed: Some(0),
+        ..expect(Promise::Exclusion, floor, 1)
+    };
+    run.finish(expect, run_ms)
 }
 
 fn client_kill(run_ms: u64) -> Outcome {
-    let mut run = Run::start("CLIENT KILL every 300 ms", single()?, 3, run_ms, false)?;
+    let mut run = Run::start(
+        "CLIENT KILL every 300 ms",
+        Kind::Mutex,
+        single()?,
+        3,
+        run_ms,
+        false,
+    )?;
     let started = Instant::now();
+    let mut kills = 0;
     while started.elapsed() < Duration::from_millis(run_ms) {
         sleep_ms(300);
         let mut kill = redis::cmd("CLIENT");
         kill.arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"]);
-        send(redis_server(&mut run.topology)?, kill)?;
+        let server = redis_server(&mut run.topology)?;
+        let killed = send(server, kill, Duration::from_secs(1));
+        // Each kill that closed connections is a fault that hit.
+        let hit = matches!(killed, Some(redis::Value::Int(n)) if n > 0);
+        run.fault(hit);
+        kills += 1;
     }
-    run.finish(Promise::Exclusion, None)
+    let faults = kills / 2;
+    run.finish(
+        expect(Promise::Exclusion, Floor::PerSecond(50.0), faults),
+        run_ms,
+    )
 }
 
 fn latency_and_cuts(run_ms: u64) -> Outcome {
     cut_connections(
         "20 ms latency, connections cut every 500 ms",
+        Kind::Mutex,
         single()?,
+        Floor::PerSecond(5.0),
         run_ms,
     )
 }
 
 /// 20 ms of latency, and every connection cut every 500 ms, by a proxy in front of the
-/// server.
-fn cut_connections(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
-    let run = Run::start(scenario, topology, 3, run_ms, true)?;
-    if let Some(proxy) = &run.proxy {
+/// server. A cut hit if it closed connections.
+fn cut_connections(
+    scenario: &'static str,
+    kind: Kind,
+    topology: Topology,
+    floor: Floor,
+    run_ms: u64,
+) -> Outcome {
+    let mut run = Run::start(scenario, kind, topology, 3, run_ms, true)?;
+    let mut cuts = 0;
+    if let Some(proxy) = run.proxy.take() {
         proxy.set_latency(Duration::from_millis(20));
         let started = Instant::now();
         while started.elapsed() < Duration::from_millis(run_ms) {
             sleep_ms(500);
+            let severed = proxy.severed();
             proxy.sever();
+            cuts += 1;
+            // Counted as the connections close: give them a moment.
+            sleep_ms(20);
+            run.fault(proxy.severed() > severed);
         }
+        run.proxy = Some(proxy);
     }
-    run.finish(Promise::Exclusion, None)
+    run.finish(expect(Promise::Exclusion, floor, cuts / 2), run_ms)
 }
 
-/// A server outage of 2 × TTL a quarter into the run, applied by `fault`, with bodies that
-/// outlast it.
+/// A server outage of 2 × TTL a quarter into the run, applied by `fault` (which says whether
+/// the server stopped answering), with bodies that outlast it.
 fn server_outage(
     scenario: &'static str,
     server: RedisServer,
     run_ms: u64,
-    fault: impl FnOnce(&RedisServer) -> Result<(), Box<dyn std::error::Error>>,
+    fault: impl FnOnce(&RedisServer) -> Result<bool, Box<dyn std::error::Error>>,
 ) -> Outcome {
     let mut run = Run::start(
         scenario,
+        Kind::Mutex,
         Topology::Single(server),
         OUTLASTING_BODY_MS,
         run_ms,
         false,
     )?;
     sleep_ms(run_ms / 4);
-    fault(redis_server(&mut run.topology)?)?;
-    run.finish(Promise::Exclusion, None)
+    let hit = fault(redis_server(&mut run.topology)?)?;
+    run.fault(hit);
+    run.finish(expect(Promise::Exclusion, Floor::AtLeast(3), 1), run_ms)
 }
 
 fn redis_sigstop(run_ms: u64) -> Outcome {
@@ -292,8 +441,10 @@ fn redis_sigstop(run_ms: u64) -> Outcome {
         run_ms,
         |server| {
             server.pause()?;
+            let silent = !answers(server);
             sleep_ms(TTL_MS * 2);
-            Ok(server.resume()?)
+            server.resume()?;
+            Ok(silent)
         },
     )
 }
@@ -306,7 +457,10 @@ fn client_pause(run_ms: u64) -> Outcome {
         |server| {
             let mut pause = redis::cmd("CLIENT");
             pause.arg("PAUSE").arg(TTL_MS * 2);
-            send(server, pause)
+            let paused = send(server, pause, Duration::from_secs(1)).is_some();
+            let silent = !answers(server);
+            sleep_ms(TTL_MS * 2);
+            Ok(paused && silent)
         },
     )
 }
@@ -316,21 +470,31 @@ fn debug_sleep(run_ms: u64) -> Outcome {
     server_outage("DEBUG SLEEP 2 x TTL", server, run_ms, |server| {
         let mut sleep = redis::cmd("DEBUG");
         sleep.arg("SLEEP").arg((TTL_MS * 2) as f64 / 1000.0);
-        // The reply comes only after the sleep, past the admin connection's response
-        // timeout: wait out the sleep here.
-        send(server, sleep)?;
-        sleep_ms(TTL_MS * 2);
-        Ok(())
+        // The reply comes only after the sleep: the command is sent on a thread of its own,
+        // and the server checked while it sleeps.
+        let url = server.url();
+        let sleeping = std::thread::spawn(move || {
+            let client = redis::Client::open(url)?;
+            let mut connection = client.get_connection()?;
+            sleep.query::<()>(&mut connection)
+        });
+        sleep_ms(100);
+        let silent = !answers(server);
+        let slept = sleeping
+            .join()
+            .map_err(|_| "the DEBUG SLEEP thread panicked")?;
+        Ok(silent && slept.is_ok())
     })
 }
 
 fn holder_sigstop(run_ms: u64) -> Outcome {
-    frozen_holder("holder SIGSTOP 2 x TTL", single()?, run_ms)
+    frozen_holder("holder SIGSTOP 2 x TTL", Kind::Mutex, single()?, run_ms)
 }
 
-fn frozen_holder(scenario: &'static str, topology: Topology, run_ms: u64) -> Outcome {
+/// A worker frozen inside its section for 2 × TTL; the fault hit if it was stopped.
+fn frozen_holder(scenario: &'static str, kind: Kind, topology: Topology, run_ms: u64) -> Outcome {
     // Its body outlasts the freeze, so that after thawing it still runs and must be stopped.
-    let run = Run::start(scenario, topology, OUTLASTING_BODY_MS, run_ms, false)?;
+    let mut run = Run::start(scenario, kind, topology, OUTLASTING_BODY_MS, run_ms, false)?;
     let Some(holder) = run.first_to_enter() else {
         return Err("no worker entered a critical section".into());
     };
@@ -339,9 +503,11 @@ fn frozen_holder(scenario: &'static str, topology: Topology, run_ms: u64) -> Out
     // stops at its first await after it thaws.
     let worker = run.workers[holder].id();
     stop_process(worker)?;
+    let stopped = stops(worker);
     sleep_ms(TTL_MS * 2);
     continue_process(worker)?;
-    run.finish(Promise::FencingOnly, None)
+    run.fault(stopped);
+    run.finish(expect(Promise::FencingOnly, Floor::AtLeast(3), 1), run_ms)
 }
 
 fn clock_jump(run_ms: u64) -> Outcome {
@@ -362,8 +528,9 @@ fn clock_jump(run_ms: u64) -> Outcome {
     let (shim, offset_path) = (shim.to_string_lossy(), offset.to_string_lossy());
     let env = [("LD_PRELOAD", &*shim), ("CLOCKSHIFT_FILE", &*offset_path)];
     let server = RedisServer::start_with_env(&[], &env)?;
-    let run = Run::start(
+    let mut run = Run::start(
         "server clock +1 h",
+        Kind::Mutex,
         Topology::Single(server),
         200,
         run_ms,
@@ -374,16 +541,51 @@ fn clock_jump(run_ms: u64) -> Outcome {
     // still runs. Tokens follow the server clock, so the resource refuses the first holder's
     // writes; a body that runs on is stopped by its next renewal.
     std::fs::write(&offset, "3600000")?;
-    let report = run.finish(Promise::FencingOnly, None);
+    let jumped = match send(
+        redis_server(&mut run.topology)?,
+        redis::cmd("TIME"),
+        Duration::from_secs(1),
+    ) {
+        Some(redis::Value::Array(time)) => match time.first() {
+            Some(redis::Value::BulkString(seconds)) => std::str::from_utf8(seconds)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .is_some_and(|server_s| {
+                    let local_s = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    server_s >= local_s + 3_500
+                }),
+            _ => false,
+        },
+        _ => false,
+    };
+    run.fault(jumped);
+    let report = run.finish(
+        expect(Promise::FencingOnly, Floor::PerSecond(5.0), 1),
+        run_ms,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     report
 }
 
 fn redis_restart(run_ms: u64) -> Outcome {
-    let mut run = Run::start("Redis restart (data lost)", single()?, 200, run_ms, false)?;
+    restarted_redis("Redis restart (data lost)", Kind::Mutex, run_ms)
+}
+
+/// The one server restarted without its data half-way: the fault hit if its `run_id` changed.
+fn restarted_redis(scenario: &'static str, kind: Kind, run_ms: u64) -> Outcome {
+    let mut run = Run::start(scenario, kind, single()?, 200, run_ms, false)?;
     sleep_ms(run_ms / 2);
-    redis_server(&mut run.topology)?.restart()?;
-    run.finish(Promise::FencingOnly, None)
+    let server = redis_server(&mut run.topology)?;
+    let before = run_id(server);
+    server.restart()?;
+    let restarted = before.is_some() && run_id(server) != before;
+    run.fault(restarted);
+    run.finish(
+        expect(Promise::FencingOnly, Floor::PerSecond(5.0), 1),
+        run_ms,
+    )
 }
 
 /// Redlock over 5 masters, 2 of them killed a third into the run: a majority is left, so
@@ -391,6 +593,7 @@ fn redis_restart(run_ms: u64) -> Outcome {
 fn redlock_two_of_five_killed(run_ms: u64) -> Outcome {
     let mut run = Run::start(
         "Redlock(5): 2 masters SIGKILL",
+        Kind::Mutex,
         redlock(5)?,
         3,
         run_ms,
@@ -398,11 +601,17 @@ fn redlock_two_of_five_killed(run_ms: u64) -> Outcome {
     )?;
     sleep_ms(run_ms / 3);
     if let Topology::Redlock(masters) = &mut run.topology {
+        let mut dead = 0;
         for master in &mut masters[3..] {
             master.kill()?;
+            dead += u32::from(!answers(master));
         }
+        run.fault(dead == 2);
     }
-    run.finish(Promise::Exclusion, None)
+    run.finish(
+        expect(Promise::Exclusion, Floor::PerSecond(20.0), 1),
+        run_ms,
+    )
 }
 
 /// Redlock over 3 masters, two of them restarted without their data one after the other
@@ -411,18 +620,28 @@ fn redlock_two_of_five_killed(run_ms: u64) -> Outcome {
 fn redlock_restart(run_ms: u64) -> Outcome {
     let mut run = Run::start(
         "Redlock(3): masters restarted (data lost)",
+        Kind::Mutex,
         redlock(3)?,
         200,
         run_ms,
         false,
     )?;
+    let mut restarted = Vec::new();
     if let Topology::Redlock(masters) = &mut run.topology {
-        sleep_ms(run_ms / 3);
-        masters[1].restart()?;
-        sleep_ms(run_ms / 6);
-        masters[2].restart()?;
+        for (master, pause) in [(1, run_ms / 3), (2, run_ms / 6)] {
+            sleep_ms(pause);
+            let before = run_id(&masters[master]);
+            masters[master].restart()?;
+            restarted.push(before.is_some() && run_id(&masters[master]) != before);
+        }
     }
-    run.finish(Promise::FencingOnly, None)
+    for hit in restarted {
+        run.fault(hit);
+    }
+    run.finish(
+        expect(Promise::FencingOnly, Floor::PerSecond(5.0), 2),
+        run_ms,
+    )
 }
 
 /// The master behind Sentinel killed a third into the run; the replica is promoted and the
@@ -436,24 +655,44 @@ fn sentinel_failover_min_replicas(run_ms: u64) -> Outcome {
     sentinel_master_killed("Sentinel: master SIGKILL, min_replicas 1", 1, run_ms)
 }
 
+/// The fault hit once the Sentinels name another master.
 fn sentinel_master_killed(scenario: &'static str, min_replicas: u32, run_ms: u64) -> Outcome {
-    let mut run = Run::start(scenario, sentinel(min_replicas)?, 3, run_ms, false)?;
+    let mut run = Run::start(
+        scenario,
+        Kind::Mutex,
+        sentinel(min_replicas)?,
+        3,
+        run_ms,
+        false,
+    )?;
     sleep_ms(run_ms / 3);
     if let Topology::Sentinel(group, _) = &mut run.topology {
         let old_port = group.master.port();
         group.master.kill()?;
-        tokio::runtime::Runtime::new()?.block_on(group.wait_for_failover_from(old_port))?;
+        let new_port = block_on(group.wait_for_failover_from(old_port))??;
+        run.fault(new_port != old_port);
     }
-    run.finish(Promise::FencingOnly, None)
+    run.finish(
+        expect(Promise::FencingOnly, Floor::PerSecond(20.0), 1),
+        run_ms,
+    )
 }
 
 /// A manual `CLUSTER FAILOVER` of the first master a third into the run: its replica takes
-/// over in step with it, so no grant is lost and exclusion holds.
+/// over in step with it, so no grant is lost and exclusion holds. The fault hit once the
+/// replica is a master.
 fn cluster_failover(run_ms: u64) -> Outcome {
-    let run = Run::start("Cluster: CLUSTER FAILOVER", cluster()?, 3, run_ms, false)?;
+    let mut run = Run::start(
+        "Cluster: CLUSTER FAILOVER",
+        Kind::Mutex,
+        cluster()?,
+        3,
+        run_ms,
+        false,
+    )?;
     sleep_ms(run_ms / 3);
     if let Topology::Cluster(cluster) = &run.topology {
-        tokio::runtime::Runtime::new()?.block_on(async {
+        let promoted = block_on(async {
             let replica = cluster
                 .replica_of(0)
                 .await
@@ -463,22 +702,45 @@ fn cluster_failover(run_ms: u64) -> Outcome {
                 .arg("FAILOVER")
                 .query_async::<()>(&mut connection)
                 .await?;
-            Ok::<_, Box<dyn std::error::Error>>(())
-        })?;
+            for _ in 0..100 {
+                if cluster.masters().await.contains(&replica) {
+                    return Ok(true);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok::<_, Box<dyn std::error::Error>>(false)
+        })??;
+        run.fault(promoted);
     }
-    run.finish(Promise::Exclusion, None)
+    run.finish(
+        expect(Promise::Exclusion, Floor::PerSecond(50.0), 1),
+        run_ms,
+    )
 }
 
 /// The first master killed a third into the run: the cluster promotes its replica after the
-/// node timeout, and a grant the replica had not received is lost with the master.
+/// node timeout, and a grant the replica had not received is lost with the master. The fault
+/// hit once the cluster serves every slot again without it.
 fn cluster_master_sigkill(run_ms: u64) -> Outcome {
-    let mut run = Run::start("Cluster: master SIGKILL", cluster()?, 3, run_ms, false)?;
+    let mut run = Run::start(
+        "Cluster: master SIGKILL",
+        Kind::Mutex,
+        cluster()?,
+        3,
+        run_ms,
+        false,
+    )?;
     sleep_ms(run_ms / 3);
     if let Topology::Cluster(cluster) = &mut run.topology {
         cluster.nodes[0].kill()?;
-        tokio::runtime::Runtime::new()?.block_on(cluster.wait_until_ready())?;
+        block_on(cluster.wait_until_ready())??;
+        let hit = !answers(&cluster.nodes[0]);
+        run.fault(hit);
     }
-    run.finish(Promise::FencingOnly, None)
+    run.finish(
+        expect(Promise::FencingOnly, Floor::PerSecond(50.0), 1),
+        run_ms,
+    )
 }
 
 /// The scenario's name in the table, for `kind`'s database.
@@ -491,7 +753,13 @@ fn on(kind: SqlKind, postgres: &'static str, mysql: &'static str) -> &'static st
 
 fn sql_holder_sigkill(kind: SqlKind, run_ms: u64) -> Outcome {
     let name = on(kind, "PostgreSQL: holder SIGKILL", "MySQL: holder SIGKILL");
-    killed_holder(name, database(kind)?, run_ms)
+    killed_holder(
+        name,
+        Kind::Mutex,
+        database(kind)?,
+        Floor::PerSecond(20.0),
+        run_ms,
+    )
 }
 
 fn sql_holder_sigstop(kind: SqlKind, run_ms: u64) -> Outcome {
@@ -500,7 +768,7 @@ fn sql_holder_sigstop(kind: SqlKind, run_ms: u64) -> Outcome {
         "PostgreSQL: holder SIGSTOP 2 x TTL",
         "MySQL: holder SIGSTOP 2 x TTL",
     );
-    frozen_holder(name, database(kind)?, run_ms)
+    frozen_holder(name, Kind::Mutex, database(kind)?, run_ms)
 }
 
 fn sql_latency_and_cuts(kind: SqlKind, run_ms: u64) -> Outcome {
@@ -509,20 +777,32 @@ fn sql_latency_and_cuts(kind: SqlKind, run_ms: u64) -> Outcome {
         "PostgreSQL: 20 ms latency, cuts every 500 ms",
         "MySQL: 20 ms latency, cuts every 500 ms",
     );
-    cut_connections(name, database(kind)?, run_ms)
+    // MySQL's short transactions of several statements feel every cut.
+    let floor = on_floor(kind, Floor::PerSecond(5.0), Floor::AtLeast(1));
+    cut_connections(name, Kind::Mutex, database(kind)?, floor, run_ms)
+}
+
+fn on_floor(kind: SqlKind, postgres: Floor, mysql: Floor) -> Floor {
+    match kind {
+        SqlKind::Postgres => postgres,
+        SqlKind::MySql => mysql,
+    }
 }
 
 /// The database server restarted a third into the run (its data on disk survives): holders
 /// whose renewal cannot reach it stop at their loss deadline, and the rows' expiry on the
-/// database's clock keeps the next holder out until then.
+/// database's clock keeps the next holder out until then. The fault hit once the server
+/// answers again after its restart (`restart_server` waits for both).
 fn sql_restart(kind: SqlKind, run_ms: u64) -> Outcome {
     let name = on(kind, "PostgreSQL: server restart", "MySQL: server restart");
-    let run = Run::start(name, database(kind)?, 200, run_ms, false)?;
+    let mut run = Run::start(name, Kind::Mutex, database(kind)?, 200, run_ms, false)?;
     sleep_ms(run_ms / 3);
     if let Topology::Sql(database) = &run.topology {
-        tokio::runtime::Runtime::new()?.block_on(database.restart_server())?;
+        let restarted = block_on(database.restart_server())?;
+        run.fault(restarted.is_ok());
     }
-    run.finish(Promise::Exclusion, None)
+    let floor = on_floor(kind, Floor::PerSecond(5.0), Floor::PerSecond(2.0));
+    run.finish(expect(Promise::Exclusion, floor, 1), run_ms)
 }
 
 /// A consensus store the scenarios below run on: three members each.
@@ -552,7 +832,13 @@ impl Consensus {
 /// A holder killed with SIGKILL: its entries lapse (its lease), or go with its session.
 fn consensus_holder_sigkill(store: Consensus, run_ms: u64) -> Outcome {
     let name = store.named("ZooKeeper(3): holder SIGKILL", "etcd(3): holder SIGKILL");
-    killed_holder(name, store.start()?, run_ms)
+    killed_holder(
+        name,
+        Kind::Mutex,
+        store.start()?,
+        Floor::PerSecond(5.0),
+        run_ms,
+    )
 }
 
 /// A holder frozen past its lease and its session inside its section: fencing refuses it.
@@ -561,11 +847,12 @@ fn consensus_holder_sigstop(store: Consensus, run_ms: u64) -> Outcome {
         "ZooKeeper(3): holder SIGSTOP 2 x TTL",
         "etcd(3): holder SIGSTOP 2 x TTL",
     );
-    frozen_holder(name, store.start()?, run_ms)
+    frozen_holder(name, Kind::Mutex, store.start()?, run_ms)
 }
 
 /// A member (a follower, or the leader) killed a third into the run: a majority is left, so
-/// the work goes on after an election, and exclusion holds throughout.
+/// the work goes on after an election, and exclusion holds throughout. The fault hit once
+/// the member is gone and a leader (another one, when the leader was killed) serves.
 fn consensus_member_killed(store: Consensus, leader: bool, run_ms: u64) -> Outcome {
     let name = match leader {
         true => store.named("ZooKeeper(3): leader SIGKILL", "etcd(3): leader SIGKILL"),
@@ -574,18 +861,68 @@ fn consensus_member_killed(store: Consensus, leader: bool, run_ms: u64) -> Outco
             "etcd(3): follower SIGKILL",
         ),
     };
-    let mut run = Run::start(name, store.start()?, 3, run_ms, false)?;
+    let mut run = Run::start(name, Kind::Mutex, store.start()?, 3, run_ms, false)?;
     sleep_ms(run_ms / 3);
-    match &mut run.topology {
+    let (killed, leading) = match &mut run.topology {
         Topology::ZooKeeper(ensemble) => {
             let leading = ensemble.leader().ok_or("no ZooKeeper leader")?;
-            ensemble.kill(if leader { leading } else { (leading + 1) % 3 })?;
+            let killed = if leader { leading } else { (leading + 1) % 3 };
+            ensemble.kill(killed)?;
+            (killed, elected(|| ensemble.leader(), killed))
         }
         Topology::Etcd(cluster) => {
             let leading = cluster.leader().ok_or("no etcd leader")?;
-            cluster.kill(if leader { leading } else { (leading + 1) % 3 })?;
+            let killed = if leader { leading } else { (leading + 1) % 3 };
+            cluster.kill(killed)?;
+            (killed, elected(|| cluster.leader(), killed))
         }
         _ => return Err("not a consensus store".into()),
+    };
+    run.fault(leading.is_some_and(|now| now != killed));
+    run.finish(expect(Promise::Exclusion, Floor::PerSecond(5.0), 1), run_ms)
+}
+
+/// The member that leads once one other than `killed` does (polled for at most 30 s).
+fn elected(leader: impl Fn() -> Option<usize>, killed: usize) -> Option<usize> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        match leader() {
+            Some(now) if now != killed => return Some(now),
+            _ => sleep_ms(100),
+        }
     }
-    run.finish(Promise::Exclusion, None)
+    None
+}
+
+/// The lock kinds' scenarios, on one Redis server: a holder killed (exclusion holds: readers
+/// beside no writer, no more permits than the semaphore has, no shard held twice).
+fn kind_holder_sigkill(kind: Kind, run_ms: u64) -> Outcome {
+    let name = kind_named(kind, "holder SIGKILL");
+    killed_holder(name, kind, single()?, Floor::PerSecond(20.0), run_ms)
+}
+
+/// A holder frozen inside its section: fencing refuses its late writes.
+fn kind_holder_sigstop(kind: Kind, run_ms: u64) -> Outcome {
+    frozen_holder(
+        kind_named(kind, "holder SIGSTOP 2 x TTL"),
+        kind,
+        single()?,
+        run_ms,
+    )
+}
+
+/// The server restarted without its data: fencing refuses the stale holders.
+fn kind_redis_restart(kind: Kind, run_ms: u64) -> Outcome {
+    restarted_redis(kind_named(kind, "Redis restart (data lost)"), kind, run_ms)
+}
+
+/// Latency and cut connections: exclusion holds.
+fn kind_latency_and_cuts(kind: Kind, run_ms: u64) -> Outcome {
+    let name = kind_named(kind, "20 ms latency, cuts every 500 ms");
+    cut_connections(name, kind, single()?, Floor::PerSecond(5.0), run_ms)
+}
+
+/// `fault`'s name for `kind`'s scenario, in the table.
+fn kind_named(kind: Kind, fault: &str) -> &'static str {
+    Box::leak(format!("{}: {fault}", kind.name()).into_boxed_str())
 }
