@@ -1,14 +1,16 @@
 //! The lock kinds side by side on one server: each kind's uncontended acquire + release
-//! (W1) and its round trips, and 8 workers on one key of each kind, each holding it for a
-//! moment (a mutex and a write lock serialise them; readers, permits and shards share).
+//! (W1), what one acquisition costs on the wire (round trips counted through a proxy, and
+//! the commands Redis executed), and 8 workers on one key of each kind, each holding it for
+//! a moment (a mutex and a write lock serialise them; readers, permits and shards share).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fencelock::testing::{Direction, TcpProxy};
 use fencelock::{LockClient, LockKind};
 use tokio::sync::Barrier;
 
-use crate::probe::{ScriptCalls, counting_scripts};
+use crate::probe::{CommandStats, ScriptCalls, counting_scripts};
 use crate::stats::Failures;
 use crate::workloads::{self, BoxError, Latency};
 
@@ -26,11 +28,23 @@ pub const WORKERS: usize = 8;
 /// How long a contended worker holds its grant.
 pub const HOLD: Duration = Duration::from_millis(1);
 
+/// Acquisitions of a free key through the proxy, for the figures on the wire.
+const WIRE_SAMPLES: u64 = 200;
+
+/// What one acquisition of a free key costs on the wire.
+pub struct Wire {
+    /// Requests (or pipelines) the client sent and waited for: the chunks the proxy passed
+    /// to the server.
+    pub round_trips: f64,
+    /// Commands Redis executed (a script's own commands included).
+    pub commands: f64,
+}
+
 /// One kind's figures.
 pub struct KindRun {
     pub label: &'static str,
     pub uncontended: Latency,
-    pub uncontended_scripts: ScriptCalls,
+    pub wire: Wire,
     pub grants: u64,
     pub contended_wall: Duration,
     pub contended_scripts: ScriptCalls,
@@ -39,11 +53,14 @@ pub struct KindRun {
 
 pub async fn compare(
     url: &str,
+    server: std::net::SocketAddr,
     iterations: usize,
     per_worker: usize,
 ) -> Result<Vec<KindRun>, BoxError> {
     let mut inspector = workloads::connect(url).await?;
     let client = LockClient::connect(url).await?;
+    let proxy = TcpProxy::start(server)?;
+    let proxied = LockClient::connect(&proxy.url()).await?;
     let mut runs = Vec::with_capacity(KINDS.len());
     for (label, kind) in KINDS {
         let key = format!("kinds:w1:{label}");
@@ -55,15 +72,15 @@ pub async fn compare(
                 .await
                 .map_err(|e| e.to_string())
         };
-        let (uncontended, uncontended_scripts) =
-            counting_scripts(&mut inspector, workloads::measure(iterations, pair)).await?;
+        let uncontended = workloads::measure(iterations, pair).await;
+        let wire = on_the_wire(&proxy, &proxied, &mut inspector, &key, kind).await?;
         let (contended, contended_scripts) =
             counting_scripts(&mut inspector, contended(url, label, kind, per_worker)).await?;
         let (grants, contended_wall, failures) = contended?;
         runs.push(KindRun {
             label,
             uncontended,
-            uncontended_scripts,
+            wire,
             grants,
             contended_wall,
             contended_scripts,
@@ -71,6 +88,35 @@ pub async fn compare(
         });
     }
     Ok(runs)
+}
+
+/// [`Wire`] of acquiring `kind` on `key` (free) through `proxy`, over [`WIRE_SAMPLES`]
+/// acquisitions after a first one (which loads the scripts); each is released before the
+/// next, outside the count.
+async fn on_the_wire(
+    proxy: &TcpProxy,
+    client: &LockClient,
+    inspector: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    kind: LockKind,
+) -> Result<Wire, BoxError> {
+    client.request(key, kind).acquire().await?.release().await?;
+    let (mut round_trips, mut commands) = (0, 0);
+    for _ in 0..WIRE_SAMPLES {
+        let (sent, before) = (
+            proxy.forwarded(Direction::ToServer),
+            CommandStats::read(inspector).await?,
+        );
+        let guard = client.request(key, kind).acquire().await?;
+        round_trips += proxy.forwarded(Direction::ToServer) - sent;
+        commands += CommandStats::read(inspector).await?.commands_since(&before);
+        guard.release().await?;
+    }
+    let per = |count: u64| count as f64 / WIRE_SAMPLES as f64;
+    Ok(Wire {
+        round_trips: per(round_trips),
+        commands: per(commands),
+    })
 }
 
 /// `WORKERS` workers, each with a client of its own, taking the `kind` lock of one key

@@ -194,7 +194,8 @@ async fn main() -> Result<(), BoxError> {
     }
     if args.kinds {
         let ping = workloads::ping(&redis, sizes.sequential).await;
-        let runs = kinds::compare(&url, sizes.sequential, sizes.w2_per_worker).await?;
+        let server_addr = ([127, 0, 0, 1], server.port()).into();
+        let runs = kinds::compare(&url, server_addr, sizes.sequential, sizes.w2_per_worker).await?;
         report::kinds(&ping, &runs, sizes.w2_per_worker);
         return Ok(());
     }

@@ -85,6 +85,16 @@ impl CommandStats {
         self.0.get(command).copied().unwrap_or_default()
     }
 
+    /// The commands executed between `before` and `self` (those a script runs included), but
+    /// the `INFO` that read them.
+    pub fn commands_since(&self, before: &CommandStats) -> u64 {
+        let calls = |stats: &CommandStats| -> u64 {
+            let all: u64 = stats.0.values().map(|cost| cost.calls).sum();
+            all - stats.get("info").calls
+        };
+        calls(self).saturating_sub(calls(before))
+    }
+
     /// The script calls made between `before` and `self`. Differences, not a `CONFIG
     /// RESETSTAT`, so that nothing else reading the stats is disturbed.
     pub fn scripts_since(&self, before: &CommandStats) -> ScriptCalls {

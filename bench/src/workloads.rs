@@ -6,7 +6,6 @@
 use std::error::Error;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fencelock::{LockClient, LockError, redis_lock};
@@ -186,7 +185,8 @@ pub struct Contention {
     /// Grants whose GET and SET both succeeded: what the counter must read.
     pub increments: u64,
     pub counter: i64,
-    /// Consecutive grants that went to a different worker, out of `granted - 1`.
+    /// Grants the releases made: hand-offs to the next waiter that the release script
+    /// announced (counted by an operator's watch of the key; rslock hands nothing over).
     pub handoffs: u64,
     pub acquire_failures: Failures,
     /// Failed GET, SET or release.
@@ -209,11 +209,53 @@ impl Contention {
 struct WorkerLog {
     waits: Vec<Duration>,
     holds: Vec<Duration>,
-    /// (grant sequence number, worker id)
-    grants: Vec<(u64, usize)>,
+    grants: u64,
     increments: u64,
     acquire_failures: Failures,
     op_errors: Failures,
+}
+
+/// Hand-offs announced on a key while a workload runs, counted by an operator's watch.
+struct HandoffCount {
+    stop: tokio::sync::oneshot::Sender<()>,
+    counting: tokio::task::JoinHandle<Result<u64, fencelock::LockError>>,
+}
+
+/// Starts counting the hand-offs of `key`, as `client`'s operator hears them.
+async fn count_handoffs(client: &LockClient, key: &str) -> Result<HandoffCount, BoxError> {
+    use fencelock::admin::ReleaseEvent;
+    let mut events = client.admin().watch(key).await?;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel();
+    let counting = tokio::spawn(async move {
+        let mut handoffs = 0;
+        loop {
+            // After the workload, what is still on its way: until the key is quiet.
+            let next = tokio::select! {
+                next = events.next() => Some(next?),
+                _ = &mut stopped => None,
+            };
+            match next {
+                Some(ReleaseEvent::HandedOver { .. }) => handoffs += 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        while let Ok(event) = tokio::time::timeout(Duration::from_millis(200), events.next()).await
+        {
+            if let ReleaseEvent::HandedOver { .. } = event? {
+                handoffs += 1;
+            }
+        }
+        Ok(handoffs)
+    });
+    Ok(HandoffCount { stop, counting })
+}
+
+impl HandoffCount {
+    async fn finish(self) -> Result<u64, BoxError> {
+        let _ = self.stop.send(());
+        Ok(self.counting.await??)
+    }
 }
 
 /// W2: `W2_WORKERS` workers, each with its own lock client and Redis connection, take one
@@ -238,22 +280,25 @@ pub async fn contention_with(
         .arg(COUNTER)
         .query_async::<()>(&mut redis)
         .await?;
+    let handoffs = match lockers.first() {
+        Some(Locker::Fencelock { client, .. }) => Some(count_handoffs(client, mode.key()).await?),
+        _ => None,
+    };
     let mut workers = Vec::with_capacity(lockers.len());
-    for (id, locker) in lockers.into_iter().enumerate() {
-        workers.push((id, locker, connect(url).await?));
+    for locker in lockers {
+        workers.push((locker, connect(url).await?));
     }
     let start = Arc::new(Barrier::new(workers.len()));
-    let sequence = Arc::new(AtomicU64::new(0));
     // Counted around the workers only: connecting the clients sends no script.
     let stats_before = CommandStats::read(&mut redis).await?;
     let started = Instant::now();
     let tasks: Vec<_> = workers
         .into_iter()
-        .map(|(id, locker, redis)| {
-            let (start, sequence) = (start.clone(), sequence.clone());
+        .map(|(locker, redis)| {
+            let start = start.clone();
             tokio::spawn(async move {
                 start.wait().await;
-                contention_worker(id, &locker, redis, mode.key(), per_worker, &sequence).await
+                contention_worker(&locker, redis, mode.key(), per_worker).await
             })
         })
         .collect();
@@ -270,25 +315,27 @@ pub async fn contention_with(
         .query_async(&mut redis)
         .await?;
 
-    let (mut waits, mut holds, mut grants) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut waits, mut holds, mut grants) = (Vec::new(), Vec::new(), 0);
     let (mut increments, mut acquire_failures, mut op_errors) =
         (0, Failures::default(), Failures::default());
     for log in logs {
         waits.extend(log.waits);
         holds.extend(log.holds);
-        grants.extend(log.grants);
+        grants += log.grants;
         increments += log.increments;
         acquire_failures.merge(log.acquire_failures);
         op_errors.merge(log.op_errors);
     }
-    grants.sort_unstable();
-    let handoffs = grants.windows(2).filter(|w| w[0].1 != w[1].1).count() as u64;
+    let handoffs = match handoffs {
+        Some(counting) => counting.finish().await?,
+        None => 0,
+    };
     Ok(Contention {
         mode,
         wall,
         wait: Summary::of(waits),
         critical_section: Summary::of(holds),
-        granted: grants.len() as u64,
+        granted: grants,
         increments,
         counter: counter.unwrap_or(0),
         handoffs,
@@ -299,12 +346,10 @@ pub async fn contention_with(
 }
 
 async fn contention_worker(
-    id: usize,
     locker: &Locker,
     mut redis: MultiplexedConnection,
     key: &str,
     iterations: usize,
-    sequence: &AtomicU64,
 ) -> WorkerLog {
     let mut log = WorkerLog::default();
     for _ in 0..iterations {
@@ -317,9 +362,7 @@ async fn contention_worker(
             }
         };
         let granted = Instant::now();
-        // Taken inside the critical section, so the numbers follow the order of the grants.
-        log.grants
-            .push((sequence.fetch_add(1, Ordering::Relaxed), id));
+        log.grants += 1;
         log.waits.push(granted - requested);
         match increment(&mut redis).await {
             Ok(()) => log.increments += 1,

@@ -11,7 +11,9 @@ pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
     println!(
         "\nLock kinds on one server: W1 (sequential uncontended acquire + release, {} pairs), \
          and {WORKERS} workers with a client each taking one key {per_worker} times, holding \
-         it {} ms; floor: PING {:.1} µs",
+         it {} ms; round trips and commands per acquisition measured on the wire (a proxy \
+         counting requests, Redis counting commands, a script's own included); floor: PING \
+         {:.1} µs",
         runs.first().map_or(0, |run| run.uncontended.iterations),
         HOLD.as_millis(),
         us(floor)
@@ -20,16 +22,14 @@ pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
         .iter()
         .map(|run| {
             let w1 = run.uncontended.summary;
-            let pairs = run.uncontended.operations;
             let grants_per_s = run.grants as f64 / run.contended_wall.as_secs_f64();
             vec![
                 run.label.to_owned(),
                 format!("{:.1}", us(w1.mean)),
                 format!("{:.1}", us(w1.p99)),
                 format!("{:.2}x", w1.mean.as_secs_f64() / floor.as_secs_f64()),
-                // Each pair is one acquire and one release script: what is left is the
-                // acquisition's.
-                format!("{:.2}", run.uncontended_scripts.per(pairs) - 1.0),
+                format!("{:.2}", run.wire.round_trips),
+                format!("{:.1}", run.wire.commands),
                 format!("{grants_per_s:.0}"),
                 format!("{:.2}", run.contended_scripts.per(run.grants)),
                 (run.failures.count + run.uncontended.failures.count).to_string(),
@@ -43,6 +43,7 @@ pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
             "p99 µs",
             "/ PING",
             "round trips / acquire",
+            "commands / acquire",
             "8 workers: grants/s",
             "scripts / grant",
             "failures",
@@ -55,7 +56,8 @@ pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
             "kind": run.label,
             "w1_mean_us": us(run.uncontended.summary.mean),
             "w1_p99_us": us(run.uncontended.summary.p99),
-            "round_trips_per_acquire": run.uncontended_scripts.per(run.uncontended.operations) - 1.0,
+            "round_trips_per_acquire": run.wire.round_trips,
+            "commands_per_acquire": run.wire.commands,
             "contended_grants_per_s": run.grants as f64 / run.contended_wall.as_secs_f64(),
             "contended_scripts_per_grant": run.contended_scripts.per(run.grants),
             "failures": run.failures.count + run.uncontended.failures.count,

@@ -286,14 +286,18 @@ fn print_w2_table(rows: &[Contention], per_worker: usize, ping: Duration, floor:
             "max wait ms",
             "counter",
             "lost",
-            "hand-offs",
+            "handed over",
             "mean CS µs",
             "acq. fail",
             "op errors",
         ],
         &table_rows,
     );
-    println!("  lost = increments made under the lock - counter; CS = granted -> release answered");
+    println!(
+        "  lost = increments made under the lock - counter; CS = granted -> release answered; \
+         handed over = grants a release made (its announcements, heard by an operator's watch) \
+         / grants - 1"
+    );
     for r in rows {
         first_errors(
             &format!("acquire failure, {}", r.mode.label()),
