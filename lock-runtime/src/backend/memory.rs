@@ -15,6 +15,7 @@ use super::{
     ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::defects::{self, Defect};
 use crate::glob::Glob;
 use crate::random;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
@@ -228,10 +229,17 @@ impl State {
     /// until the place would have lapsed, whichever is sooner, as the Redis release script
     /// does; `None` if nobody waits.
     fn hand_off(&mut self, key: &str, now: Instant) -> Option<ReleaseEvent> {
+        // Unless a test planted the defect of a store whose places never lapse.
+        let places_lapse = !defects::planted(Defect::HandOffToLapsedPlace);
         // A shared kind's place, left from before the key served a mutex, is skipped (its
         // next attempt says why it cannot have the key), as the Redis script does.
         let next = loop {
-            let next = self.live_line(key, now)?.pop_front()?;
+            let line = if places_lapse {
+                self.live_line(key, now)
+            } else {
+                self.lines.get_mut(key)
+            };
+            let next = line?.pop_front()?;
             if next.kind == LockKind::Mutex {
                 break next;
             }
@@ -239,7 +247,12 @@ impl State {
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
-        let token = self.grant(key, &next.owner, next.lapses_at.min(now + next.ttl));
+        let lasts_until = if places_lapse {
+            next.lapses_at.min(now + next.ttl)
+        } else {
+            now + next.ttl
+        };
+        let token = self.grant(key, &next.owner, lasts_until);
         Some(ReleaseEvent::HandedOver {
             to: owner_tag(&next.owner),
             token,
@@ -427,8 +440,11 @@ impl State {
                 .map(|grant| grant.expires_at = now + lease.ttl)
                 .is_some();
         }
+        let any_owner = defects::planted(Defect::RenewalExtendsAnyOwner);
         match self.live_holder(&lease.key, now) {
-            Some(holder) if holder.owner == lease.owner && holder.token == held.token => {
+            Some(holder)
+                if any_owner || (holder.owner == lease.owner && holder.token == held.token) =>
+            {
                 holder.expires_at = now + lease.ttl;
                 true
             }
@@ -494,8 +510,9 @@ impl State {
         if lease.kind.is_shared() {
             return self.release_shared(lease, keep, left_line, released_before, now);
         }
+        let any_owner = defects::planted(Defect::ReleaseWithoutOwnerCheck);
         let (release, event) = match self.live_holder(&lease.key, now) {
-            Some(holder) if holder.owner == lease.owner => {
+            Some(holder) if any_owner || holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
                     let released = ReleaseEvent::Released {
