@@ -5,7 +5,9 @@
 //! right after a request went out (`workload.rs`). Every run is checked on its record
 //! (`history.rs`): exclusion against the store's own grants (every loss is reported before
 //! the store can grant the key again), fencing tokens, no orphan after a lost reply, nothing
-//! left in the store once everything is over, every operation ended with the right error.
+//! left in the store once everything is over, every operation ended with the right error,
+//! and no panic in any task (the application's, the library's background work, the simulated
+//! network's).
 //!
 //! - `cargo test --test simulation`: a fixed set of seeds (about a minute).
 //! - `FENCELOCK_SIM_SEEDS=N [FENCELOCK_SIM_FIRST=F]`: seeds `F..F+N` (`scripts/test.sh
@@ -18,7 +20,9 @@ mod network;
 mod rng;
 mod workload;
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use fencelock::LockClient;
@@ -51,14 +55,52 @@ struct Report {
     trace: Vec<String>,
 }
 
-/// Runs seed `seed` on a fresh single-threaded runtime with the paused clock.
+thread_local! {
+    /// The panics on this thread since its seed began.
+    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records every panic on the thread it happens on: a seed runs every task (the library's
+/// background work and the simulated network's too) on its own thread, and a panic in a
+/// task nobody awaits would vanish with the task. Panics are still printed as before.
+fn record_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = PANICS.try_with(|panics| {
+                if let Ok(mut panics) = panics.try_borrow_mut() {
+                    panics.push(info.to_string());
+                }
+            });
+            previous(info);
+        }));
+    });
+}
+
+/// Runs seed `seed` on a fresh single-threaded runtime with the paused clock; every panic
+/// on the way is a violation.
 fn run(seed: u64) -> Report {
+    record_panics();
+    PANICS.with_borrow_mut(Vec::clear);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(simulate(seed))
+    let report = std::panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on(simulate(seed))));
+    // The tasks still pending (background work) are dropped with it.
+    drop(runtime);
+    let panics = PANICS.with_borrow_mut(std::mem::take);
+    let Ok(mut report) = report else {
+        panic!(
+            "seed {seed}: the simulation panicked:\n{}",
+            panics.join("\n")
+        );
+    };
+    let panicked = panics.into_iter().map(|panic| format!("a task {panic}"));
+    report.violations.extend(panicked);
+    report
 }
 
 async fn simulate(seed: u64) -> Report {
@@ -101,11 +143,15 @@ async fn simulate(seed: u64) -> Report {
         })
     });
     let all_done = async {
-        for task in tasks {
-            let _ = task.await;
+        let mut panicked = Vec::new();
+        for (index, task) in tasks.into_iter().enumerate() {
+            if let Err(error) = task.await {
+                panicked.push(format!("application task {index} did not end: {error}"));
+            }
         }
+        panicked
     };
-    let finished = tokio::time::timeout(BUDGET, all_done).await.is_ok();
+    let ended = tokio::time::timeout(BUDGET, all_done).await;
     let simulated = start.elapsed();
     if let Some(deleting) = deleting {
         deleting.abort();
@@ -113,8 +159,9 @@ async fn simulate(seed: u64) -> Report {
     tokio::time::sleep(WIND_DOWN).await;
     let history = world.history();
     let mut violations = history.violations(world.memory.keys_in_use());
-    if !finished {
-        violations.push(format!("the operations did not end within {BUDGET:?}"));
+    match ended {
+        Ok(panicked) => violations.extend(panicked),
+        Err(_) => violations.push(format!("the operations did not end within {BUDGET:?}")),
     }
     Report {
         seed,
