@@ -634,15 +634,14 @@ mod tests {
         ) -> BoxFuture<'a, Result<Release, LockError>> {
             Box::pin(async move {
                 let released = self.inner.release(lease, keep).await?;
-                let holder = self.inner.holder(&lease.key);
-                let event =
-                    holder.map_or(ReleaseEvent::Released { token: None }, |(owner, token)| {
-                        ReleaseEvent::HandedOver {
-                            to: owner_tag(&owner),
-                            token,
-                            slot: None,
-                        }
-                    });
+                let holder = self.inner.grants(&lease.key).pop();
+                let event = holder.map_or(ReleaseEvent::Released { token: None }, |holder| {
+                    ReleaseEvent::HandedOver {
+                        to: owner_tag(&holder.owner),
+                        token: holder.token,
+                        slot: None,
+                    }
+                });
                 self.hub.announce(&lease.key, event);
                 Ok(released)
             })

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::network::{Faults, SimBackend, World};
 use crate::rng::Rng;
-use crate::workload::Task;
+use crate::workload::{Family, Keys, Task};
 
 /// Seeds run by `cargo test`.
 const CI_SEEDS: u64 = 1_000;
@@ -109,7 +109,7 @@ async fn simulate(seed: u64) -> Report {
     let mut rng = Rng::new(seed);
     let faults = Faults::draw(&mut rng);
     let world = Arc::new(World::new(seed, faults));
-    let keys: Vec<String> = (0..rng.range(1, 3)).map(|k| format!("k{k}")).collect();
+    let keys = Keys::new(rng.range(1, 3), Family::draw(&mut rng));
     let clients = rng.range(2, 4) as u32;
     let mut tasks = Vec::new();
     let mut ops = 0;
@@ -134,7 +134,7 @@ async fn simulate(seed: u64) -> Report {
         }
     }
     let deleting = faults.deletions.map(|every| {
-        let (world, keys, mut rng) = (world.clone(), keys.clone(), Rng::new(rng.next_u64()));
+        let (world, keys, mut rng) = (world.clone(), keys.all(), Rng::new(rng.next_u64()));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(rng.between(every / 2, every * 3 / 2)).await;

@@ -23,16 +23,16 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fencelock::LockError;
-use fencelock::backend::memory::MemoryBackend;
+use fencelock::backend::memory::{LiveGrant, MemoryBackend};
 use fencelock::backend::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
+use fencelock::{LockError, LockKind};
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::history::{History, OpId};
+use crate::history::{Grant, History, OpId};
 use crate::rng::Rng;
 
 /// How long a client waits for a reply.
@@ -420,20 +420,31 @@ impl LockBackend for SimBackend {
             let run = Box::new(move || {
                 let outcome = world.memory.acquire(&lease, turn).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
-                if let Ok(Acquire::Granted { token, .. }) = outcome {
-                    // The README's one gap: without settling, a request delivered more than
-                    // the delayed cleanup's second after the client gave up on it may keep
-                    // the key for one lease.
-                    let past_cleanup = !world.faults.settles
-                        && given_up_at
-                            .lock()
-                            .unwrap()
-                            .is_some_and(|at| at.elapsed() > CLEANUP_COVERS);
-                    let mut history = world.history();
-                    history.granted(client, &lease.key, &lease.owner, token);
-                    if past_cleanup {
-                        history.delivered_past_cleanup(&lease.key, token);
+                match outcome {
+                    Ok(Acquire::Granted { token, slot }) => {
+                        // The README's one gap: without settling, a request delivered more
+                        // than the delayed cleanup's second after the client gave up on it
+                        // may keep the key for one lease.
+                        let past_cleanup = !world.faults.settles
+                            && given_up_at
+                                .lock()
+                                .unwrap()
+                                .is_some_and(|at| at.elapsed() > CLEANUP_COVERS);
+                        let mut history = world.history();
+                        let grant = Grant {
+                            key: lease.key.clone(),
+                            owner: lease.owner.clone(),
+                            token,
+                            kind: lease.kind,
+                            slot,
+                            handed_off: false,
+                        };
+                        history.granted(client, grant);
+                        if past_cleanup {
+                            history.delivered_past_cleanup(&lease.key, token);
+                        }
                     }
+                    _ => {}
                 }
                 Reply::Acquire(outcome)
             });
@@ -444,6 +455,10 @@ impl LockBackend for SimBackend {
                 _ => Err(mismatched()),
             }
         })
+    }
+
+    fn offers(&self, kind: LockKind) -> bool {
+        self.world.memory.offers(kind)
     }
 
     /// No call to the store: a key another waiter of this client subscribed.
@@ -508,17 +523,26 @@ impl LockBackend for SimBackend {
             let op = current_op();
             self.world.history().release_sent(op, &lease.owner);
             let run = Box::new(move || {
-                let before = world.memory.holder(&lease.key);
+                let before = world.memory.grants(&lease.key);
                 let outcome = world.memory.release(&lease, keep).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
                 if let Ok(released) = outcome {
                     let mut history = world.history();
                     history.released(&lease.key, &lease.owner, released);
-                    // The release may have handed the key to a waiter: a new grant.
-                    let token_before = before.map(|(_, token)| token);
-                    let after = world.memory.holder(&lease.key);
-                    if let Some((owner, token)) = after.filter(|(_, t)| Some(*t) != token_before) {
-                        history.granted(client, &lease.key, &owner, token);
+                    // The release may have handed the key to waiters: new grants.
+                    let after = world.memory.grants(&lease.key);
+                    let new = |g: &LiveGrant| !before.iter().any(|b| b.token == g.token);
+                    let handed = after.into_iter().filter(new);
+                    for handed in handed {
+                        let grant = Grant {
+                            key: lease.key.clone(),
+                            owner: handed.owner,
+                            token: handed.token,
+                            kind: handed.kind,
+                            slot: handed.slot,
+                            handed_off: true,
+                        };
+                        history.granted(client, grant);
                     }
                 }
                 Reply::Release(outcome)

@@ -71,6 +71,20 @@ struct SharedHolder {
     released: bool,
 }
 
+/// A live grant, as [`MemoryBackend::grants`] shows it (test support).
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveGrant {
+    /// The owner token (with a mark once released while its lease is kept, `min_hold_ms`).
+    pub owner: String,
+    /// The fencing token.
+    pub token: u64,
+    /// The kind of lock granted.
+    pub kind: LockKind,
+    /// The permit or shard held, for a semaphore or a segmented lock.
+    pub slot: Option<u32>,
+}
+
 /// A waiter's place in a key's line: its lease and kind, and when the place lapses.
 struct Place {
     owner: String,
@@ -113,14 +127,26 @@ impl MemoryBackend {
         released
     }
 
-    /// The owner token and fencing token of `key`'s live grant, if any: test support, for
-    /// histories that record the grants a release hands over.
+    /// `key`'s live grants, of every kind (one at most for a mutex), oldest first: test
+    /// support, for histories that record the grants a release hands over.
     #[cfg(feature = "testing")]
-    pub fn holder(&self, key: &str) -> Option<(String, u64)> {
+    pub fn grants(&self, key: &str) -> Vec<LiveGrant> {
         let now = Instant::now();
         self.with_state(|state| {
-            let holder = state.live_holder(key, now)?;
-            Some((holder.owner.clone(), holder.token))
+            let mutex = state.live_holder(key, now).map(|holder| LiveGrant {
+                owner: holder.owner.clone(),
+                token: holder.token,
+                kind: LockKind::Mutex,
+                slot: None,
+            });
+            let shared = state.live_shared(key, now).into_iter().flatten();
+            let shared = shared.map(|grant| LiveGrant {
+                owner: grant.owner.clone(),
+                token: grant.token,
+                kind: grant.kind,
+                slot: slot_of(grant.kind, grant.slot),
+            });
+            mutex.into_iter().chain(shared).collect()
         })
     }
 
