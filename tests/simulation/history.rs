@@ -86,6 +86,7 @@ struct Section {
     /// The shard of a segmented lock, as the body learnt it.
     shard: Option<u32>,
     ttl: Duration,
+    seq: u64,
     entered: Instant,
     exited: Option<Instant>,
     lost_at: Option<Instant>,
@@ -322,6 +323,7 @@ impl History {
             kind,
             shard,
             ttl,
+            seq: self.seq,
             entered: Instant::now(),
             exited: None,
             lost_at: None,
@@ -460,9 +462,10 @@ impl History {
     /// until the holder leaves or is told of the loss, the store grants nothing the grant
     /// excludes (beside a mutex or a writer nothing, beside a reader no writer, beside a
     /// shard not that shard, beside a semaphore's permits no permit beyond their count).
-    /// Every loss is reported before. The exception is a key the store deleted under its
-    /// holder (an operator, a restart without data); that holder must learn of it within its
-    /// lease.
+    /// Every loss is reported before. A section claims its grant from the grant on, before
+    /// its body enters too: a body that enters after the store gave its grant away is a
+    /// second holder. The exception is a key the store deleted under its holder (an
+    /// operator, a restart without data); that holder must learn of it within its lease.
     fn check_exclusion(&self, found: &mut Vec<String>) {
         for granted in &self.grants {
             let grant = &granted.grant;
@@ -473,15 +476,15 @@ impl History {
                     continue;
                 }
                 let until = self.believed_until(section);
-                if !(section.entered <= granted.at && granted.at < until) {
+                // Events of one instant are told apart by their order.
+                if !(granted.at < until || granted.seq < section.seq) {
                     continue;
                 }
                 // A section under a token never granted is `check_tokens`'s.
                 let Some(own) = self.grant_of(&section.key, section.token) else {
                     continue;
                 };
-                // The deletion that ended the section's grant: the first after it (events of
-                // one instant are told apart by their order).
+                // The deletion that ended the section's grant: the first after it.
                 let deleted = self
                     .deletions
                     .iter()

@@ -263,7 +263,8 @@ fn seeds_break_no_promise() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    // One seed with settling, one without; both with lost replies and deleted keys.
+    // One seed with settling, one without; both with lost replies, deleted keys and frozen
+    // clients.
     for seed in [7, 1783] {
         let first = run(seed);
         let second = run(seed);
