@@ -77,6 +77,15 @@ struct Granted {
     past_cleanup: bool,
 }
 
+/// A waiter's place in a key's line, as the store kept (or renewed) it.
+#[derive(Debug)]
+struct Place {
+    seq: u64,
+    key: String,
+    owner: String,
+    lapses_at: Instant,
+}
+
 #[derive(Debug)]
 struct Section {
     op: OpId,
@@ -106,6 +115,7 @@ pub struct History {
     seq: u64,
     ops: BTreeMap<OpId, Op>,
     grants: Vec<Granted>,
+    places: Vec<Place>,
     /// (seq, owner) of every release call sent and every release executed.
     release_events: Vec<(u64, String)>,
     sections: Vec<Section>,
@@ -126,6 +136,7 @@ impl History {
             seq: 0,
             ops: BTreeMap::new(),
             grants: Vec::new(),
+            places: Vec::new(),
             release_events: Vec::new(),
             sections: Vec::new(),
             deletions: Vec::new(),
@@ -252,6 +263,21 @@ impl History {
         }
     }
 
+    /// The store kept (or renewed) `owner`'s place in `key`'s line until `lapses_at`.
+    pub fn placed(&mut self, key: &str, owner: &str, lapses_at: Instant) {
+        let owner_name = self.owner(owner);
+        let lasts = lapses_at - Instant::now();
+        self.note(format_args!(
+            "store keeps {owner_name}'s place in {key}'s line for {lasts:?}"
+        ));
+        self.places.push(Place {
+            seq: self.seq,
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lapses_at,
+        });
+    }
+
     /// The grant of `token` came from a request delivered past the delayed cleanup.
     pub fn delivered_past_cleanup(&mut self, key: &str, token: u64) {
         self.note(format_args!(
@@ -360,6 +386,7 @@ impl History {
         self.check_sections(&mut found);
         self.check_exclusion(&mut found);
         self.check_tokens(&mut found);
+        self.check_hand_offs(&mut found);
         self.check_orphans(&mut found);
         self.check_ops(&mut found);
         found.dedup();
@@ -572,6 +599,32 @@ impl History {
                 }
                 Some(_) => {}
             }
+        }
+    }
+
+    /// A release hands the key only to a waiter whose place in line lasts (each attempt
+    /// that keeps a place renews it): a key handed to a lapsed place goes to a waiter that
+    /// may have left.
+    fn check_hand_offs(&self, found: &mut Vec<String>) {
+        for granted in self.grants.iter().filter(|g| g.grant.handed_off) {
+            let grant = &granted.grant;
+            let place = self
+                .places
+                .iter()
+                .rev()
+                .filter(|p| p.seq < granted.seq)
+                .find(|p| p.key == grant.key && p.owner == grant.owner);
+            let lapsed = match place {
+                Some(place) if place.lapses_at > granted.at => continue,
+                Some(place) => format!("whose place had lapsed at {:?}", self.at(place.lapses_at)),
+                None => "that never had a place".to_owned(),
+            };
+            found.push(format!(
+                "a release handed {} to token {} at {:?}, {lapsed}",
+                grant.key,
+                grant.token,
+                self.at(granted.at)
+            ));
         }
     }
 

@@ -9,9 +9,11 @@
 //! and no panic in any task (the application's, the library's background work, the simulated
 //! network's).
 //!
-//! - `cargo test --test simulation`: a fixed set of seeds (about a minute).
-//! - `FENCELOCK_SIM_SEEDS=N [FENCELOCK_SIM_FIRST=F]`: seeds `F..F+N` (`scripts/test.sh
-//!   --extended` runs thousands in a release build).
+//! - `cargo test --test simulation`: a fixed set of seeds (about a minute), and the known
+//!   defects of `fencelock::testing::defects`, each planted in turn until a seed of that set
+//!   catches it.
+//! - `FENCELOCK_SIM_SEEDS=N [FENCELOCK_SIM_FIRST=F]`: seeds `F..F+N` (the defects: CI's number
+//!   of seeds from `F`; `scripts/test.sh --extended` runs thousands in a release build).
 //! - `FENCELOCK_SIM_SEED=S cargo test --test simulation -- --nocapture`: replays seed `S`
 //!   exactly and prints its whole trace.
 
@@ -26,6 +28,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use fencelock::LockClient;
+use fencelock::testing::defects::{Defect, plant};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -217,6 +220,12 @@ fn describe_failure(report: &Report) -> String {
     text
 }
 
+/// The seeds of a batch: `FENCELOCK_SIM_SEEDS` from `FENCELOCK_SIM_FIRST`, else CI's.
+fn batch() -> std::ops::Range<u64> {
+    let first = env_u64("FENCELOCK_SIM_FIRST").unwrap_or(0);
+    first..first + env_u64("FENCELOCK_SIM_SEEDS").unwrap_or(CI_SEEDS)
+}
+
 #[test]
 fn seeds_break_no_promise() {
     if let Some(seed) = env_u64("FENCELOCK_SIM_SEED") {
@@ -232,13 +241,12 @@ fn seeds_break_no_promise() {
         println!("seed {seed}: no violation ({:?})", report.faults);
         return;
     }
-    let first = env_u64("FENCELOCK_SIM_FIRST").unwrap_or(0);
-    let count = env_u64("FENCELOCK_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    let seeds = batch();
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
     let (mut simulated, mut ops, mut grants, mut sections, mut faults) =
         (Duration::ZERO, 0, 0, 0, 0);
-    for seed in first..first + count {
+    for seed in seeds.clone() {
         let report = run(seed);
         simulated += report.simulated;
         ops += report.ops;
@@ -250,15 +258,43 @@ fn seeds_break_no_promise() {
             failures.push(report.seed);
         }
     }
+    let count = seeds.end - seeds.start;
     println!(
-        "simulation: {count} seeds from {first}, {:.2} simulated hours in {:.1} s: {ops} \
+        "simulation: {count} seeds from {}, {:.2} simulated hours in {:.1} s: {ops} \
          operations, {grants} grants, {sections} critical sections, {faults} faults \
          injected; {} seed(s) with violations {failures:?}",
+        seeds.start,
         simulated.as_secs_f64() / 3_600.0,
         started.elapsed().as_secs_f64(),
         failures.len()
     );
     assert!(failures.is_empty(), "seeds with violations: {failures:?}");
+}
+
+/// Every known defect, planted in the library in turn, breaks a promise in some seed of CI's
+/// budget (from `FENCELOCK_SIM_FIRST`, whatever `FENCELOCK_SIM_SEEDS` says): the checks see
+/// what they are there to see.
+#[test]
+fn planted_defects_are_caught() {
+    let first = batch().start;
+    let seeds = first..first + CI_SEEDS;
+    for defect in Defect::ALL {
+        let planted = plant(defect);
+        let caught = seeds
+            .clone()
+            .map(run)
+            .find(|report| !report.violations.is_empty());
+        drop(planted);
+        let Some(report) = caught else {
+            panic!("{defect:?} broke no promise in seeds {seeds:?}");
+        };
+        println!(
+            "{defect:?}: caught by seed {} ({} seed(s) run): {}",
+            report.seed,
+            report.seed - seeds.start + 1,
+            report.violations[0]
+        );
+    }
 }
 
 #[test]

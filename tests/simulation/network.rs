@@ -474,6 +474,14 @@ impl LockBackend for SimBackend {
                             history.delivered_past_cleanup(&lease.key, token);
                         }
                     }
+                    // Found held: the store kept (or renewed) the waiter's place, if it asked
+                    // for one.
+                    Ok(Acquire::Held { .. }) => {
+                        if let Some(place) = turn.place() {
+                            let lapses_at = Instant::now() + place;
+                            world.history().placed(&lease.key, &lease.owner, lapses_at);
+                        }
+                    }
                     _ => {}
                 }
                 Reply::Acquire(outcome)
