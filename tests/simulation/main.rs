@@ -1,21 +1,44 @@
 //! Deterministic simulation, in the spirit of FoundationDB's simulation testing and
 //! TigerBeetle's VOPR: many clients and tasks on tokio's paused clock, against the memory
 //! backend behind a network that a seed fills with faults (`network.rs`), running random
-//! operations through `#[redis_lock]` and the builder, some dropped at random `.await`s or
-//! right after a request went out (`workload.rs`). Every run is checked on its record
-//! (`history.rs`): exclusion against the store's own grants (every loss is reported before
-//! the store can grant the key again), fencing tokens, no orphan after a lost reply, nothing
-//! left in the store once everything is over, every operation ended with the right error,
-//! and no panic in any task (the application's, the library's background work, the simulated
-//! network's).
+//! operations on mutexes, read/write locks, a semaphore and a segmented lock (each kind on
+//! keys of its own) through `#[redis_lock]` and the builder, some dropped at random `.await`s
+//! or right after a request went out (`workload.rs`). Every run is checked on its record
+//! (`history.rs`): exclusion against the store's own grants, each kind by its rule (every
+//! loss is reported before the store can grant what the lost grant excluded, and no body
+//! enters a grant the store gave away), the critical sections (no two holders of a mutex or
+//! of a shard at once, no reader or writer beside a writer, no more holders than a
+//! semaphore's permits), fencing tokens, hand-offs only to waiters whose place lasts, no
+//! orphan after a lost reply, nothing left in the store once everything is over, every
+//! operation ended with the right error, and no panic in any task (the application's, the
+//! library's background work, the simulated network's).
 //!
-//! - `cargo test --test simulation`: a fixed set of seeds (about a minute), and the known
-//!   defects of `fencelock::testing::defects`, each planted in turn until a seed of that set
-//!   catches it.
+//! - `cargo test --all-features --test simulation`: CI's 1,000 seeds (about 20 s), and the
+//!   planted defects below.
 //! - `FENCELOCK_SIM_SEEDS=N [FENCELOCK_SIM_FIRST=F]`: seeds `F..F+N` (the defects: CI's number
 //!   of seeds from `F`; `scripts/test.sh --extended` runs thousands in a release build).
-//! - `FENCELOCK_SIM_SEED=S cargo test --test simulation -- --nocapture`: replays seed `S`
-//!   exactly and prints its whole trace.
+//! - `FENCELOCK_SIM_SEED=S cargo test --all-features --test simulation -- --nocapture
+//!   seeds_break_no_promise`: replays seed `S` exactly and prints its whole trace.
+//!
+//! The simulator proves it can see. A batch of seeds that grants, enters bodies or injects
+//! faults less than its floor (see `ACTIVITY`) fails: a simulator that silently stopped
+//! doing anything checks nothing. And `planted_defects_are_caught` plants each known defect
+//! of `fencelock::testing::defects` in turn (on its own thread only: the other tests run the
+//! real code) and runs CI's number of seeds until one reports a violation, printing how many
+//! seeds that took; a defect no seed catches fails the test. What each catch means:
+//! - `ReleaseWithoutOwnerCheck`: a stale release (a waiter giving up its place, a cleanup, a
+//!   release sent again) deletes the next owner's grant, and the store grants the key to a
+//!   third while that owner still holds it: the exclusion check sees it.
+//! - `RenewalExtendsAnyOwner`: an owner whose grant the store deleted under it has its
+//!   renewals answered with the next owner's grant, and holds on for longer than its lease
+//!   after the deletion: the exclusion check sees it.
+//! - `HandOffToLapsedPlace`: a release hands the key to a waiter whose place in line had
+//!   lapsed (it may have left): the hand-off check sees it against the places the store
+//!   kept.
+//! - `BodyOnExpiredGrant`: a client frozen between the store's grant and its reading of the
+//!   reply (the frozen-client fault) enters the body on a grant that ended meanwhile and
+//!   that the store gave to another: the critical sections overlap, and the exclusion check
+//!   sees a body enter a grant given away.
 
 mod history;
 mod network;
@@ -226,6 +249,57 @@ fn batch() -> std::ops::Range<u64> {
     first..first + env_u64("FENCELOCK_SIM_SEEDS").unwrap_or(CI_SEEDS)
 }
 
+/// Something a batch of seeds must do enough of: a simulator that silently stopped
+/// granting, entering bodies or injecting faults checks nothing, and must fail.
+struct Activity {
+    what: &'static str,
+    /// Per seed: the mean and the standard deviation measured over seeds 0..3,000.
+    mean: f64,
+    sd: f64,
+    /// What a batch of a single seed must do.
+    least: u64,
+}
+
+impl Activity {
+    /// The floor of a batch of `seeds`: half the total its seeds average, less four standard
+    /// deviations of a batch's total (`sd √seeds`), and at least `least`: far below what a
+    /// working simulator does, whichever seeds a batch has (each batch of 1,000 of seeds
+    /// 0..3,000 stayed within 6% of the mean).
+    fn floor(&self, seeds: u64) -> u64 {
+        let seeds = seeds as f64;
+        let floor = seeds * self.mean / 2.0 - 4.0 * self.sd * seeds.sqrt();
+        (floor.max(0.0).ceil() as u64).max(self.least)
+    }
+}
+
+/// The floors of every batch, from seeds 0..3,000 of this workload and these faults: per
+/// seed, 50.2 grants, 50.1 critical sections and 25.7 faults injected on average; every seed
+/// granted and entered at least 11 times, and a quarter of them injected no fault. A batch
+/// of CI's 1,000 seeds must reach 22,849 grants, 22,875 sections and 9,258 faults (they
+/// did about 50,000, 50,000 and 25,000). A simulator that does nothing fails every batch,
+/// on faults every batch of 79 seeds or more. A change to the workload or the faults that
+/// moves the means measures them again.
+const ACTIVITY: [Activity; 3] = [
+    Activity {
+        what: "grants",
+        mean: 50.2,
+        sd: 17.8,
+        least: 1,
+    },
+    Activity {
+        what: "critical sections",
+        mean: 50.1,
+        sd: 17.2,
+        least: 1,
+    },
+    Activity {
+        what: "faults injected",
+        mean: 25.7,
+        sd: 28.4,
+        least: 0,
+    },
+];
+
 #[test]
 fn seeds_break_no_promise() {
     if let Some(seed) = env_u64("FENCELOCK_SIM_SEED") {
@@ -250,8 +324,8 @@ fn seeds_break_no_promise() {
         let report = run(seed);
         simulated += report.simulated;
         ops += report.ops;
-        grants += report.grants;
-        sections += report.sections;
+        grants += report.grants as u64;
+        sections += report.sections as u64;
         faults += report.faults_injected;
         if !report.violations.is_empty() {
             eprintln!("{}", describe_failure(&report));
@@ -268,7 +342,24 @@ fn seeds_break_no_promise() {
         started.elapsed().as_secs_f64(),
         failures.len()
     );
+    let idle: Vec<String> = ACTIVITY
+        .iter()
+        .zip([grants, sections, faults])
+        .filter(|(activity, done)| *done < activity.floor(count))
+        .map(|(activity, done)| {
+            format!(
+                "{done} {} (the floor: {})",
+                activity.what,
+                activity.floor(count)
+            )
+        })
+        .collect();
     assert!(failures.is_empty(), "seeds with violations: {failures:?}");
+    assert!(
+        idle.is_empty(),
+        "the simulator did too little to prove anything: {}",
+        idle.join(", ")
+    );
 }
 
 /// Every known defect, planted in the library in turn, breaks a promise in some seed of CI's
