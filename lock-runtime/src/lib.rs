@@ -28,6 +28,13 @@ mod sync;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+// The defects a test may plant (`testing::defects`); without the feature only their names,
+// and none is ever planted.
+#[cfg(not(feature = "testing"))]
+#[path = "testing/defects.rs"]
+mod defects;
+#[cfg(feature = "testing")]
+use testing::defects;
 
 #[doc(hidden)]
 #[path = "private.rs"]

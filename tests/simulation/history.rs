@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fencelock::backend::Release;
 use fencelock::testing::history;
-use fencelock::{LockError, LossCause};
+use fencelock::{LockError, LockKind, LossCause};
 use tokio::time::Instant;
 
 /// The simulated operation a record belongs to; 0 for a client's background work.
@@ -47,6 +47,9 @@ struct Op {
     outcome: Outcome,
     /// A call of this operation went unanswered (failed, or dropped before its reply).
     unanswered: bool,
+    /// An acquire's reply reached it while its client was frozen: a grant may have come
+    /// back too late, which fails the call as an unanswered one does.
+    late_reply: bool,
     /// Release calls this operation sent, and the replies they got.
     release_calls: u32,
     release_replies: Vec<Release>,
@@ -54,16 +57,36 @@ struct Op {
     reentry: Option<(u64, Option<u64>)>,
 }
 
+/// A grant the store made, as it made it.
 #[derive(Debug)]
-struct Grant {
+pub struct Grant {
+    pub key: String,
+    pub owner: String,
+    pub token: u64,
+    pub kind: LockKind,
+    /// The permit or shard granted.
+    pub slot: Option<u32>,
+    /// Made by a release, to the waiter at the head of the key's line.
+    pub handed_off: bool,
+}
+
+#[derive(Debug)]
+struct Granted {
     seq: u64,
     at: Instant,
-    key: String,
-    owner: String,
-    token: u64,
+    grant: Grant,
     /// Made by a request delivered after the client's delayed cleanup (the README's gap
     /// without settling): it may keep the key for its lease, unreleased.
     past_cleanup: bool,
+}
+
+/// A waiter's place in a key's line, as the store kept (or renewed) it.
+#[derive(Debug)]
+struct Place {
+    seq: u64,
+    key: String,
+    owner: String,
+    lapses_at: Instant,
 }
 
 #[derive(Debug)]
@@ -71,7 +94,11 @@ struct Section {
     op: OpId,
     key: String,
     token: u64,
+    kind: LockKind,
+    /// The shard of a segmented lock, as the body learnt it.
+    shard: Option<u32>,
     ttl: Duration,
+    seq: u64,
     entered: Instant,
     exited: Option<Instant>,
     lost_at: Option<Instant>,
@@ -90,7 +117,8 @@ pub struct History {
     start: Instant,
     seq: u64,
     ops: BTreeMap<OpId, Op>,
-    grants: Vec<Grant>,
+    grants: Vec<Granted>,
+    places: Vec<Place>,
     /// (seq, owner) of every release call sent and every release executed.
     release_events: Vec<(u64, String)>,
     sections: Vec<Section>,
@@ -111,6 +139,7 @@ impl History {
             seq: 0,
             ops: BTreeMap::new(),
             grants: Vec::new(),
+            places: Vec::new(),
             release_events: Vec::new(),
             sections: Vec::new(),
             deletions: Vec::new(),
@@ -149,6 +178,7 @@ impl History {
                 acquired_at: None,
                 outcome: Outcome::Running,
                 unanswered: false,
+                late_reply: false,
                 release_calls: 0,
                 release_replies: Vec::new(),
                 reentry: None,
@@ -196,6 +226,13 @@ impl History {
     }
 
     /// A call of `op` ended without a reply.
+    /// Operation `op`'s client was frozen on an acquire's reply.
+    pub fn late_reply(&mut self, op: OpId) {
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.late_reply = true;
+        }
+    }
+
     pub fn unanswered(&mut self, op: OpId, what: &str) {
         self.note(format_args!("op {op}: {what}: no reply"));
         if let Some(record) = self.ops.get_mut(&op) {
@@ -203,18 +240,52 @@ impl History {
         }
     }
 
-    pub fn granted(&mut self, client: u32, key: &str, owner: &str, token: u64) {
-        let owner_name = self.owner(owner);
+    /// The store granted `grant` (or answered an attempt with its owner's grant again).
+    pub fn granted(&mut self, client: u32, grant: Grant) {
+        let owner_name = self.owner(&grant.owner);
+        let again = self
+            .grants
+            .iter()
+            .any(|g| g.grant.key == grant.key && g.grant.token == grant.token);
+        let Grant {
+            key,
+            token,
+            kind,
+            slot,
+            handed_off,
+            ..
+        } = &grant;
+        let how = match (again, handed_off) {
+            (true, _) => "grants again",
+            (false, true) => "hands over",
+            (false, false) => "grants",
+        };
         self.note(format_args!(
-            "client {client}: store grants {key} to {owner_name} token {token}"
+            "client {client}: store {how} {key} ({} {slot:?}) to {owner_name} token {token}",
+            kind.name()
         ));
-        self.grants.push(Grant {
+        if !again {
+            self.grants.push(Granted {
+                seq: self.seq,
+                at: Instant::now(),
+                grant,
+                past_cleanup: false,
+            });
+        }
+    }
+
+    /// The store kept (or renewed) `owner`'s place in `key`'s line until `lapses_at`.
+    pub fn placed(&mut self, key: &str, owner: &str, lapses_at: Instant) {
+        let owner_name = self.owner(owner);
+        let lasts = lapses_at - Instant::now();
+        self.note(format_args!(
+            "store keeps {owner_name}'s place in {key}'s line for {lasts:?}"
+        ));
+        self.places.push(Place {
             seq: self.seq,
-            at: Instant::now(),
             key: key.to_owned(),
             owner: owner.to_owned(),
-            token,
-            past_cleanup: false,
+            lapses_at,
         });
     }
 
@@ -223,13 +294,13 @@ impl History {
         self.note(format_args!(
             "{key} token {token}: delivered after the client's delayed cleanup"
         ));
-        if let Some(grant) = self
+        if let Some(granted) = self
             .grants
             .iter_mut()
             .rev()
-            .find(|g| g.key == key && g.token == token)
+            .find(|g| g.grant.key == key && g.grant.token == token)
         {
-            grant.past_cleanup = true;
+            granted.past_cleanup = true;
         }
     }
 
@@ -267,14 +338,29 @@ impl History {
         });
     }
 
-    /// A body started under `token`; returns the section's index.
-    pub fn entered(&mut self, op: OpId, key: &str, token: u64, ttl: Duration) -> usize {
-        self.note(format_args!("op {op}: enters {key} with token {token}"));
+    /// A body started under `token` (on `shard` of a segmented lock); returns the section's
+    /// index.
+    pub fn entered(
+        &mut self,
+        op: OpId,
+        key: &str,
+        kind: LockKind,
+        ttl: Duration,
+        token: u64,
+        shard: Option<u32>,
+    ) -> usize {
+        self.note(format_args!(
+            "op {op}: enters {key} ({} {shard:?}) with token {token}",
+            kind.name()
+        ));
         self.sections.push(Section {
             op,
             key: key.to_owned(),
             token,
+            kind,
+            shard,
             ttl,
+            seq: self.seq,
             entered: Instant::now(),
             exited: None,
             lost_at: None,
@@ -311,6 +397,7 @@ impl History {
         self.check_sections(&mut found);
         self.check_exclusion(&mut found);
         self.check_tokens(&mut found);
+        self.check_hand_offs(&mut found);
         self.check_orphans(&mut found);
         self.check_ops(&mut found);
         found.dedup();
@@ -329,72 +416,118 @@ impl History {
         section.lost_at.map_or(end, |lost| lost.min(end))
     }
 
-    /// The history checker of the fault scenarios (`fencelock::testing::history`), on the
-    /// intervals in which holders believed they held their lock: no two overlap on a key,
-    /// and tokens increase in entry order. A reentrant call's sections are one (same operation,
-    /// same token); a section whose grant the store deleted under it is left out (its holder
-    /// may overlap the next one until it learns, which `check_exclusion` bounds).
+    /// The record of the store's grant of `token` for `key`.
+    fn grant_of(&self, key: &str, token: u64) -> Option<&Granted> {
+        self.grants
+            .iter()
+            .find(|g| g.grant.key == key && g.grant.token == token)
+    }
+
+    /// Whether the store deleted the key under `section`'s grant before its holder stopped
+    /// believing it held it.
+    fn deleted_under(&self, section: &Section) -> bool {
+        let granted = self
+            .grant_of(&section.key, section.token)
+            .map_or(0, |g| g.seq);
+        self.deletions
+            .iter()
+            .any(|d| d.key == section.key && d.seq > granted && d.at < self.believed_until(section))
+    }
+
+    /// The history checkers of the fault scenarios (`fencelock::testing::history`), on the
+    /// intervals in which holders believed they held their lock, each kind by its rule: no
+    /// two sections at once of a mutex, or of one shard of a segmented lock (a key of its
+    /// own here), with tokens increasing in entry order; no reader or writer beside a writer;
+    /// no more sections at once than a semaphore's permits. A reentrant call's sections are
+    /// one (same operation, same token; a read inside a write is the write); a section whose
+    /// grant the store deleted under it is left out (its holder may overlap the next one
+    /// until it learns, which `check_exclusion` bounds).
     fn check_sections(&self, found: &mut Vec<String>) {
-        let mut merged: BTreeMap<(OpId, u64), history::Section> = BTreeMap::new();
-        for section in &self.sections {
-            let granted = self
-                .grants
-                .iter()
-                .find(|g| g.key == section.key && g.token == section.token)
-                .map_or(0, |g| g.seq);
-            let deleted_under = self.deletions.iter().any(|d| {
-                d.key == section.key && d.seq > granted && d.at < self.believed_until(section)
-            });
-            if deleted_under {
-                continue;
-            }
+        let mut merged: BTreeMap<(OpId, u64), (LockKind, history::Section)> = BTreeMap::new();
+        for section in self.sections.iter().filter(|s| !self.deleted_under(s)) {
             let ns = |at: Instant| (at - self.start).as_nanos() as u64;
             let (entered_ns, exited_ns) = (ns(section.entered), ns(self.believed_until(section)));
-            let entry = merged
+            let key = match section.shard {
+                Some(shard) => format!("{}#{shard}", section.key),
+                None => section.key.clone(),
+            };
+            let (kind, entry) = merged
                 .entry((section.op, section.token))
-                .or_insert_with(|| history::Section {
-                    process: self.ops.get(&section.op).map_or(0, |op| op.client),
-                    task: section.op as u32,
-                    key: section.key.clone(),
-                    token: section.token,
-                    entered_ns,
-                    exited_ns,
+                .or_insert_with(|| {
+                    let merged = history::Section {
+                        process: self.ops.get(&section.op).map_or(0, |op| op.client),
+                        task: section.op as u32,
+                        key,
+                        token: section.token,
+                        entered_ns,
+                        exited_ns,
+                    };
+                    (section.kind, merged)
                 });
+            if section.kind == LockKind::Write {
+                *kind = LockKind::Write;
+            }
             entry.entered_ns = entry.entered_ns.min(entered_ns);
             entry.exited_ns = entry.exited_ns.max(exited_ns);
         }
-        let sections: Vec<history::Section> = merged.into_values().collect();
-        for violation in history::check(&sections).violations {
-            found.push(format!("history checker: {violation}"));
+        let (mut exclusive, mut readers, mut writers) = (Vec::new(), Vec::new(), Vec::new());
+        let mut by_permits: BTreeMap<u32, Vec<history::Section>> = BTreeMap::new();
+        for (kind, section) in merged.into_values() {
+            match kind {
+                LockKind::Read => readers.push(section),
+                LockKind::Write => writers.push(section),
+                LockKind::Semaphore { permits } => {
+                    by_permits.entry(permits).or_default().push(section)
+                }
+                _ => exclusive.push(section),
+            }
+        }
+        let semaphores = by_permits
+            .iter()
+            .map(|(permits, sections)| history::check_at_most(sections, *permits as usize));
+        let reports = [
+            history::check(&exclusive),
+            history::check_read_write(&readers, &writers),
+        ];
+        for report in reports.into_iter().chain(semaphores) {
+            for violation in report.violations {
+                found.push(format!("history checker: {violation}"));
+            }
         }
     }
 
-    /// A holder believes it holds the key only while the store cannot grant it to anyone
-    /// else: every loss is reported before. The exception is a key the store deleted under
-    /// its holder (an operator, a restart without data); that holder must learn of it within
-    /// its lease.
+    /// A holder believes it holds its grant only while the store keeps it: from the grant
+    /// until the holder leaves or is told of the loss, the store grants nothing the grant
+    /// excludes (beside a mutex or a writer nothing, beside a reader no writer, beside a
+    /// shard not that shard, beside a semaphore's permits no permit beyond their count).
+    /// Every loss is reported before. A section claims its grant from the grant on, before
+    /// its body enters too: a body that enters after the store gave its grant away is a
+    /// second holder. The exception is a key the store deleted under its holder (an
+    /// operator, a restart without data); that holder must learn of it within its lease.
     fn check_exclusion(&self, found: &mut Vec<String>) {
-        for grant in &self.grants {
+        for granted in &self.grants {
+            let grant = &granted.grant;
+            // The earlier grants of the key that sections still claimed at this one.
+            let mut claimed: Vec<(&Granted, &Section)> = Vec::new();
             for section in &self.sections {
                 if section.key != grant.key || section.token >= grant.token {
                     continue;
                 }
                 let until = self.believed_until(section);
-                if !(section.entered <= grant.at && grant.at < until) {
+                // Events of one instant are told apart by their order.
+                if !(granted.at < until || granted.seq < section.seq) {
                     continue;
                 }
-                // The deletion that ended the section's grant: the first after it (events of
-                // one instant are told apart by their order).
-                let granted = self
-                    .grants
-                    .iter()
-                    .find(|g| g.key == section.key && g.token == section.token)
-                    .map_or(0, |g| g.seq);
+                // A section under a token never granted is `check_tokens`'s.
+                let Some(own) = self.grant_of(&section.key, section.token) else {
+                    continue;
+                };
+                // The deletion that ended the section's grant: the first after it.
                 let deleted = self
                     .deletions
                     .iter()
-                    .find(|d| d.key == section.key && d.seq > granted)
-                    .filter(|d| d.seq < grant.seq);
+                    .find(|d| d.key == section.key && d.seq > own.seq)
+                    .filter(|d| d.seq < granted.seq);
                 match deleted {
                     Some(deletion) if until <= deletion.at + section.ttl => {}
                     Some(deletion) => found.push(format!(
@@ -406,48 +539,103 @@ impl History {
                         self.at(until),
                         self.at(deletion.at)
                     )),
-                    None => found.push(format!(
-                        "the store granted {} to token {} at {:?} while op {} still believed \
-                         it held it with token {} (entered {:?}, until {:?})",
-                        grant.key,
-                        grant.token,
-                        self.at(grant.at),
-                        section.op,
-                        section.token,
-                        self.at(section.entered),
-                        self.at(until)
-                    )),
+                    None if claimed.iter().any(|(g, _)| g.grant.token == section.token) => {}
+                    None => claimed.push((own, section)),
                 }
+            }
+            let excluded = |(claim, _): &&(&Granted, &Section)| match grant.kind {
+                LockKind::Read => claim.grant.kind == LockKind::Write,
+                LockKind::Segmented { .. } => claim.grant.slot == grant.slot,
+                _ => true,
+            };
+            let room = match grant.kind {
+                LockKind::Semaphore { permits } => (permits as usize).saturating_sub(1),
+                _ => 0,
+            };
+            let excluding: Vec<_> = claimed.iter().filter(excluded).collect();
+            if excluding.len() <= room {
+                continue;
+            }
+            for (claim, section) in excluding {
+                found.push(format!(
+                    "the store granted {} ({} {:?}) to token {} at {:?} while op {} still \
+                     believed it held it ({} {:?}) with token {} (granted {:?}, entered {:?}, \
+                     until {:?})",
+                    grant.key,
+                    grant.kind.name(),
+                    grant.slot,
+                    grant.token,
+                    self.at(granted.at),
+                    section.op,
+                    claim.grant.kind.name(),
+                    claim.grant.slot,
+                    section.token,
+                    self.at(claim.at),
+                    self.at(section.entered),
+                    self.at(self.believed_until(section))
+                ));
             }
         }
     }
 
-    /// Each new owner's token exceeds every earlier one of the key; every body runs under a
-    /// token the store granted for its key.
+    /// Each new grant's token exceeds every earlier one of the key; every body runs under a
+    /// token the store granted for its key, on the shard it granted.
     fn check_tokens(&self, found: &mut Vec<String>) {
-        let mut last: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
-        for grant in &self.grants {
-            match last.get(grant.key.as_str()) {
-                Some((token, owner)) if *owner == grant.owner && *token == grant.token => {}
-                Some((token, _)) if *token >= grant.token => found.push(format!(
+        let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+        for Granted { grant, .. } in &self.grants {
+            if let Some(token) = last.get(grant.key.as_str())
+                && *token >= grant.token
+            {
+                found.push(format!(
                     "{}: token {} granted after token {token}",
                     grant.key, grant.token
-                )),
-                _ => {}
-            }
-            last.insert(&grant.key, (grant.token, &grant.owner));
-        }
-        for section in &self.sections {
-            let granted = self
-                .grants
-                .iter()
-                .any(|g| g.key == section.key && g.token == section.token);
-            if !granted {
-                found.push(format!(
-                    "op {} ran under token {} that the store never granted for {}",
-                    section.op, section.token, section.key
                 ));
             }
+            last.insert(&grant.key, grant.token);
+        }
+        for section in &self.sections {
+            match self.grant_of(&section.key, section.token) {
+                None => found.push(format!(
+                    "op {} ran under token {} that the store never granted for {}",
+                    section.op, section.token, section.key
+                )),
+                Some(Granted { grant, .. })
+                    if matches!(grant.kind, LockKind::Segmented { .. })
+                        && section.shard != grant.slot =>
+                {
+                    found.push(format!(
+                        "op {} ran on shard {:?} of {} under token {}, granted shard {:?}",
+                        section.op, section.shard, section.key, section.token, grant.slot
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// A release hands the key only to a waiter whose place in line lasts (each attempt
+    /// that keeps a place renews it): a key handed to a lapsed place goes to a waiter that
+    /// may have left.
+    fn check_hand_offs(&self, found: &mut Vec<String>) {
+        for granted in self.grants.iter().filter(|g| g.grant.handed_off) {
+            let grant = &granted.grant;
+            let place = self
+                .places
+                .iter()
+                .rev()
+                .filter(|p| p.seq < granted.seq)
+                .find(|p| p.key == grant.key && p.owner == grant.owner);
+            let lapsed = match place {
+                Some(place) if place.lapses_at > granted.at => continue,
+                Some(place) => format!("whose place had lapsed at {:?}", self.at(place.lapses_at)),
+                None => "that never had a place".to_owned(),
+            };
+            found.push(format!(
+                "a release handed {} to token {} at {:?}, {lapsed}",
+                grant.key,
+                grant.token,
+                self.at(granted.at)
+            ));
         }
     }
 
@@ -455,18 +643,19 @@ impl History {
     /// for that owner; a grant nobody would ever release is the orphan of a lost reply.
     fn check_orphans(&self, found: &mut Vec<String>) {
         let name = |owner: &str| self.owners.get(owner).map_or(0, |n| *n);
-        for grant in self.grants.iter().filter(|g| !g.past_cleanup) {
+        for granted in self.grants.iter().filter(|g| !g.past_cleanup) {
+            let grant = &granted.grant;
             let cleaned = self
                 .release_events
                 .iter()
-                .any(|(seq, owner)| *seq > grant.seq && *owner == grant.owner);
+                .any(|(seq, owner)| *seq > granted.seq && *owner == grant.owner);
             if !cleaned {
                 found.push(format!(
                     "orphan: {} granted to o{} (token {}) at {:?} was never released",
                     grant.key,
                     name(&grant.owner),
                     grant.token,
-                    self.at(grant.at)
+                    self.at(granted.at)
                 ));
             }
         }
@@ -524,7 +713,7 @@ impl History {
                         wrong("Expired although renewed".into());
                     }
                 }
-                LockError::Backend { .. } if !op.unanswered => {
+                LockError::Backend { .. } if !op.unanswered && !op.late_reply => {
                     wrong("Backend although every call it made was answered".into());
                 }
                 LockError::Backend { .. } => {}

@@ -10,6 +10,9 @@
 //! - requests that reach the server late, after the client gave up on them;
 //! - refused connections (the request never leaves);
 //! - renewal rounds that stall for up to seconds;
+//! - clients that freeze (a GC pause, `SIGSTOP`) between an acquire's reply reaching them
+//!   and their reading of it, for up to `FROZEN_AT_MOST`: a grant then comes back later
+//!   than its lease;
 //! - subscriptions that fail (the waiter polls);
 //! - keys the store deletes under their holder (an operator, a restart without data).
 //!
@@ -23,22 +26,25 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fencelock::LockError;
-use fencelock::backend::memory::MemoryBackend;
+use fencelock::backend::memory::{LiveGrant, MemoryBackend};
 use fencelock::backend::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
+use fencelock::{LockError, LockKind};
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::history::{History, OpId};
+use crate::history::{Grant, History, OpId};
 use crate::rng::Rng;
 
 /// How long a client waits for a reply.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
 /// The latest a late request arrives after its client gave up on it.
 const LATE_AT_MOST: Duration = Duration::from_millis(900);
+/// The longest a client stays frozen on an acquire's reply: longer than any lease of the
+/// workload.
+const FROZEN_AT_MOST: Duration = Duration::from_secs(2);
 
 /// How often each fault strikes in one run (drawn from the seed).
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +58,8 @@ pub struct Faults {
     pub failed_subscription: f64,
     /// Mean time between keys deleted under their holder; `None`: never.
     pub deletions: Option<Duration>,
+    /// Acquire replies after which the client freezes.
+    pub frozen: f64,
 }
 
 impl Faults {
@@ -68,26 +76,30 @@ impl Faults {
                 stalled_renewal: 0.0,
                 failed_subscription: 0.0,
                 deletions: None,
+                frozen: 0.0,
             };
         }
-        let mut share = |most: f64| {
+        /// Half the runs have none of a fault; the others a share of up to `most`.
+        fn share(rng: &mut Rng, most: f64) -> f64 {
             if rng.chance(0.5) {
                 0.0
             } else {
                 most * rng.below(1_001) as f64 / 1_000.0
             }
-        };
+        }
         Faults {
-            slow: share(0.10),
-            lost_reply: share(0.05),
-            late: share(0.05),
-            refused: share(0.03),
-            stalled_renewal: share(0.20),
-            failed_subscription: share(0.30),
+            slow: share(rng, 0.10),
+            lost_reply: share(rng, 0.05),
+            late: share(rng, 0.05),
+            refused: share(rng, 0.03),
+            stalled_renewal: share(rng, 0.20),
+            failed_subscription: share(rng, 0.30),
             settles: rng.chance(0.7),
             deletions: rng
                 .chance(0.5)
                 .then(|| Duration::from_millis(rng.range(500, 5_000))),
+            // Drawn last: the other faults of a seed stay what they were before it came.
+            frozen: share(rng, 0.05),
         }
     }
 }
@@ -144,6 +156,14 @@ fn current_op() -> OpId {
     CURRENT_OP.with(std::cell::Cell::get)
 }
 
+/// What a call asks of the store (faults differ by kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Acquire,
+    Renewal,
+    Release,
+}
+
 /// What one call meets on its way.
 #[derive(Debug)]
 struct Draw {
@@ -151,6 +171,8 @@ struct Draw {
     to_server: Duration,
     /// `None`: the reply is lost.
     to_client: Option<Duration>,
+    /// How long the client stays frozen once the reply reached it.
+    frozen: Option<Duration>,
     faults: Vec<&'static str>,
 }
 
@@ -243,7 +265,7 @@ impl SimBackend {
         }
     }
 
-    fn draw(&self, renewal: bool) -> Draw {
+    fn draw(&self, call: Call) -> Draw {
         let faults = self.world.faults;
         let mut rng = self.world.rng();
         let small =
@@ -252,6 +274,7 @@ impl SimBackend {
             refused: false,
             to_server: small(&mut rng),
             to_client: Some(small(&mut rng)),
+            frozen: None,
             faults: Vec::new(),
         };
         if rng.chance(faults.refused) {
@@ -268,7 +291,7 @@ impl SimBackend {
             }
             draw.faults.push("slow");
         }
-        if renewal && rng.chance(faults.stalled_renewal) {
+        if call == Call::Renewal && rng.chance(faults.stalled_renewal) {
             draw.to_server += rng.between(Duration::from_millis(300), Duration::from_secs(3));
             draw.faults.push("stalled renewal");
         }
@@ -279,6 +302,10 @@ impl SimBackend {
         if rng.chance(faults.late) {
             draw.to_server = RESPONSE_TIMEOUT + rng.between(Duration::from_millis(1), LATE_AT_MOST);
             draw.faults.push("late request");
+        }
+        if call == Call::Acquire && draw.to_client.is_some() && rng.chance(faults.frozen) {
+            draw.frozen = Some(rng.between(Duration::from_millis(1), FROZEN_AT_MOST));
+            draw.faults.push("client frozen on the reply");
         }
         draw
     }
@@ -306,13 +333,13 @@ impl SimBackend {
     async fn call(
         &self,
         what: String,
-        renewal: bool,
+        call: Call,
         run: Box<dyn FnOnce() -> Reply + Send>,
     ) -> Result<Reply, LockError> {
         self.settle();
         let op = current_op();
         self.world.history().sent(op);
-        let draw = self.draw(renewal);
+        let draw = self.draw(call);
         if !draw.faults.is_empty() {
             self.world
                 .history()
@@ -347,6 +374,10 @@ impl SimBackend {
         match tokio::time::timeout(RESPONSE_TIMEOUT, answer).await {
             Ok(Ok(reply)) => {
                 unanswered.answered = true;
+                if let Some(frozen) = draw.frozen {
+                    self.world.history().late_reply(op);
+                    tokio::time::sleep(frozen).await;
+                }
                 Ok(reply)
             }
             _ => {
@@ -420,30 +451,53 @@ impl LockBackend for SimBackend {
             let run = Box::new(move || {
                 let outcome = world.memory.acquire(&lease, turn).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
-                if let Ok(Acquire::Granted { token, .. }) = outcome {
-                    // The README's one gap: without settling, a request delivered more than
-                    // the delayed cleanup's second after the client gave up on it may keep
-                    // the key for one lease.
-                    let past_cleanup = !world.faults.settles
-                        && given_up_at
-                            .lock()
-                            .unwrap()
-                            .is_some_and(|at| at.elapsed() > CLEANUP_COVERS);
-                    let mut history = world.history();
-                    history.granted(client, &lease.key, &lease.owner, token);
-                    if past_cleanup {
-                        history.delivered_past_cleanup(&lease.key, token);
+                match outcome {
+                    Ok(Acquire::Granted { token, slot }) => {
+                        // The README's one gap: without settling, a request delivered more
+                        // than the delayed cleanup's second after the client gave up on it
+                        // may keep the key for one lease.
+                        let past_cleanup = !world.faults.settles
+                            && given_up_at
+                                .lock()
+                                .unwrap()
+                                .is_some_and(|at| at.elapsed() > CLEANUP_COVERS);
+                        let mut history = world.history();
+                        let grant = Grant {
+                            key: lease.key.clone(),
+                            owner: lease.owner.clone(),
+                            token,
+                            kind: lease.kind,
+                            slot,
+                            handed_off: false,
+                        };
+                        history.granted(client, grant);
+                        if past_cleanup {
+                            history.delivered_past_cleanup(&lease.key, token);
+                        }
                     }
+                    // Found held: the store kept (or renewed) the waiter's place, if it asked
+                    // for one.
+                    Ok(Acquire::Held { .. }) => {
+                        if let Some(place) = turn.place() {
+                            let lapses_at = Instant::now() + place;
+                            world.history().placed(&lease.key, &lease.owner, lapses_at);
+                        }
+                    }
+                    _ => {}
                 }
                 Reply::Acquire(outcome)
             });
-            let reply = self.call(what, false, run).await;
+            let reply = self.call(what, Call::Acquire, run).await;
             given_up.returned(reply.is_err());
             match reply? {
                 Reply::Acquire(outcome) => outcome,
                 _ => Err(mismatched()),
             }
         })
+    }
+
+    fn offers(&self, kind: LockKind) -> bool {
+        self.world.memory.offers(kind)
     }
 
     /// No call to the store: a key another waiter of this client subscribed.
@@ -486,7 +540,7 @@ impl LockBackend for SimBackend {
                 let outcome = world.memory.extend(&leases).now_or_never();
                 Reply::Extend(outcome.unwrap_or_else(|| Err(never_pending())))
             });
-            match self.call(what, true, run).await? {
+            match self.call(what, Call::Renewal, run).await? {
                 Reply::Extend(outcome) => outcome,
                 _ => Err(mismatched()),
             }
@@ -508,22 +562,31 @@ impl LockBackend for SimBackend {
             let op = current_op();
             self.world.history().release_sent(op, &lease.owner);
             let run = Box::new(move || {
-                let before = world.memory.holder(&lease.key);
+                let before = world.memory.grants(&lease.key);
                 let outcome = world.memory.release(&lease, keep).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
                 if let Ok(released) = outcome {
                     let mut history = world.history();
                     history.released(&lease.key, &lease.owner, released);
-                    // The release may have handed the key to a waiter: a new grant.
-                    let token_before = before.map(|(_, token)| token);
-                    let after = world.memory.holder(&lease.key);
-                    if let Some((owner, token)) = after.filter(|(_, t)| Some(*t) != token_before) {
-                        history.granted(client, &lease.key, &owner, token);
+                    // The release may have handed the key to waiters: new grants.
+                    let after = world.memory.grants(&lease.key);
+                    let new = |g: &LiveGrant| !before.iter().any(|b| b.token == g.token);
+                    let handed = after.into_iter().filter(new);
+                    for handed in handed {
+                        let grant = Grant {
+                            key: lease.key.clone(),
+                            owner: handed.owner,
+                            token: handed.token,
+                            kind: handed.kind,
+                            slot: handed.slot,
+                            handed_off: true,
+                        };
+                        history.granted(client, grant);
                     }
                 }
                 Reply::Release(outcome)
             });
-            let outcome = match self.call(what, false, run).await? {
+            let outcome = match self.call(what, Call::Release, run).await? {
                 Reply::Release(outcome) => outcome,
                 _ => Err(mismatched()),
             };

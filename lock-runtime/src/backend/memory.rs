@@ -15,6 +15,7 @@ use super::{
     ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
 };
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::defects::{self, Defect};
 use crate::glob::Glob;
 use crate::random;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
@@ -70,6 +71,20 @@ struct SharedHolder {
     released: bool,
 }
 
+/// A live grant, as [`MemoryBackend::grants`] shows it (test support).
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveGrant {
+    /// The owner token (with a mark once released while its lease is kept, `min_hold_ms`).
+    pub owner: String,
+    /// The fencing token.
+    pub token: u64,
+    /// The kind of lock granted.
+    pub kind: LockKind,
+    /// The permit or shard held, for a semaphore or a segmented lock.
+    pub slot: Option<u32>,
+}
+
 /// A waiter's place in a key's line: its lease and kind, and when the place lapses.
 struct Place {
     owner: String,
@@ -112,14 +127,26 @@ impl MemoryBackend {
         released
     }
 
-    /// The owner token and fencing token of `key`'s live grant, if any: test support, for
-    /// histories that record the grants a release hands over.
+    /// `key`'s live grants, of every kind (one at most for a mutex), oldest first: test
+    /// support, for histories that record the grants a release hands over.
     #[cfg(feature = "testing")]
-    pub fn holder(&self, key: &str) -> Option<(String, u64)> {
+    pub fn grants(&self, key: &str) -> Vec<LiveGrant> {
         let now = Instant::now();
         self.with_state(|state| {
-            let holder = state.live_holder(key, now)?;
-            Some((holder.owner.clone(), holder.token))
+            let mutex = state.live_holder(key, now).map(|holder| LiveGrant {
+                owner: holder.owner.clone(),
+                token: holder.token,
+                kind: LockKind::Mutex,
+                slot: None,
+            });
+            let shared = state.live_shared(key, now).into_iter().flatten();
+            let shared = shared.map(|grant| LiveGrant {
+                owner: grant.owner.clone(),
+                token: grant.token,
+                kind: grant.kind,
+                slot: slot_of(grant.kind, grant.slot),
+            });
+            mutex.into_iter().chain(shared).collect()
         })
     }
 
@@ -228,10 +255,17 @@ impl State {
     /// until the place would have lapsed, whichever is sooner, as the Redis release script
     /// does; `None` if nobody waits.
     fn hand_off(&mut self, key: &str, now: Instant) -> Option<ReleaseEvent> {
+        // Unless a test planted the defect of a store whose places never lapse.
+        let places_lapse = !defects::planted(Defect::HandOffToLapsedPlace);
         // A shared kind's place, left from before the key served a mutex, is skipped (its
         // next attempt says why it cannot have the key), as the Redis script does.
         let next = loop {
-            let next = self.live_line(key, now)?.pop_front()?;
+            let line = if places_lapse {
+                self.live_line(key, now)
+            } else {
+                self.lines.get_mut(key)
+            };
+            let next = line?.pop_front()?;
             if next.kind == LockKind::Mutex {
                 break next;
             }
@@ -239,7 +273,12 @@ impl State {
         if self.lines.get(key).is_some_and(VecDeque::is_empty) {
             self.lines.remove(key);
         }
-        let token = self.grant(key, &next.owner, next.lapses_at.min(now + next.ttl));
+        let lasts_until = if places_lapse {
+            next.lapses_at.min(now + next.ttl)
+        } else {
+            now + next.ttl
+        };
+        let token = self.grant(key, &next.owner, lasts_until);
         Some(ReleaseEvent::HandedOver {
             to: owner_tag(&next.owner),
             token,
@@ -427,8 +466,11 @@ impl State {
                 .map(|grant| grant.expires_at = now + lease.ttl)
                 .is_some();
         }
+        let any_owner = defects::planted(Defect::RenewalExtendsAnyOwner);
         match self.live_holder(&lease.key, now) {
-            Some(holder) if holder.owner == lease.owner && holder.token == held.token => {
+            Some(holder)
+                if any_owner || (holder.owner == lease.owner && holder.token == held.token) =>
+            {
                 holder.expires_at = now + lease.ttl;
                 true
             }
@@ -494,8 +536,9 @@ impl State {
         if lease.kind.is_shared() {
             return self.release_shared(lease, keep, left_line, released_before, now);
         }
+        let any_owner = defects::planted(Defect::ReleaseWithoutOwnerCheck);
         let (release, event) = match self.live_holder(&lease.key, now) {
-            Some(holder) if holder.owner == lease.owner => {
+            Some(holder) if any_owner || holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
                 if keep.as_millis() == 0 {
                     let released = ReleaseEvent::Released {

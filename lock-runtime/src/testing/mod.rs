@@ -1,11 +1,12 @@
 //! Test support (feature `testing`): private `redis-server` processes (also a Sentinel
 //! group: master, replica, three Sentinels; a Redis Cluster), a TCP proxy that
 //! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
-//! conformance suite every backend must pass, and the history checker that proves mutual
-//! exclusion on recorded runs.
+//! conformance suite every backend must pass, the history checker that proves mutual
+//! exclusion on recorded runs, and known defects to plant in the library (`defects`).
 
 mod cluster;
 pub mod conformance;
+pub mod defects;
 #[cfg(feature = "etcd")]
 mod etcd;
 pub mod history;
