@@ -187,7 +187,8 @@ pub struct Contention {
     pub counter: i64,
     /// Grants the releases made: hand-offs to the next waiter that the release script
     /// announced (counted by an operator's watch of the key; rslock hands nothing over).
-    pub handoffs: u64,
+    /// `None` for a store that announces nothing (MySQL), where they cannot be counted.
+    pub handoffs: Option<u64>,
     pub acquire_failures: Failures,
     /// Failed GET, SET or release.
     pub op_errors: Failures,
@@ -215,16 +216,25 @@ struct WorkerLog {
     op_errors: Failures,
 }
 
-/// Hand-offs announced on a key while a workload runs, counted by an operator's watch.
-struct HandoffCount {
-    stop: tokio::sync::oneshot::Sender<()>,
-    counting: tokio::task::JoinHandle<Result<u64, fencelock::LockError>>,
+/// Hand-offs announced on a key while a workload runs, counted by an operator's watch; none
+/// for a library that hands nothing over.
+enum HandoffCount {
+    Watching {
+        stop: tokio::sync::oneshot::Sender<()>,
+        counting: tokio::task::JoinHandle<Result<u64, fencelock::LockError>>,
+    },
+    None,
 }
 
-/// Starts counting the hand-offs of `key`, as `client`'s operator hears them.
-async fn count_handoffs(client: &LockClient, key: &str) -> Result<HandoffCount, BoxError> {
+/// Starts counting the hand-offs of `key`, as `client`'s operator hears them; `None` when its
+/// store announces nothing (MySQL: its waiters poll, and no release hands a key over).
+async fn count_handoffs(client: &LockClient, key: &str) -> Result<Option<HandoffCount>, BoxError> {
     use fencelock::admin::ReleaseEvent;
-    let mut events = client.admin().watch(key).await?;
+    let mut events = match client.admin().watch(key).await {
+        Ok(events) => events,
+        Err(fencelock::LockError::InvalidConfig { .. }) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
     let (stop, mut stopped) = tokio::sync::oneshot::channel();
     let counting = tokio::spawn(async move {
         let mut handoffs = 0;
@@ -248,13 +258,18 @@ async fn count_handoffs(client: &LockClient, key: &str) -> Result<HandoffCount, 
         }
         Ok(handoffs)
     });
-    Ok(HandoffCount { stop, counting })
+    Ok(Some(HandoffCount::Watching { stop, counting }))
 }
 
 impl HandoffCount {
     async fn finish(self) -> Result<u64, BoxError> {
-        let _ = self.stop.send(());
-        Ok(self.counting.await??)
+        match self {
+            HandoffCount::Watching { stop, counting } => {
+                let _ = stop.send(());
+                Ok(counting.await??)
+            }
+            HandoffCount::None => Ok(0),
+        }
     }
 }
 
@@ -281,8 +296,8 @@ pub async fn contention_with(
         .query_async::<()>(&mut redis)
         .await?;
     let handoffs = match lockers.first() {
-        Some(Locker::Fencelock { client, .. }) => Some(count_handoffs(client, mode.key()).await?),
-        _ => None,
+        Some(Locker::Fencelock { client, .. }) => count_handoffs(client, mode.key()).await?,
+        _ => Some(HandoffCount::None),
     };
     let mut workers = Vec::with_capacity(lockers.len());
     for locker in lockers {
@@ -327,8 +342,8 @@ pub async fn contention_with(
         op_errors.merge(log.op_errors);
     }
     let handoffs = match handoffs {
-        Some(counting) => counting.finish().await?,
-        None => 0,
+        Some(counting) => Some(counting.finish().await?),
+        None => None,
     };
     Ok(Contention {
         mode,

@@ -269,7 +269,10 @@ fn print_w2_table(rows: &[Contention], per_worker: usize, ping: Duration, floor:
                 format!("{:.2}", ms(r.wait.max)),
                 r.counter.to_string(),
                 r.lost_updates().to_string(),
-                format!("{}/{}", r.handoffs, r.granted.saturating_sub(1)),
+                match r.handoffs {
+                    Some(handoffs) => format!("{handoffs}/{}", r.granted.saturating_sub(1)),
+                    None => "n/a".to_owned(),
+                },
                 format!("{:.1}", us(r.critical_section.mean)),
                 r.acquire_failures.count.to_string(),
                 r.op_errors.count.to_string(),
