@@ -3,7 +3,9 @@
 //! level, however deep the nesting (it used to multiply it by about 7 per level): eight
 //! levels run in a task spawned on tokio's 2 MiB worker stack, in a debug build too.
 
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 
 use fencelock::admin::Holding;
 use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
@@ -96,27 +98,35 @@ async fn eight_nested_locked_calls_run_in_a_spawned_task() {
     }
 }
 
-#[fencelock::redis_lock(key = "long-job")]
-async fn long_job(rounds: usize) -> Result<usize, LockError> {
-    use std::task::{Context, Poll, Wake, Waker};
+/// A waker of its own, as `FuturesUnordered` (`buffer_unordered`, `for_each_concurrent`)
+/// gives each of its futures, and a handle that tells whether anything still keeps it.
+fn own_waker() -> (Waker, Weak<impl Wake>) {
     struct Probe;
     impl Wake for Probe {
         fn wake(self: Arc<Self>) {}
     }
-    let mut probes = Vec::new();
+    let probe = Arc::new(Probe);
+    (Waker::from(probe.clone()), Arc::downgrade(&probe))
+}
+
+/// How many of `wakers` something still keeps.
+fn kept<W>(wakers: &[Weak<W>]) -> usize {
+    wakers.iter().filter(|w| w.upgrade().is_some()).count()
+}
+
+#[fencelock::redis_lock(key = "long-job")]
+async fn long_job(rounds: usize) -> Result<usize, LockError> {
+    let mut wakers = Vec::new();
     for _ in 0..rounds {
-        // A sub-future of the body polled with a waker of its own, as `FuturesUnordered`
-        // (`buffer_unordered`, `for_each_concurrent`) polls each of its futures.
-        let probe = Arc::new(Probe);
-        probes.push(Arc::downgrade(&probe));
-        let waker = Waker::from(probe);
+        let (waker, watched) = own_waker();
+        wakers.push(watched);
         let mut step = std::pin::pin!(long_job_step());
         match step.as_mut().poll(&mut Context::from_waker(&waker)) {
             Poll::Ready(done) => done?,
             Poll::Pending => unreachable!("a reentrant call on the memory backend is ready"),
         }
     }
-    Ok(probes.iter().filter(|p| p.upgrade().is_some()).count())
+    Ok(kept(&wakers))
 }
 
 #[fencelock::redis_lock(key = "long-job")]
@@ -138,5 +148,40 @@ async fn finished_nested_calls_leave_their_wakers_in_the_loss_signal() {
     assert_eq!(
         kept, 0,
         "{kept} wakers of finished calls are still referenced"
+    );
+}
+
+#[fencelock::redis_lock(key = "panicking-job")]
+async fn panicking_job(rounds: usize) -> Result<usize, LockError> {
+    let mut wakers = Vec::new();
+    for _ in 0..rounds {
+        let (waker, watched) = own_waker();
+        wakers.push(watched);
+        let mut step = Box::pin(panicking_step());
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            step.as_mut().poll(&mut Context::from_waker(&waker))
+        }));
+        assert!(polled.is_err(), "the step panics");
+        drop(step);
+    }
+    Ok(kept(&wakers))
+}
+
+#[fencelock::redis_lock(key = "panicking-job")]
+async fn panicking_step() -> Result<(), LockError> {
+    panic!("a step of the job fails");
+}
+
+/// A reentered call whose body panics (caught, the job going on) gives its registration with
+/// the loss signal back when it is dropped, as a call that ends or is cancelled does: the
+/// call stays running through the panic, and its drop ends it.
+#[tokio::test]
+async fn panicking_nested_calls_leave_no_waker_in_the_loss_signal() {
+    let kept = fencelock::with_client(LockClient::memory(), panicking_job(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        kept, 0,
+        "{kept} wakers of panicked calls are still referenced"
     );
 }

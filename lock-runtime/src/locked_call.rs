@@ -219,7 +219,55 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            // Each state is taken out, and put back if it has to wait.
+            // The body is polled with its state in place, so that a panic in it leaves the
+            // call `Running`: the drop then ends the body in its locks, and only then
+            // releases the guard.
+            if let State::Running {
+                chain,
+                on_lost,
+                waiting,
+                ..
+            } = this.state
+            {
+                let signal = &chain.held.signal;
+                if *on_lost == OnLost::Abort
+                    && let Poll::Ready(cause) = signal.poll_lost(waiting, cx)
+                {
+                    chain.scope(|| this.body.set(None));
+                    let lost = LockError::lost(chain.held.key.clone(), cause);
+                    // The guard is dropped with the state: released in the background.
+                    *this.state = State::Done;
+                    return Poll::Ready(F::Output::from_lock_error(lost));
+                }
+                let Some(body) = this.body.as_mut().as_pin_mut() else {
+                    panic!("a `#[redis_lock]` call polled after it completed")
+                };
+                let Poll::Ready(output) = chain.scope(|| body.poll(cx)) else {
+                    return Poll::Pending;
+                };
+                this.body.set(None);
+                signal.stop_waiting(waiting);
+                let State::Running {
+                    guard: Some(guard),
+                    on_lost,
+                    ..
+                } = std::mem::replace(this.state, State::Done)
+                else {
+                    // A reentered lock: its outermost holder releases.
+                    return Poll::Ready(output);
+                };
+                *this.state = match E::keep(output) {
+                    Err(output) => return Poll::Ready(output),
+                    Ok(kept) => State::Releasing {
+                        key: guard.key().to_owned(),
+                        release: Box::pin(guard.release()),
+                        kept,
+                        on_lost,
+                    },
+                };
+                continue;
+            }
+            // The other states are taken out, and put back if they have to wait.
             *this.state = match std::mem::replace(this.state, State::Done) {
                 State::Failed(error) => return Poll::Ready(F::Output::from_lock_error(error)),
                 State::Acquiring {
@@ -238,48 +286,8 @@ where
                     },
                     Poll::Ready(Err(error)) => State::Failed(error),
                 },
-                State::Running {
-                    chain,
-                    guard,
-                    on_lost,
-                    mut waiting,
-                } => {
-                    let signal = &chain.held.signal;
-                    if on_lost == OnLost::Abort
-                        && let Poll::Ready(cause) = signal.poll_lost(&mut waiting, cx)
-                    {
-                        chain.scope(|| this.body.set(None));
-                        // The guard is dropped with the state: released in the background.
-                        let lost = LockError::lost(chain.held.key.clone(), cause);
-                        return Poll::Ready(F::Output::from_lock_error(lost));
-                    }
-                    let Some(body) = this.body.as_mut().as_pin_mut() else {
-                        panic!("a `#[redis_lock]` call polled after it completed")
-                    };
-                    let Poll::Ready(output) = chain.scope(|| body.poll(cx)) else {
-                        *this.state = State::Running {
-                            chain,
-                            guard,
-                            on_lost,
-                            waiting,
-                        };
-                        return Poll::Pending;
-                    };
-                    this.body.set(None);
-                    signal.stop_waiting(&mut waiting);
-                    let Some(guard) = guard else {
-                        return Poll::Ready(output);
-                    };
-                    match E::keep(output) {
-                        Err(output) => return Poll::Ready(output),
-                        Ok(kept) => State::Releasing {
-                            key: guard.key().to_owned(),
-                            release: Box::pin(guard.release()),
-                            kept,
-                            on_lost,
-                        },
-                    }
-                }
+                // Polled above.
+                running @ State::Running { .. } => running,
                 State::Releasing {
                     mut release,
                     kept,

@@ -298,15 +298,17 @@ async fn fencing_counters_expire_after_their_last_grant() {
         support::lock_once(&client, &format!("session:{session}")).await;
     }
     let keys: Vec<String> = redis.keys("*").await.unwrap();
-    assert_eq!(
-        keys.len(),
-        2_000,
-        "only the counters and the last releases stay for now"
+    let (counters, others): (Vec<_>, Vec<_>) = keys.iter().partition(|k| k.ends_with(":fence"));
+    assert_eq!(counters.len(), 1_000, "a counter per lock stays for now");
+    // The releases' memories (7 s) of a slow run may have begun to lapse.
+    assert!(
+        others.iter().all(|k| k.contains("}:released:")),
+        "only the counters and the releases' memories stay: {others:?}"
     );
     for key in keys {
         let ttl: i64 = redis.pttl(&key).await.unwrap();
         assert!(
-            ttl > 0 && ttl <= 61_000,
+            ttl == -2 || (ttl > 0 && ttl <= 61_000),
             "{key} expires within about a minute of its grant, PTTL {ttl}"
         );
     }

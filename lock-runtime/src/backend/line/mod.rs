@@ -863,10 +863,11 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
                 self.shared.acquire(lease, turn),
                 self.shared.store.refresh()
             );
-            match acquired? {
-                granted @ Acquire::Granted { .. } => refreshed.map(|()| granted),
-                held => Ok(held),
-            }
+            // Both answers count from this attempt: a grant's lease, and a place in line
+            // that a release may hand the key to later. Either needs the session kept
+            // alive from here.
+            let acquired = acquired?;
+            refreshed.map(|()| acquired)
         })
     }
 

@@ -375,6 +375,9 @@ impl RedisBackend {
     /// cluster it is not (the cluster client keeps its connections, and resends after an I/O
     /// error itself): every script is owner-checked and safe to run twice, but one delivered
     /// late can still take a key, or extend or queue for it, after the client gave up on it.
+    /// The cluster client's own resends stop at the response timeout (it drops a request
+    /// nobody waits for): a release it sent again itself, which this client would not know
+    /// of, still reaches the server while the release's memory lasts.
     async fn run(
         &self,
         script: &Script,
@@ -385,11 +388,21 @@ impl RedisBackend {
         let connection = match &self.link {
             Link::Server { connection, .. } => connection,
             Link::Cluster(cluster) => {
+                let mut commands = cluster.commands();
                 let invocation = invocation(script, keys, args);
-                return invocation
-                    .invoke_async::<Value>(&mut cluster.commands())
-                    .await
-                    .map_err(|error| backend_error(Some(key), "Redis command failed", error));
+                let invoked = invocation.invoke_async::<Value>(&mut commands);
+                return match tokio::time::timeout(self.response_timeout, invoked).await {
+                    Ok(replied) => replied
+                        .map_err(|error| backend_error(Some(key), "Redis command failed", error)),
+                    Err(_) => Err(LockError::backend(
+                        Some(key),
+                        format!(
+                            "Redis Cluster did not answer within the response timeout ({} ms)",
+                            self.response_timeout.as_millis()
+                        ),
+                        None,
+                    )),
+                };
             }
         };
         let live = connection
