@@ -324,6 +324,15 @@ impl EtcdStore {
     }
 }
 
+/// The comparisons that `entry` is still there (not another of the same owner), and at
+/// `version` if given.
+fn still(entry: &Entry, version: Option<i64>) -> Vec<Compare> {
+    let token = i64::try_from(entry.token).unwrap_or(i64::MAX);
+    let created = Compare::create_revision(entry.id.clone(), CompareOp::Equal, token);
+    let modified = version.map(|v| Compare::mod_revision(entry.id.clone(), CompareOp::Equal, v));
+    std::iter::once(created).chain(modified).collect()
+}
+
 /// Keeps `session`'s lease alive every third of its TTL until the client drops it; marks it
 /// ended when etcd says it is gone or no keep-alive got through for a TTL.
 async fn keep_alive(client: Client, session: Weak<Session>) {
@@ -419,25 +428,19 @@ impl LineStore for EtcdStore {
         key: &'a str,
         entry: &'a Entry,
         state: State,
+        version: Option<i64>,
     ) -> BoxFuture<'a, Result<Option<i64>, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             if session.count != entry.session {
                 return Ok(None);
             }
-            let token = i64::try_from(entry.token).unwrap_or(i64::MAX);
             let keep_lease = PutOptions::new().with_ignore_lease();
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    entry.id.clone(),
-                    CompareOp::Equal,
-                    token,
-                )])
-                .and_then([TxnOp::put(
-                    entry.id.clone(),
-                    state.encode(entry.kind),
-                    Some(keep_lease),
-                )]);
+            let txn = Txn::new().when(still(entry, version)).and_then([TxnOp::put(
+                entry.id.clone(),
+                state.encode(entry.kind),
+                Some(keep_lease),
+            )]);
             let (written, revision) = self
                 .transact(key, "cannot write the lock's entry", txn)
                 .await?;
@@ -452,21 +455,8 @@ impl LineStore for EtcdStore {
         version: Option<i64>,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
-            let token = i64::try_from(entry.token).unwrap_or(i64::MAX);
-            let mut compares = vec![Compare::create_revision(
-                entry.id.clone(),
-                CompareOp::Equal,
-                token,
-            )];
-            if let Some(version) = version {
-                compares.push(Compare::mod_revision(
-                    entry.id.clone(),
-                    CompareOp::Equal,
-                    version,
-                ));
-            }
             let txn = Txn::new()
-                .when(compares)
+                .when(still(entry, version))
                 .and_then([TxnOp::delete(entry.id.clone(), None::<DeleteOptions>)]);
             let (removed, _) = self.transact(key, "cannot delete an entry", txn).await?;
             Ok(removed)

@@ -91,12 +91,14 @@ pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
     /// `key`'s line, oldest first.
     fn line<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<Entry>, LockError>>;
 
-    /// Writes `state` into `entry` (of its kind); its new version, or `None` if it is gone.
+    /// Writes `state` into `entry` (of its kind) if it still has `version` (any version:
+    /// `None`); its new version, or `None` if it is gone (or has another version).
     fn write<'a>(
         &'a self,
         key: &'a str,
         entry: &'a Entry,
         state: State,
+        version: Option<i64>,
     ) -> BoxFuture<'a, Result<Option<i64>, LockError>>;
 
     /// Deletes `entry` if it still has `version` (any version: `None`); whether it did.
@@ -367,7 +369,7 @@ impl<S: LineStore> Shared<S> {
 
     /// Takes the key for `id`'s entry, at the head of the line: writes its lease (the longer
     /// of `ttl` and the one it holds already: a late copy of an attempt never shortens a
-    /// lease). `None` if the entry is gone.
+    /// lease). `None` if the entry is gone or changed since `mine` was read.
     async fn claim(
         &self,
         id: &OursKey,
@@ -378,8 +380,13 @@ impl<S: LineStore> Shared<S> {
             State::Held(held) => held.max(ttl),
             _ => ttl,
         };
-        let Some(version) = self.store.write(&id.0, mine, State::Held(ttl)).await? else {
-            self.forget(id);
+        // Only over the version read: a request's attempt and this client's watch may both
+        // find the entry at the head, and the second claim must not write its lease (a
+        // watch's: at most the place left) over the first's.
+        let written = self
+            .store
+            .write(&id.0, mine, State::Held(ttl), Some(mine.version));
+        let Some(version) = written.await? else {
             return Ok(None);
         };
         self.update(id, |ours| {
@@ -463,19 +470,28 @@ impl<S: LineStore> Shared<S> {
                     // The place is renewed here, in this client; the store learns only
                     // of a change (what an operator sees).
                     let state = waiting(place, lease.ttl);
+                    // Only over the version read: this client's watch may have taken the
+                    // key for the entry meanwhile (and announced it), which a waiting state
+                    // written over it would undo. The next pass reads the line again.
                     let version = match mine.state == state {
                         true => mine.version,
-                        false => match self.store.write(&lease.key, &mine, state).await? {
-                            Some(version) => version,
-                            None => {
-                                self.forget(&id);
-                                continue;
+                        false => {
+                            let written =
+                                self.store
+                                    .write(&lease.key, &mine, state, Some(mine.version));
+                            match written.await? {
+                                Some(version) => version,
+                                None => continue,
                             }
-                        },
+                        }
                     };
                     let follow = {
                         let mut ours = lock_ignoring_poison(&self.ours);
                         ours.get_mut(&id).is_some_and(|ours| {
+                            // The watch's claim of a later version stands.
+                            if ours.entry.version > version {
+                                return false;
+                            }
                             ours.entry.version = version;
                             ours.entry.state = state;
                             ours.ttl = lease.ttl;
@@ -499,7 +515,8 @@ impl<S: LineStore> Shared<S> {
         }
         Err(LockError::backend(
             Some(&lease.key),
-            "the lock's entry in line vanished twice in a row (the store's session ended)",
+            "the lock's entry in line changed or vanished under the attempt twice in a row \
+             (the store's session ended, or this client's watch claimed it meanwhile)",
             None,
         ))
     }
@@ -609,7 +626,7 @@ impl<S: LineStore> Shared<S> {
         let state = State::Held(held.lease.ttl);
         match self
             .store
-            .write(&held.lease.key, &ours.entry, state)
+            .write(&held.lease.key, &ours.entry, state, None)
             .await?
         {
             Some(version) => {
@@ -649,7 +666,7 @@ impl<S: LineStore> Shared<S> {
             if held && !keep.is_zero() {
                 if let Some(version) = self
                     .store
-                    .write(&lease.key, entry, State::Kept(keep))
+                    .write(&lease.key, entry, State::Kept(keep), None)
                     .await?
                 {
                     self.remove_later(&lease.key, entry, version, keep);

@@ -339,19 +339,21 @@ impl LineStore for ZooKeeperStore {
         key: &'a str,
         entry: &'a Entry,
         state: State,
+        version: Option<i64>,
     ) -> BoxFuture<'a, Result<Option<i64>, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             if session.count != entry.session {
                 return Ok(None);
             }
-            let written =
-                session
-                    .client
-                    .set_data(&entry.id, state.encode(entry.kind).as_bytes(), None);
+            let version = version.and_then(|v| i32::try_from(v).ok());
+            let data = state.encode(entry.kind);
+            let written = session.client.set_data(&entry.id, data.as_bytes(), version);
             match written.await {
                 Ok(stat) => Ok(Some(i64::from(stat.version))),
-                Err(zookeeper_client::Error::NoNode) => Ok(None),
+                Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::BadVersion) => {
+                    Ok(None)
+                }
                 Err(error) => Err(self.error(Some(key), "cannot write the lock's entry", error)),
             }
         })

@@ -90,6 +90,9 @@ struct Store {
     at: String,
     /// How long a release is remembered for a resend of it.
     release_memory: Duration,
+    /// Whether this client deletes lapsed releases already (MySQL): two such range deletes
+    /// deadlock each other.
+    forgetting: AtomicBool,
 }
 
 impl std::fmt::Debug for SqlBackend {
@@ -528,10 +531,22 @@ impl Store {
         Ok(release)
     }
 
-    /// Deletes releases that lapsed (see `mysql/forget_releases.sql`); a failure only
-    /// leaves them to the next try.
+    /// Deletes releases that lapsed (see `mysql/forget_releases.sql`), unless this client
+    /// does already; a failure (another client's delete deadlocking this one) only leaves
+    /// them to the next try.
     #[cfg(feature = "mysql")]
     async fn forget_releases(&self, steps: &ReleaseSteps) {
+        /// Clears the flag however the delete ends (the release's call may be dropped).
+        struct Forgetting<'a>(&'a AtomicBool);
+        impl Drop for Forgetting<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        if self.forgetting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _forgetting = Forgetting(&self.forgetting);
         let forgetting = async {
             let mut session = self.sessions.session().await?;
             let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -974,6 +989,7 @@ impl SqlClientBuilder {
             sessions: pool.sessions,
             at,
             release_memory: release_memory(self.response_timeout),
+            forgetting: AtomicBool::new(false),
         };
         let backend = SqlBackend {
             store: Arc::new(store),

@@ -3,6 +3,7 @@
 -- table holds about the releases of the last release memory). Run at READ COMMITTED, apart
 -- from the release's transaction: a range delete under REPEATABLE READ would lock the gaps of
 -- the time index beside other releases' fresh rows, and releases of unrelated names would
--- deadlock.
+-- deadlock. One at a time in a client: two of these deadlock each other (a failure only
+-- leaves the rows to the next one).
 DELETE FROM {releases} WHERE remembered_until <= UTC_TIMESTAMP(6)
 ORDER BY remembered_until LIMIT 32
