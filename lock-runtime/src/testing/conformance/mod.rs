@@ -290,9 +290,13 @@ pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
 
 /// A renewed lease outlives its TTL several times over; without renewal it ends.
 pub async fn renewal_outlives_the_ttl(client: &LockClient, key: &str) {
+    // Long enough that a renewal round held up a second (a loaded machine, a store's
+    // pause) still comes in time: a lease that a late round lets end is rightly lost.
+    const RENEWED_TTL_MS: u64 = 1_500;
+    let acquired_at = tokio::time::Instant::now();
     let renewed = client
         .lock(key)
-        .ttl_ms(SHORT_TTL_MS)
+        .ttl_ms(RENEWED_TTL_MS)
         .give_up()
         .acquire()
         .await;
@@ -317,7 +321,7 @@ pub async fn renewal_outlives_the_ttl(client: &LockClient, key: &str) {
         ),
         "{lost:?}"
     );
-    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS * 3)).await;
+    tokio::time::sleep_until(acquired_at + Duration::from_millis(RENEWED_TTL_MS * 3)).await;
     assert!(!renewed.is_lost(), "renewal keeps the lease");
     let intruder = client.lock(key).give_up().acquire().await;
     expect_not_acquired(
@@ -579,12 +583,12 @@ pub async fn a_release_hands_the_key_to_the_oldest_waiter(client: &LockClient, k
         for waiter in [&first, &second] {
             expect_held(backend, waiter, place, "the key is taken").await;
         }
-        let first_grant = handed_over(client, &holder, &first).await;
+        let first_grant = handed_over(client, &held, &first).await;
         assert!(first_grant.token > held.token, "{place:?}: tokens increase");
         expect_held(backend, &owner(key, "newcomer"), place, "a newcomer waits").await;
         let extended = renewed(backend.extend(std::slice::from_ref(&first_grant)).await);
         assert_eq!(extended, vec![true], "the handed-over grant renews");
-        handed_over(client, &first, &second).await;
+        handed_over(client, &first_grant, &second).await;
         for lease in [&second, &owner(key, "newcomer")] {
             release_now(backend, lease).await;
         }
@@ -594,15 +598,20 @@ pub async fn a_release_hands_the_key_to_the_oldest_waiter(client: &LockClient, k
 /// Releases `from`'s grant, which must hand the key to `to`: the release announces that
 /// (with the token) and `to`'s next attempt finds the key its own, with that token. The
 /// watch shows what the backend announces (the Redis backend: a pub/sub message).
-async fn handed_over(client: &LockClient, from: &Lease, to: &Lease) -> HeldLease {
+async fn handed_over(client: &LockClient, from: &HeldLease, to: &Lease) -> HeldLease {
     let backend = client.backend();
-    let mut watch = backend.subscribe(&from.key).await.expect("subscribes");
-    release_now(backend, from).await;
-    // A release of an earlier step (which handed the key to nobody) can still be on its way
-    // to the subscriber: only this release hands the key over.
+    let mut watch = backend
+        .subscribe(&from.lease.key)
+        .await
+        .expect("subscribes");
+    release_now(backend, &from.lease).await;
+    // A release of an earlier step can still be on its way to the subscriber (on a loaded
+    // machine): only this release hands the key over with a token newer than `from`'s.
     let hand_off = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            if let Some(hand_off) = watch.released(None).await {
+            if let Some(hand_off) = watch.released(None).await
+                && hand_off.token > from.token
+            {
                 return hand_off;
             }
         }
@@ -632,7 +641,7 @@ pub async fn a_lapsed_place_is_skipped(client: &LockClient, key: &str) {
     expect_held(backend, &ghost, short_place, "the key is taken").await;
     expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
-    handed_over(client, &holder.lease, &waiter).await;
+    handed_over(client, &holder, &waiter).await;
     release_now(backend, &waiter).await;
 }
 
@@ -689,8 +698,8 @@ pub async fn a_free_key_goes_to_the_head_in_fair_mode_only(client: &LockClient, 
         );
         let first = if granted { &newcomer } else { &head };
         let next = if granted { &head } else { &newcomer };
-        expect_granted(backend, first, newcomer_turn, rule).await;
-        handed_over(client, first, next).await;
+        let first_grant = expect_granted(backend, first, newcomer_turn, rule).await;
+        handed_over(client, &first_grant, next).await;
         release_now(backend, next).await;
     }
 }
