@@ -8,7 +8,7 @@
 #
 # `cargo test` runs a slice of the long checks within CI's budget: the simulation's 1,000 seeds
 # (every lock kind, and each planted defect caught) and every fault scenario of the torture
-# run for 3 s (every store and lock kind; `bench/tests/torture.rs`).
+# run for 3 s, 6 s on SQL (every store and lock kind; `bench/tests/torture.rs`).
 #
 # `scripts/test.sh --extended` then also runs the simulation for 20,000 seeds (release build,
 # the planted defects too), fuzzes the key-template parser and the attribute (cargo-fuzz, 60 s
