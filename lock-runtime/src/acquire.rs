@@ -198,10 +198,14 @@ impl Acquisition {
             longest.unwrap_or(Duration::MAX),
         );
         let now = Instant::now();
+        let key = &self.pending.lease.key;
         if now < valid_until || defects::planted(Defect::BodyOnExpiredGrant) {
+            // At trace level, the moment the guard's validity was confirmed: what a pause of
+            // the process after it (before the body's first step) leaves to fencing.
+            let valid_for = valid_until.saturating_duration_since(now);
+            tracing::trace!(target: "fencelock", %key, token = granted.token, ?valid_for, "the grant is in time");
             return Ok(true);
         }
-        let key = &self.pending.lease.key;
         let late_by = now - valid_until;
         tracing::warn!(target: "fencelock", %key, token = granted.token, ?late_by, "the grant's reply came after its lease could have ended; releasing it");
         self.last_error = Some(LockError::backend(

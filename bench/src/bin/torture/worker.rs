@@ -158,6 +158,7 @@ impl Worker {
     /// plus one, a shared one works.
     async fn section(&self, task: u32, label: String, role: Role) -> Result<(), LockError> {
         let token = current_token().unwrap_or(0);
+        let entered_ns = grant_checks::checked_ns(token).unwrap_or_else(monotonic_ns);
         let history = match role {
             Role::Exclusive => &self.exclusive,
             Role::Shared => &self.shared,
@@ -169,7 +170,7 @@ impl Worker {
                 task,
                 key: label.clone(),
                 token,
-                entered_ns: monotonic_ns(),
+                entered_ns,
                 exited_ns: 0,
             },
         };
@@ -296,6 +297,7 @@ async fn take(worker: &'static Worker, kind: Kind, task: u32, key: u32) -> Resul
 /// Runs the worker until its run ends. Prints its error counts on one line (`errors lost
 /// not-acquired backend other`) and the sections it entered on another (`sections N`).
 pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    grant_checks::install()?;
     let history = PathBuf::from(env(HISTORY)?);
     let open =
         |role: &str| HistoryWriter::append(&history.with_extension(format!("{role}.history")));
@@ -362,4 +364,79 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("errors {lost} {not_acquired} {backend} {other}");
     println!("sections {}", worker.sections.load(Ordering::Relaxed));
     Ok(())
+}
+
+/// When the runtime confirmed each grant in time, the start of its recorded section.
+///
+/// The runtime checks a grant's validity and, in the same poll on the same thread, hands the
+/// guard to the body. A process frozen between those two steps enters its body after the
+/// lease may have ended: no client can prevent that (nor a pause at the body's first step),
+/// only fencing catches it. A section recorded from its body's first step would then look
+/// like the runtime's fault (a token entering after a greater one); recorded from the check,
+/// it is where the runtime's promise ends, and a grant that skipped the check (or passed it
+/// late) still enters out of token order.
+mod grant_checks {
+    use std::cell::Cell;
+
+    use fencelock::testing::history::monotonic_ns;
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Level, Metadata, Subscriber};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    thread_local! {
+        /// The token of the last grant checked on this thread, and when.
+        static CHECKED: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+    }
+
+    /// When this thread's last check passed, if it was the one of `token`'s grant.
+    pub fn checked_ns(token: u64) -> Option<u64> {
+        CHECKED
+            .get()
+            .and_then(|(checked, ns)| (checked == token).then_some(ns))
+    }
+
+    pub fn install() -> Result<(), tracing_subscriber::util::TryInitError> {
+        tracing_subscriber::registry().with(GrantChecks).try_init()
+    }
+
+    struct GrantChecks;
+
+    impl<S: Subscriber> Layer<S> for GrantChecks {
+        fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
+            is_grant_check(metadata)
+        }
+
+        fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+            let ns = monotonic_ns();
+            if !is_grant_check(event.metadata()) {
+                return;
+            }
+            let mut token = Token(None);
+            event.record(&mut token);
+            if let Token(Some(token)) = token {
+                CHECKED.set(Some((token, ns)));
+            }
+        }
+    }
+
+    /// The runtime's event "the grant is in time" (fields `key`, `token`, `valid_for`).
+    fn is_grant_check(metadata: &Metadata<'_>) -> bool {
+        metadata.is_event()
+            && metadata.target() == "fencelock"
+            && *metadata.level() == Level::TRACE
+            && metadata.fields().field("valid_for").is_some()
+    }
+
+    struct Token(Option<u64>);
+
+    impl Visit for Token {
+        fn record_u64(&mut self, field: &Field, value: u64) {
+            if field.name() == "token" {
+                self.0 = Some(value);
+            }
+        }
+
+        fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+    }
 }

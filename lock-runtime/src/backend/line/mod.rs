@@ -369,13 +369,14 @@ impl<S: LineStore> Shared<S> {
 
     /// Takes the key for `id`'s entry, at the head of the line: writes its lease (the longer
     /// of `ttl` and the one it holds already: a late copy of an attempt never shortens a
-    /// lease). `None` if the entry is gone or changed since `mine` was read.
+    /// lease). `None` if the entry is gone or changed since `mine` was read; else its token,
+    /// and until when its place lasted (a watch counted its lease from it).
     async fn claim(
         &self,
         id: &OursKey,
         mine: &Entry,
         ttl: Duration,
-    ) -> Result<Option<u64>, LockError> {
+    ) -> Result<Option<(u64, Option<Instant>)>, LockError> {
         let ttl = match mine.state {
             State::Held(held) => held.max(ttl),
             _ => ttl,
@@ -389,12 +390,13 @@ impl<S: LineStore> Shared<S> {
         let Some(version) = written.await? else {
             return Ok(None);
         };
+        let mut place_until = None;
         self.update(id, |ours| {
             ours.entry.version = version;
             ours.entry.state = State::Held(ttl);
-            ours.place_until = None;
+            place_until = ours.place_until.take();
         });
-        Ok(Some(mine.token))
+        Ok(Some((mine.token, place_until)))
     }
 
     async fn acquire(self: &Arc<Self>, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
@@ -406,8 +408,10 @@ impl<S: LineStore> Shared<S> {
             )));
         };
         let sent_at = Instant::now();
-        // A second pass when the entry vanished under the first (its session ended).
-        for _ in 0..2 {
+        // Another pass when the entry changed under the one before (this client's watch
+        // claimed it, or another client deleted it once its place lapsed) and when it
+        // vanished (its session ended, or that delete): then it enters anew.
+        for _ in 0..3 {
             let entered: Option<Entry> = match self.ours(&id) {
                 Some(_) => None,
                 None => {
@@ -447,7 +451,7 @@ impl<S: LineStore> Shared<S> {
                     if fresh.is_some_and(|e| e.id == mine.id && e.version == mine.version) {
                         return Ok(granted(mine.token));
                     }
-                    if let Some(token) = self.claim(&id, &mine, lease.ttl).await? {
+                    if let Some((token, _)) = self.claim(&id, &mine, lease.ttl).await? {
                         return Ok(granted(token));
                     }
                 }
@@ -487,17 +491,19 @@ impl<S: LineStore> Shared<S> {
                     };
                     let follow = {
                         let mut ours = lock_ignoring_poison(&self.ours);
-                        ours.get_mut(&id).is_some_and(|ours| {
-                            // The watch's claim of a later version stands.
-                            if ours.entry.version > version {
-                                return false;
+                        match ours.get_mut(&id) {
+                            // The watch claimed the key meanwhile, for the place it read
+                            // before this attempt: the next pass takes it for the lease.
+                            Some(ours) if ours.entry.version > version => continue,
+                            Some(ours) => {
+                                ours.entry.version = version;
+                                ours.entry.state = state;
+                                ours.ttl = lease.ttl;
+                                ours.place_until = Some(sent_at + place);
+                                !std::mem::replace(&mut ours.following, true)
                             }
-                            ours.entry.version = version;
-                            ours.entry.state = state;
-                            ours.ttl = lease.ttl;
-                            ours.place_until = Some(sent_at + place);
-                            !std::mem::replace(&mut ours.following, true)
-                        })
+                            None => false,
+                        }
                     };
                     if follow {
                         let shared = self.clone();
@@ -515,8 +521,8 @@ impl<S: LineStore> Shared<S> {
         }
         Err(LockError::backend(
             Some(&lease.key),
-            "the lock's entry in line changed or vanished under the attempt twice in a row \
-             (the store's session ended, or this client's watch claimed it meanwhile)",
+            "the lock's entry in line changed or vanished under the attempt three times in a \
+             row (the store's session ended, or this client's watch claimed it meanwhile)",
             None,
         ))
     }
@@ -571,17 +577,28 @@ impl<S: LineStore> Shared<S> {
                     self.forget(&id);
                     break Ok(Some(ReleaseEvent::Interrupted));
                 }
+                // Only a waiting entry is the watch's to take: held, the waiter's attempt took
+                // the key; kept, it has been released since.
+                Ok(Standing::Head(mine)) if !matches!(mine.state, State::Waiting { .. }) => {
+                    break Ok(None);
+                }
                 Ok(Standing::Head(mine)) => {
                     // For the waiter's lease, but no longer than its place: a waiter that
                     // stopped attempting holds the key no longer than either.
                     let lease = ours.ttl.min(place_until - now);
                     break match self.claim(&id, &mine, lease).await {
-                        Ok(Some(token)) => Ok(Some(ReleaseEvent::HandedOver {
-                            to: owner_tag(&id.1),
-                            token,
-                            slot: None,
-                        })),
-                        Ok(None) => Ok(Some(ReleaseEvent::Interrupted)),
+                        // Announced only while the place it was counted from is the latest:
+                        // the waiter counts a hand-off from its last attempt answered, and
+                        // one answered after `place_until` was read would outlast this
+                        // lease. Then the waiter's next attempt takes the key instead.
+                        Ok(Some((token, replaced))) if replaced == Some(place_until) => {
+                            Ok(Some(ReleaseEvent::HandedOver {
+                                to: owner_tag(&id.1),
+                                token,
+                                slot: None,
+                            }))
+                        }
+                        Ok(_) => Ok(Some(ReleaseEvent::Interrupted)),
                         Err(error) => Err(error),
                     };
                 }

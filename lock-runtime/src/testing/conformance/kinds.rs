@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{
-    LONG, LONG_TTL_MS, SHORT_TTL_MS, expect_granted, expect_held, expect_not_acquired, release_now,
-    renewed,
+    LONG, LONG_TTL_MS, RENEWED_TTL_MS, SHORT_TTL_MS, expect_granted, expect_held,
+    expect_not_acquired, release_now, renewed,
 };
 use crate::backend::{HeldLease, Lease, Turn};
 use crate::{LockClient, LockError, LockGuard, LockKind};
@@ -418,10 +418,11 @@ pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &
     }
     let renewed = client
         .request(key, LockKind::Read)
-        .ttl_ms(SHORT_TTL_MS)
+        .ttl_ms(RENEWED_TTL_MS)
         .give_up();
+    let acquired_at = tokio::time::Instant::now();
     let renewed = renewed.acquire().await.expect("a free key");
-    tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS * 3)).await;
+    tokio::time::sleep_until(acquired_at + Duration::from_millis(RENEWED_TTL_MS * 3)).await;
     assert!(
         !renewed.is_lost(),
         "renewal keeps a reader's lease past its ttl"

@@ -16,6 +16,10 @@ use crate::{LockClient, LockError, LockKind, LossCause, glob};
 /// Leases in the checks that wait for expiry: short enough to keep the suite fast, long
 /// enough that a loaded machine does not expire a lease between two steps that need it.
 const SHORT_TTL_MS: u64 = 300;
+/// The lease of the checks that renewal keeps a lease: long enough that a renewal round held
+/// up a second (a loaded machine, a store's pause) still comes in time, since a lease that a
+/// late round lets end is rightly lost.
+const RENEWED_TTL_MS: u64 = 1_500;
 const LONG_TTL_MS: u64 = 60_000;
 /// A place in line that outlasts every check.
 const LONG: Duration = Duration::from_millis(LONG_TTL_MS);
@@ -290,9 +294,6 @@ pub async fn continue_stops_after_its_retries(client: &LockClient, key: &str) {
 
 /// A renewed lease outlives its TTL several times over; without renewal it ends.
 pub async fn renewal_outlives_the_ttl(client: &LockClient, key: &str) {
-    // Long enough that a renewal round held up a second (a loaded machine, a store's
-    // pause) still comes in time: a lease that a late round lets end is rightly lost.
-    const RENEWED_TTL_MS: u64 = 1_500;
     let acquired_at = tokio::time::Instant::now();
     let renewed = client
         .lock(key)
