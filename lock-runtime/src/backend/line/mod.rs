@@ -35,6 +35,8 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(test)]
+mod races;
 mod state;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
