@@ -24,7 +24,9 @@
 //! | `lost` | why the lease was lost while held: `not_owner`, `unconfirmed`, `expired`, `max_hold` |
 //!
 //! The owner token (whoever has it can release the lock) and the server's credentials are
-//! never recorded. Events under the span: `lock not acquired; waiting` (DEBUG, each pause),
+//! never recorded. Events under the span: `the grant is in time` (TRACE, with how long its
+//! validity lasts, as the guard is handed out), `the grant's reply came after its lease could
+//! have ended` (WARN, the grant given back), `lock not acquired; waiting` (DEBUG, each pause),
 //! `lock renewal failed` (WARN, the first failed renewal of a lease in a row), `lock lost`
 //! (WARN, with its cause), and release failures (WARN). Renewal runs on the library's own
 //! thread: install the subscriber globally (`set_global_default`, or `init()`), not with a
