@@ -750,7 +750,8 @@ fn cluster_master_sigkill(run_ms: u64) -> Outcome {
 }
 
 /// The scenario's name in the table, for `kind`'s database.
-fn on(kind: SqlKind, postgres: &'static str, mysql: &'static str) -> &'static str {
+/// What `kind`'s scenario takes: `postgres`'s or `mysql`'s.
+fn on<T>(kind: SqlKind, postgres: T, mysql: T) -> T {
     match kind {
         SqlKind::Postgres => postgres,
         SqlKind::MySql => mysql,
@@ -787,10 +788,11 @@ fn sql_latency_and_cuts(kind: SqlKind, run_ms: u64) -> Outcome {
     // acquires a second per key, and the workers' 32 contending tasks time out queued on it
     // (a worker could end its run unanswered). At 5 ms the cuts still land inside those
     // transactions.
-    let (floor, latency_ms) = match kind {
-        SqlKind::Postgres => (Floor::PerSecond(5.0), LATENCY_MS),
-        SqlKind::MySql => (Floor::PerSecond(1.0), 5),
-    };
+    let (floor, latency_ms) = on(
+        kind,
+        (Floor::PerSecond(5.0), LATENCY_MS),
+        (Floor::PerSecond(1.0), 5),
+    );
     cut_connections(
         name,
         Kind::Mutex,
@@ -799,13 +801,6 @@ fn sql_latency_and_cuts(kind: SqlKind, run_ms: u64) -> Outcome {
         latency_ms,
         run_ms,
     )
-}
-
-fn on_floor(kind: SqlKind, postgres: Floor, mysql: Floor) -> Floor {
-    match kind {
-        SqlKind::Postgres => postgres,
-        SqlKind::MySql => mysql,
-    }
 }
 
 /// The database server restarted a third into the run (its data on disk survives): holders
@@ -820,7 +815,7 @@ fn sql_restart(kind: SqlKind, run_ms: u64) -> Outcome {
         let restarted = block_on(database.restart_server())?;
         run.fault(restarted.is_ok());
     }
-    let floor = on_floor(kind, Floor::PerSecond(5.0), Floor::PerSecond(2.0));
+    let floor = on(kind, Floor::PerSecond(5.0), Floor::PerSecond(2.0));
     run.finish(expect(Promise::Exclusion, floor, 1), run_ms)
 }
 
