@@ -10,7 +10,7 @@ use fencelock::testing::{Direction, TcpProxy};
 use fencelock::{LockClient, LockKind};
 use tokio::sync::Barrier;
 
-use crate::probe::{CommandStats, ScriptCalls, counting_scripts};
+use crate::probe::{CommandStats, ScriptCalls, measuring};
 use crate::stats::Failures;
 use crate::workloads::{self, BoxError, Latency};
 
@@ -74,8 +74,9 @@ pub async fn compare(
         };
         let uncontended = workloads::measure(iterations, pair).await;
         let wire = on_the_wire(&proxy, &proxied, &mut inspector, &key, kind).await?;
-        let (contended, contended_scripts) =
-            counting_scripts(&mut inspector, contended(url, label, kind, per_worker)).await?;
+        let (contended, cost) =
+            measuring(&mut inspector, contended(url, label, kind, per_worker)).await?;
+        let contended_scripts = cost.scripts;
         let (grants, contended_wall, failures) = contended?;
         runs.push(KindRun {
             label,

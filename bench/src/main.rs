@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1] [--json PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost] [--json PATH] [--svg PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release (through a guard, and
@@ -22,8 +22,11 @@
 //! acquisition, and 8 workers on one key of each kind; `--backends` only the topology
 //! table's rows an application chooses between: one Redis server, Redlock(3), PostgreSQL
 //! and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`); `--w1`
-//! only W0 and W1 (the guard, the attribute's call, rslock).
+//! only W0 and W1 (the guard, the attribute's call, rslock); `--cost` only W0 to W3 and the
+//! Redis cost per pair (the server's CPU and commands per acquire + release, beside
+//! rslock's). `--svg PATH` also draws the Redis cost table and W2's waits as a chart.
 
+mod chart;
 mod footprint;
 mod kinds;
 mod locker;
@@ -44,7 +47,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 
 use locker::{Locker, RslockRetry};
-use report::{ScriptUse, Target};
+use report::{CostRow, Target};
 use workloads::{BoxError, Mode};
 
 /// How much each workload does.
@@ -97,7 +100,11 @@ struct Args {
     backends: bool,
     /// Only W0 and W1.
     w1: bool,
+    /// Only W0 to W3 and the Redis cost per pair.
+    cost: bool,
     json: PathBuf,
+    /// Where to draw the peer comparison, if anywhere.
+    svg: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
@@ -108,7 +115,9 @@ fn parse_args() -> Result<Args, BoxError> {
         kinds: false,
         backends: false,
         w1: false,
+        cost: false,
         json: PathBuf::from("target/fencelock-bench.json"),
+        svg: None,
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -119,10 +128,12 @@ fn parse_args() -> Result<Args, BoxError> {
             "--kinds" => args.kinds = true,
             "--backends" => args.backends = true,
             "--w1" => args.w1 = true,
+            "--cost" => args.cost = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
+            "--svg" => args.svg = Some(given.next().ok_or("--svg needs a path")?.into()),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1] [--json PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost] [--json PATH] [--svg PATH]"
                 )
                 .into());
             }
@@ -207,9 +218,9 @@ async fn main() -> Result<(), BoxError> {
     let attribute_client = LockClient::connect(&url).await?;
     let fence = Locker::fencelock(attribute_client.clone());
     let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
-    let (w1_fence, w1_fence_scripts) = uncontended(&mut redis, "fencelock", &fence, &sizes).await?;
+    let (w1_fence, w1_fence_cost) = uncontended(&mut redis, "fencelock", &fence, &sizes).await?;
     let w1_attribute = workloads::uncontended_attribute(&attribute_client, sizes.sequential).await;
-    let (w1_rs, w1_rs_scripts) = uncontended(&mut redis, "rslock", &rs, &sizes).await?;
+    let (w1_rs, w1_rs_cost) = uncontended(&mut redis, "rslock", &rs, &sizes).await?;
     let w1_runs = report::W1 {
         guard: &w1_fence,
         attribute: &w1_attribute,
@@ -222,10 +233,17 @@ async fn main() -> Result<(), BoxError> {
         "profile": profile,
         "quick": args.quick,
     });
+    let mut cost_rows = vec![w1_fence_cost, w1_rs_cost];
     if args.w1 {
+        let server_cost = report::server_cost(&cost_rows, &mut targets);
         return write_json(
             &args.json,
-            &json!({ "context": context, "w0_ping": w0, "w1_uncontended": w1 }),
+            &json!({
+                "context": context,
+                "w0_ping": w0,
+                "w1_uncontended": w1,
+                "redis_cost": server_cost,
+            }),
         );
     }
 
@@ -234,13 +252,9 @@ async fn main() -> Result<(), BoxError> {
         contention.push(workloads::contention(&url, mode, sizes.w2_per_worker).await?);
     }
     let w2 = report::w2(&contention, sizes.w2_per_worker, floor, &mut targets);
-    let scripts = report::scripts(
-        vec![w1_fence_scripts, w1_rs_scripts],
-        &contention,
-        &mut targets,
-    );
 
-    let w3_runs = workloads::many_keys_all(&url, &fence, &rs, sizes.w3_per_worker).await?;
+    let w3_runs =
+        workloads::many_keys_all(&url, &mut redis, &fence, &rs, sizes.w3_per_worker).await?;
     let benchmark = workloads::redis_benchmark(server.port(), sizes.benchmark_requests).await;
     let w3 = report::w3(
         &w3_runs,
@@ -249,6 +263,39 @@ async fn main() -> Result<(), BoxError> {
         sizes.benchmark_requests,
         &mut targets,
     );
+    cost_rows.extend(contention.iter().map(CostRow::of_w2));
+    for (group, library, run, peer) in [
+        ("W3 shared", "fencelock", &w3_runs.fencelock_shared, false),
+        ("W3 shared", "rslock", &w3_runs.rslock_shared, true),
+        ("W3 own", "fencelock", &w3_runs.fencelock_own, false),
+        ("W3 own", "rslock", &w3_runs.rslock_own, true),
+    ] {
+        cost_rows.push(CostRow::of_w3(group, library, run, peer));
+    }
+    let server_cost = report::server_cost(&cost_rows, &mut targets);
+    if let Some(path) = &args.svg {
+        let caption = format!(
+            "{nproc} cores, redis-server {version} on loopback, {profile} build{}; W1: one \
+             client, sequential; W2: 8 clients on one key (rslock's tight retry is the peer); \
+             W3: 64 workers on 64 keys",
+            if args.quick { ", --quick" } else { "" }
+        );
+        std::fs::write(path, chart::svg(&cost_rows, &contention, &caption))?;
+        println!("SVG: {}", path.display());
+    }
+    if args.cost {
+        return write_json(
+            &args.json,
+            &json!({
+                "context": context,
+                "w0_ping": w0,
+                "w1_uncontended": w1,
+                "w2_contended": w2,
+                "w3_many_keys": w3,
+                "redis_cost": server_cost,
+            }),
+        );
+    }
 
     let clients = footprint::client_cost(&url, &mut redis, sizes.clients).await?;
     let held = footprint::held_locks(&url, &mut redis, sizes.held_locks).await?;
@@ -267,7 +314,7 @@ async fn main() -> Result<(), BoxError> {
         "w0_ping": w0,
         "w1_uncontended": w1,
         "w2_contended": w2,
-        "script_calls": scripts,
+        "redis_cost": server_cost,
         "w3_many_keys": w3,
         "client_cost": cost,
         "open_loop": latency,
@@ -287,21 +334,24 @@ fn write_json(path: &std::path::Path, document: &Value) -> Result<(), BoxError> 
     Ok(())
 }
 
-/// W1 for one library, with the script calls the server counted.
+/// W1 for one library, with what the server spent on it.
 async fn uncontended(
     inspector: &mut MultiplexedConnection,
     name: &str,
     locker: &Locker,
     sizes: &Sizes,
-) -> Result<(workloads::Latency, ScriptUse), BoxError> {
+) -> Result<(workloads::Latency, CostRow), BoxError> {
     let work = workloads::uncontended(locker, sizes.sequential);
-    let (latency, calls) = probe::counting_scripts(inspector, work).await?;
-    let scripts = ScriptUse {
-        workload: format!("W1 {name}"),
-        grants: latency.operations,
-        calls,
+    let (latency, server) = probe::measuring(inspector, work).await?;
+    let cost = CostRow {
+        group: "W1",
+        library: name.to_owned(),
+        pairs: latency.operations,
+        ops_per_s: 1.0 / latency.summary.mean.as_secs_f64(),
+        server,
+        peer: name == "rslock",
     };
-    Ok((latency, scripts))
+    Ok((latency, cost))
 }
 
 /// Both libraries' capacity, then open-loop runs at shares of fencelock's, the same offered

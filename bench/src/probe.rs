@@ -147,15 +147,75 @@ impl ScriptCalls {
     }
 }
 
-/// Runs `work`, returning what it returns and the script calls the server counted meanwhile.
-pub async fn counting_scripts<T>(
+/// What the server spent while a workload ran: its CPU time (`used_cpu_user` +
+/// `used_cpu_sys` of `INFO cpu`: every thread of the process, I/O included) and the commands
+/// it executed (`INFO commandstats`, a script's own commands included).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerCost {
+    pub cpu_usec: f64,
+    pub commands: u64,
+    pub scripts: ScriptCalls,
+}
+
+impl ServerCost {
+    /// CPU µs per operation.
+    pub fn cpu_per(&self, operations: u64) -> f64 {
+        self.cpu_usec / operations.max(1) as f64
+    }
+
+    /// Commands per operation.
+    pub fn commands_per(&self, operations: u64) -> f64 {
+        self.commands as f64 / operations.max(1) as f64
+    }
+}
+
+/// The server's CPU time and command counters at one moment.
+pub struct ServerReading {
+    cpu_usec: f64,
+    stats: CommandStats,
+}
+
+impl ServerReading {
+    /// One `INFO cpu commandstats`.
+    pub async fn read(redis: &mut MultiplexedConnection) -> Result<ServerReading, BoxError> {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .arg("commandstats")
+            .query_async(redis)
+            .await?;
+        let seconds = |field: &str| -> Result<f64, BoxError> {
+            info.lines()
+                .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                .ok_or_else(|| format!("INFO cpu has no {field}"))?
+                .trim()
+                .parse::<f64>()
+                .map_err(Into::into)
+        };
+        Ok(ServerReading {
+            cpu_usec: (seconds("used_cpu_user")? + seconds("used_cpu_sys")?) * 1e6,
+            stats: CommandStats(info.lines().filter_map(parse_line).collect()),
+        })
+    }
+
+    /// What the server spent between `before` and `self`, the `INFO` calls left out.
+    pub fn cost_since(&self, before: &ServerReading) -> ServerCost {
+        ServerCost {
+            cpu_usec: (self.cpu_usec - before.cpu_usec).max(0.0),
+            commands: self.stats.commands_since(&before.stats),
+            scripts: self.stats.scripts_since(&before.stats),
+        }
+    }
+}
+
+/// Runs `work`, returning what it returns and what the server spent meanwhile.
+pub async fn measuring<T>(
     inspector: &mut MultiplexedConnection,
     work: impl Future<Output = T>,
-) -> Result<(T, ScriptCalls), BoxError> {
-    let before = CommandStats::read(inspector).await?;
+) -> Result<(T, ServerCost), BoxError> {
+    let before = ServerReading::read(inspector).await?;
     let output = work.await;
-    let after = CommandStats::read(inspector).await?;
-    Ok((output, after.scripts_since(&before)))
+    let after = ServerReading::read(inspector).await?;
+    Ok((output, after.cost_since(&before)))
 }
 
 /// A numeric field of `/proc/self/status`, e.g. `VmRSS` (in kB) or `Threads`.

@@ -13,7 +13,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::Barrier;
 
 use crate::locker::{Locker, RslockRetry};
-use crate::probe::{CommandStats, ScriptCalls};
+use crate::probe::{ServerCost, ServerReading};
 use crate::stats::{Failures, Summary};
 
 /// Workers contending for the one W2 key.
@@ -179,6 +179,9 @@ pub struct Contention {
     pub wall: Duration,
     /// Request start → granted, per grant.
     pub wait: Summary,
+    /// Release sent → the next grant, per grant after a release: how long the key stays
+    /// unused between two holders.
+    pub handoff_gap: Summary,
     /// Granted → release answered, per grant.
     pub critical_section: Summary,
     pub granted: u64,
@@ -192,8 +195,8 @@ pub struct Contention {
     pub acquire_failures: Failures,
     /// Failed GET, SET or release.
     pub op_errors: Failures,
-    /// Script calls the server counted while the workers ran.
-    pub scripts: ScriptCalls,
+    /// What the server spent while the workers ran.
+    pub server: ServerCost,
 }
 
 impl Contention {
@@ -210,6 +213,9 @@ impl Contention {
 struct WorkerLog {
     waits: Vec<Duration>,
     holds: Vec<Duration>,
+    /// When each grant came, and when each release was sent.
+    granted_at: Vec<Instant>,
+    released_at: Vec<Instant>,
     grants: u64,
     increments: u64,
     acquire_failures: Failures,
@@ -305,7 +311,7 @@ pub async fn contention_with(
     }
     let start = Arc::new(Barrier::new(workers.len()));
     // Counted around the workers only: connecting the clients sends no script.
-    let stats_before = CommandStats::read(&mut redis).await?;
+    let before = ServerReading::read(&mut redis).await?;
     let started = Instant::now();
     let tasks: Vec<_> = workers
         .into_iter()
@@ -322,20 +328,21 @@ pub async fn contention_with(
         logs.push(task.await?);
     }
     let wall = started.elapsed();
-    let scripts = CommandStats::read(&mut redis)
-        .await?
-        .scripts_since(&stats_before);
+    let server = ServerReading::read(&mut redis).await?.cost_since(&before);
     let counter: Option<i64> = redis::cmd("GET")
         .arg(COUNTER)
         .query_async(&mut redis)
         .await?;
 
     let (mut waits, mut holds, mut grants) = (Vec::new(), Vec::new(), 0);
+    let (mut granted_at, mut released_at) = (Vec::new(), Vec::new());
     let (mut increments, mut acquire_failures, mut op_errors) =
         (0, Failures::default(), Failures::default());
     for log in logs {
         waits.extend(log.waits);
         holds.extend(log.holds);
+        granted_at.extend(log.granted_at);
+        released_at.extend(log.released_at);
         grants += log.grants;
         increments += log.increments;
         acquire_failures.merge(log.acquire_failures);
@@ -349,6 +356,7 @@ pub async fn contention_with(
         mode,
         wall,
         wait: Summary::of(waits),
+        handoff_gap: Summary::of(handoff_gaps(granted_at, released_at)),
         critical_section: Summary::of(holds),
         granted: grants,
         increments,
@@ -356,8 +364,22 @@ pub async fn contention_with(
         handoffs,
         acquire_failures,
         op_errors,
-        scripts,
+        server,
     })
+}
+
+/// For each grant after a release, the time since the latest release sent before it.
+fn handoff_gaps(mut granted_at: Vec<Instant>, mut released_at: Vec<Instant>) -> Vec<Duration> {
+    granted_at.sort_unstable();
+    released_at.sort_unstable();
+    granted_at
+        .into_iter()
+        .filter_map(|granted| {
+            let before = released_at.partition_point(|released| *released < granted);
+            let released = released_at[..before].last()?;
+            Some(granted - *released)
+        })
+        .collect()
 }
 
 async fn contention_worker(
@@ -379,10 +401,12 @@ async fn contention_worker(
         let granted = Instant::now();
         log.grants += 1;
         log.waits.push(granted - requested);
+        log.granted_at.push(granted);
         match increment(&mut redis).await {
             Ok(()) => log.increments += 1,
             Err(error) => log.op_errors.record(error.to_string()),
         }
+        log.released_at.push(Instant::now());
         if let Err(error) = held.release().await {
             log.op_errors.record(error);
         }
@@ -408,6 +432,8 @@ pub struct Throughput {
     pub pairs: u64,
     pub wall: Duration,
     pub failures: Failures,
+    /// What the server spent meanwhile (default where nobody measured it).
+    pub server: ServerCost,
 }
 
 impl Throughput {
@@ -472,6 +498,7 @@ pub async fn throughput(
         pairs,
         wall: started.elapsed(),
         failures,
+        server: ServerCost::default(),
     })
 }
 
@@ -541,25 +568,29 @@ impl ManyKeys {
 }
 
 /// W3: `W3_WORKERS` workers through `fence` and `rs` shared, then each with a client of its
-/// own (connected before the clock starts).
+/// own (connected before the clock starts); what the server spent on each run, as
+/// `inspector` reads it.
 pub async fn many_keys_all(
     url: &str,
+    inspector: &mut MultiplexedConnection,
     fence: &Locker,
     rs: &Locker,
     per_worker: usize,
 ) -> Result<ManyKeys, BoxError> {
-    let fencelock_shared = many_keys(vec![fence.clone(); W3_WORKERS], per_worker).await?;
-    let rslock_shared = many_keys(vec![rs.clone(); W3_WORKERS], per_worker).await?;
+    let fencelock_shared =
+        many_keys_measured(inspector, vec![fence.clone(); W3_WORKERS], per_worker).await?;
+    let rslock_shared =
+        many_keys_measured(inspector, vec![rs.clone(); W3_WORKERS], per_worker).await?;
     let own = lockers(W3_WORKERS, || async {
         Ok(Locker::fencelock(LockClient::connect(url).await?))
     })
     .await?;
-    let fencelock_own = many_keys(own, per_worker).await?;
+    let fencelock_own = many_keys_measured(inspector, own, per_worker).await?;
     let own = lockers(W3_WORKERS, || async {
         Ok(Locker::rslock(url, RslockRetry::DEFAULT).await)
     })
     .await?;
-    let rslock_own = many_keys(own, per_worker).await?;
+    let rslock_own = many_keys_measured(inspector, own, per_worker).await?;
     Ok(ManyKeys {
         workers: W3_WORKERS,
         fencelock_shared,
@@ -567,4 +598,14 @@ pub async fn many_keys_all(
         fencelock_own,
         rslock_own,
     })
+}
+
+/// [`many_keys`], with what the server spent on it.
+async fn many_keys_measured(
+    inspector: &mut MultiplexedConnection,
+    lockers: Vec<Locker>,
+    per_worker: usize,
+) -> Result<Throughput, BoxError> {
+    let (run, server) = crate::probe::measuring(inspector, many_keys(lockers, per_worker)).await?;
+    Ok(Throughput { server, ..run? })
 }

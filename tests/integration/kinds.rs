@@ -484,7 +484,7 @@ async fn a_handed_over_shard_is_named_by_its_announcement() {
     let server = redis_server();
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
-    // The scripts loaded: a first call of one is two (`NOSCRIPT`, then loaded and resent).
+    // The scripts loaded: a first call finds no library, and is sent again after loading it.
     let warm = locks.segmented("warm", 2).acquire().await.unwrap();
     warm.release().await.unwrap();
     let [first, second] = [(); 2].map(|()| locks.segmented("stock:tea", 2).acquire());

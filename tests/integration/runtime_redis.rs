@@ -149,12 +149,104 @@ async fn scripts_are_reloaded_after_script_flush() {
 }
 
 #[tokio::test]
+async fn scripts_are_reloaded_after_function_flush() {
+    let server = redis_server();
+    let client = client(&server).await;
+    support::lock_once(&client, "k").await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    support::lock_once(&client, "k").await;
+    assert_eq!(
+        command_calls(&server, "evalsha").await,
+        0,
+        "the library was loaded again, and called"
+    );
+}
+
+/// The calls of `command` the server counted (`INFO commandstats`).
+async fn command_calls(server: &fencelock::testing::RedisServer, command: &str) -> u64 {
+    let mut redis = inspector(server).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Locks are taken and released with `FCALL` of the library the client loads, whose name
+/// carries its version: nothing runs as `EVALSHA`.
+#[tokio::test]
+async fn locks_run_as_functions_of_a_versioned_library() {
+    let server = redis_server();
+    let client = client(&server).await;
+    support::lock_once(&client, "k").await;
+    support::lock_once(&client, "k").await;
+    let mut redis = inspector(&server).await;
+    let listed: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("fencelock_*")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        format!("{listed:?}").contains("fencelock_"),
+        "the library is loaded: {listed:?}"
+    );
+    // Two acquires and two releases; the first acquire found no library and was sent again.
+    assert_eq!(command_calls(&server, "fcall").await, 5);
+    assert_eq!(command_calls(&server, "evalsha").await, 0);
+}
+
+/// A server without Functions (Redis 6; here `FCALL` renamed away), and a user who may not
+/// load them, get the same scripts as `EVALSHA`.
+#[tokio::test]
+async fn without_functions_the_scripts_run_as_evalsha() {
+    let server =
+        fencelock::testing::RedisServer::start_with(&["--rename-command", "FCALL", ""]).unwrap();
+    let client = client(&server).await;
+    support::lock_once(&client, "k").await;
+    support::lock_once(&client, "k").await;
+    assert!(command_calls(&server, "evalsha").await >= 4);
+
+    let server = redis_server();
+    let mut admin = inspector(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "app",
+            "on",
+            ">secret",
+            "~*",
+            "&*",
+            "+@all",
+            "-function",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://app:secret@127.0.0.1:{}", server.port());
+    let client = LockClient::connect(&url).await.unwrap();
+    support::lock_once(&client, "k").await;
+    support::lock_once(&client, "k").await;
+    assert!(command_calls(&server, "evalsha").await >= 4);
+}
+
+#[tokio::test]
 async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
     let server = redis_server();
     let client = client(&server).await;
     let redis = inspector(&server).await;
-    // Load the scripts first: a first EVALSHA answers NOSCRIPT, and a cancelled caller never
-    // sends the EVALSHA that follows the load.
+    // Load the scripts first: a first FCALL finds no library, and a cancelled caller never
+    // sends the FCALL that follows the load.
     support::lock_once(&client, "warm-up").await;
     server.pause().unwrap();
     // The request is on the wire when the caller gives up; Redis runs it once resumed.

@@ -63,7 +63,8 @@ pub async fn lock_once(client: &LockClient, key: &str) {
     guard.release().await.expect("its holder releases it");
 }
 
-/// How many `EVALSHA` the server has run so far (`INFO commandstats`).
+/// How many script calls (`FCALL`, `EVALSHA`) the server has run so far (`INFO
+/// commandstats`).
 pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -71,7 +72,7 @@ pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 
         .await
         .unwrap();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:"))
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?

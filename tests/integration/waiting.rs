@@ -222,7 +222,7 @@ async fn hand_down_the_line(fair: bool) {
     let server = redis_server();
     let holder_client = client(&server).await;
     let mut redis = inspector(&server).await;
-    // Loads the release script, whose first call Redis counts twice (NOSCRIPT, then again).
+    // Loads the scripts, whose first call Redis counts twice (no library yet, then again).
     let warm = holder_client.lock("warm").acquire().await.unwrap();
     warm.release().await.unwrap();
     let holder = holder_client

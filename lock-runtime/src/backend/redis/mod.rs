@@ -6,6 +6,7 @@ mod connection;
 mod layout;
 mod operator;
 mod pubsub;
+mod scripts;
 mod server;
 
 use std::sync::{Arc, LazyLock};
@@ -17,6 +18,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Server
 use self::cluster::{ClusterLink, ExtendCall};
 use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
+use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
@@ -26,48 +28,7 @@ use super::{
 use crate::admin::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind, random};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/acquire.lua")
-    ))
-});
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/hand_off.lua"),
-        include_str!("lua/release.lua")
-    ))
-});
-static SHARED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/shared.lua"),
-        include_str!("lua/shared_acquire.lua")
-    ))
-});
-static SHARED_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/shared.lua"),
-        include_str!("lua/shared_release.lua")
-    ))
-});
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
-static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/shared.lua"),
-        include_str!("lua/give_back.lua")
-    ))
-});
-static RAISE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/shared.lua"),
-        include_str!("lua/raise.lua")
-    ))
-});
 
 /// Leases per extend script call. A script blocks the server while it runs; 500 GET+PEXPIRE
 /// pairs take well under a millisecond.
@@ -130,6 +91,7 @@ pub struct RedisBackend {
     /// Not on Redlock's masters: each keeps a line of its own, and could hand the key to
     /// another waiter.
     hands_over: bool,
+    caller: Caller,
 }
 
 /// How a backend reaches Redis.
@@ -203,6 +165,7 @@ impl RedisBackend {
             prefix: settings.prefix,
             response_timeout: settings.response_timeout,
             hands_over: true,
+            caller: Caller::new(),
         };
         backend.check_reachable().await?;
         Ok(backend)
@@ -227,6 +190,7 @@ impl RedisBackend {
             prefix,
             response_timeout,
             hands_over: true,
+            caller: Caller::new(),
         })
     }
 
@@ -380,7 +344,7 @@ impl RedisBackend {
     /// of, still reaches the server while the release's memory lasts.
     async fn run(
         &self,
-        script: &Script,
+        script: &LockScript,
         keys: &[String],
         args: &[&str],
         key: &str,
@@ -389,8 +353,7 @@ impl RedisBackend {
             Link::Server { connection, .. } => connection,
             Link::Cluster(cluster) => {
                 let mut commands = cluster.commands();
-                let invocation = invocation(script, keys, args);
-                let invoked = invocation.invoke_async::<Value>(&mut commands);
+                let invoked = self.caller.call(script, keys, args, &mut commands);
                 return match tokio::time::timeout(self.response_timeout, invoked).await {
                     Ok(replied) => replied
                         .map_err(|error| backend_error(Some(key), "Redis command failed", error)),
@@ -418,14 +381,14 @@ impl RedisBackend {
         &self,
         connection: &Connection,
         live: &Live,
-        script: &Script,
+        script: &LockScript,
         keys: &[String],
         args: &[&str],
         key: &str,
     ) -> Result<Value, LockError> {
-        // invoke_async sends EVALSHA and, on NOSCRIPT, loads the script and resends.
-        let result = invocation(script, keys, args)
-            .invoke_async::<Value>(&mut live.connection())
+        let result = self
+            .caller
+            .call(script, keys, args, &mut live.connection())
             .await;
         result.map_err(|error| {
             connection.note_error(live, &error);
@@ -495,9 +458,9 @@ impl RedisBackend {
         let script = if lease.kind.is_shared() {
             args.extend([kind, &count, &start]);
             keys.push(leases_key);
-            &*SHARED_ACQUIRE
+            &LIBRARY.shared_acquire
         } else {
-            &*ACQUIRE
+            &LIBRARY.acquire
         };
         if lease.replicas == 0 {
             let reply = self.run(script, &keys, &args, &lease.key).await?;
@@ -552,8 +515,15 @@ impl RedisBackend {
         // released when it is lost).
         let args = [lease.owner.as_str()];
         let keys = self.give_back_keys(lease);
-        self.run_on(connection, live, &GIVE_BACK, &keys, &args, &lease.key)
-            .await?;
+        self.run_on(
+            connection,
+            live,
+            &LIBRARY.give_back,
+            &keys,
+            &args,
+            &lease.key,
+        )
+        .await?;
         Err(LockError::backend(
             Some(&lease.key),
             format!(
@@ -684,9 +654,9 @@ impl RedisBackend {
         let (keys, args) = self.release_call(lease, keep);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let script = if lease.kind.is_shared() {
-            &*SHARED_RELEASE
+            &LIBRARY.shared_release
         } else {
-            &*RELEASE
+            &LIBRARY.release
         };
         let reply = self.run(script, &keys, &args, &lease.key).await?;
         match integer(&reply) {
@@ -717,7 +687,7 @@ impl RedisBackend {
             &granted.to_string(),
             &chosen.to_string(),
         ];
-        let reply = self.run(&RAISE, &keys, &args, &lease.key).await?;
+        let reply = self.run(&LIBRARY.raise, &keys, &args, &lease.key).await?;
         match integer(&reply) {
             Some(raised @ (0 | 1)) => Ok(raised == 1),
             _ => Err(unexpected(&lease.key, "raise", &reply)),
@@ -772,7 +742,12 @@ impl RedisBackend {
     pub(crate) async fn give_back(&self, lease: &Lease) -> Result<bool, LockError> {
         let keys = self.give_back_keys(lease);
         let reply = self
-            .run(&GIVE_BACK, &keys, &[lease.owner.as_str()], &lease.key)
+            .run(
+                &LIBRARY.give_back,
+                &keys,
+                &[lease.owner.as_str()],
+                &lease.key,
+            )
             .await?;
         match integer(&reply) {
             Some(deleted @ (0 | 1)) => Ok(deleted == 1),

@@ -4,35 +4,18 @@
 //! by one read-only script per key (`inspect.lua`), and owners are named by tag.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{RedisError, Script, Value};
+use redis::{RedisError, Value};
 
 use super::connection::Route;
+use super::scripts::LIBRARY;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
 use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
 use crate::{LockError, key};
-
-/// The inspection script's text: sent with `SCRIPT LOAD` ahead of each page's pipeline, so
-/// that the page's `EVALSHA`s find it on whichever node the page came from.
-const INSPECT_SOURCE: &str = concat!(
-    include_str!("lua/grant.lua"),
-    include_str!("lua/operator.lua"),
-    include_str!("lua/inspect.lua")
-);
-static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SOURCE));
-static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/grant.lua"),
-        include_str!("lua/hand_off.lua"),
-        include_str!("lua/operator.lua"),
-        include_str!("lua/force_release.lua")
-    ))
-});
 
 /// Keys a `SCAN` call looks at (its `COUNT`): a page of about this many, read in one
 /// pipeline, short enough not to hold the server up.
@@ -110,15 +93,12 @@ impl RedisBackend {
                 .filter(|key| key::validate(key).is_ok() && glob.matches(key))
                 .collect();
             if !keys.is_empty() {
+                let (inspect, source) = LIBRARY.inspect.eval();
                 let mut pipeline = redis::pipe();
-                pipeline
-                    .cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(INSPECT_SOURCE)
-                    .ignore();
+                pipeline.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
                 for key in &keys {
                     let (lock_keys, args) = self.inspect_call(key);
-                    pipeline.invoke_script(&invocation(&INSPECT, &lock_keys, &[args.as_str()]));
+                    pipeline.invoke_script(&invocation(inspect, &lock_keys, &[args.as_str()]));
                 }
                 let page: Vec<Value> = pipeline.query_async(node).await?;
                 replies.extend(keys.into_iter().zip(page));
@@ -139,7 +119,9 @@ impl RedisBackend {
     /// What `key` holds now.
     pub(super) async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
         let (keys, args) = self.inspect_call(key);
-        let reply = self.run(&INSPECT, &keys, &[args.as_str()], key).await?;
+        let reply = self
+            .run(&LIBRARY.inspect, &keys, &[args.as_str()], key)
+            .await?;
         parse_state(key, &reply)
     }
 
@@ -154,7 +136,7 @@ impl RedisBackend {
         let (owner, token) = (grant.owner.to_string(), grant.token.map(|t| t.to_string()));
         let token = token.as_deref().unwrap_or_default();
         let args = [channel.as_str(), self.publish_command(), &owner, token];
-        let reply = self.run(&FORCE_RELEASE, &keys, &args, key).await?;
+        let reply = self.run(&LIBRARY.force_release, &keys, &args, key).await?;
         let unexpected = || unexpected(key, "forced release", &reply);
         let Value::Array(items) = &reply else {
             return Err(unexpected());

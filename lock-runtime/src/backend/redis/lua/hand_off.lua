@@ -6,6 +6,10 @@
 -- the key no longer than either); returns the message that names it, or nil when nobody waits
 -- (or the keys next to the lock are not a lock's).
 local function hand_off(lock_key, fence_key, queue_key, deadlines_key)
+  -- Nobody waits (every uncontended release): not even the clock is read.
+  if redis.call('EXISTS', queue_key) == 0 then
+    return nil
+  end
   local now_ms, now_us = server_time()
   local head, last = line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
   while head do

@@ -20,19 +20,19 @@
 -- next to the lock go through pcall: foreign data there must not keep the lock from being
 -- released (nor is the key handed over then). PUBLISH too: a user whose ACL grants no channels
 -- (Redis 7's default) must still release; its waiters poll.
-local left = false
-local entry = queue_entry(ARGV[1], ARGV[4])
-local removed = redis.pcall('LREM', KEYS[3], 0, entry)
-if type(removed) == 'number' and removed > 0 then
-  redis.pcall('ZREM', KEYS[4], entry)
-  left = true
-end
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] .. ':released' then
   return 1
 end
 local ours = type(holder) == 'string' and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':'
 if not ours then
+  -- A waiter leaving takes back its place (a holder's left the queue when it was granted).
+  local entry = queue_entry(ARGV[1], ARGV[4])
+  local removed = redis.pcall('LREM', KEYS[3], 0, entry)
+  local left = type(removed) == 'number' and removed > 0
+  if left then
+    redis.pcall('ZREM', KEYS[4], entry)
+  end
   if redis.call('EXISTS', KEYS[5]) == 1 then
     return 1
   end
