@@ -240,6 +240,136 @@ async fn without_functions_the_scripts_run_as_evalsha() {
     assert!(command_calls(&server, "evalsha").await >= 4);
 }
 
+/// The full name of the library's function `name`, as `FUNCTION LIST` shows it.
+async fn function_named(redis: &mut redis::aio::MultiplexedConnection, name: &str) -> String {
+    fn strings(value: &redis::Value, found: &mut Vec<String>) {
+        match value {
+            redis::Value::BulkString(bytes) => found.push(String::from_utf8_lossy(bytes).into()),
+            redis::Value::SimpleString(text) => found.push(text.clone()),
+            redis::Value::Array(items) => items.iter().for_each(|item| strings(item, found)),
+            redis::Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+                strings(k, found);
+                strings(v, found);
+            }),
+            _ => {}
+        }
+    }
+    let listed: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(redis)
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    strings(&listed, &mut found);
+    // `fencelock_<hash>_<name>`.
+    found
+        .into_iter()
+        .find(|text| {
+            text.strip_prefix("fencelock_")
+                .and_then(|rest| rest.split_once('_'))
+                .is_some_and(|(_, function)| function == name)
+        })
+        .expect("the library is loaded")
+}
+
+/// A late copy of an owner's waiting attempt that finds the key kept after that owner's
+/// release (`min_hold_ms`) takes no place in line: the owner has left, and its release found
+/// the key kept and took no place back; a later release would hand the key to nobody.
+#[tokio::test]
+async fn a_late_attempt_takes_no_place_against_its_owners_kept_key() {
+    let server = redis_server();
+    support::lock_once(&client(&server).await, "warm").await;
+    let mut redis = inspector(&server).await;
+    let acquire = function_named(&mut redis, "acquire").await;
+    let _: () = redis
+        .set_options(
+            "lock:{k}",
+            "0123456789abcdef0123456789abcdef:released",
+            redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(5_000)),
+        )
+        .await
+        .unwrap();
+    let reply: redis::Value = redis::cmd("FCALL")
+        .arg(&acquire)
+        .arg(4)
+        .arg(&[
+            "lock:{k}",
+            "lock:{k}:fence",
+            "lock:{k}:queue",
+            "lock:{k}:queue:deadlines",
+        ])
+        .arg(&[
+            "0123456789abcdef0123456789abcdef",
+            "30000",
+            "10000",
+            "0",
+            "0",
+            "",
+        ])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let redis::Value::Array(answer) = &reply else {
+        panic!("an acquire answers an array: {reply:?}");
+    };
+    assert_eq!(answer[0], redis::Value::Int(0), "not granted: {reply:?}");
+    let queued: bool = redis.exists("lock:{k}:queue").await.unwrap();
+    assert!(!queued, "the owner that left took no place");
+}
+
+/// On a server out of memory (`maxmemory` reached, `noeviction`), a release and an inspection
+/// still run (a release frees memory), an acquire is refused with the server's reason, and a
+/// server that lost the library still has the key deleted by a release.
+#[tokio::test]
+async fn on_a_server_out_of_memory_releases_and_inspections_still_run() {
+    let server = redis_server();
+    let client = client(&server).await;
+    let mut redis = inspector(&server).await;
+    let admin = redis.clone();
+    let set_maxmemory = move |bytes: &'static str| {
+        let mut redis = admin.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg(&["SET", "maxmemory", bytes])
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+        }
+    };
+    let guard = client.lock("k").acquire().await.unwrap();
+    set_maxmemory("1").await;
+    let state = client
+        .admin()
+        .inspect("k")
+        .await
+        .expect("an inspection runs");
+    assert!(
+        matches!(state.holding, fencelock::admin::Holding::Held { .. }),
+        "{state:?}"
+    );
+    let refused = client.lock("other").acquire().await.unwrap_err();
+    let why = support::with_sources(&refused);
+    assert!(why.contains("OOM"), "{why}");
+    guard.release().await.expect("a release runs");
+    let held: bool = redis.exists("lock:{k}").await.unwrap();
+    assert!(!held, "the key was deleted");
+
+    set_maxmemory("0").await;
+    let guard = client.lock("k").acquire().await.unwrap();
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    set_maxmemory("1").await;
+    // The library cannot be loaded now: the release goes as EVALSHA, whose memory of the
+    // release is refused after it deleted the key.
+    let _ = guard.release().await;
+    let held: bool = redis.exists("lock:{k}").await.unwrap();
+    assert!(!held, "the key was deleted without the library");
+    set_maxmemory("0").await;
+}
+
 #[tokio::test]
 async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
     let server = redis_server();

@@ -49,7 +49,8 @@ pub(crate) struct Library {
 
 /// A function of the library: its name, the shared parts it uses (in this order), its body
 /// (reading `KEYS` and `ARGV`), and its flags: a release frees memory, so it runs on a
-/// server out of memory too (`allow-oom`).
+/// server out of memory too (`allow-oom`); an inspection only reads (`no-writes`), so it
+/// runs there as well.
 struct Part {
     name: &'static str,
     prelude: &'static [&'static str],
@@ -98,7 +99,7 @@ const PARTS: [Part; 8] = [
         name: "inspect",
         prelude: &[GRANT, OPERATOR],
         body: include_str!("lua/inspect.lua"),
-        flags: "",
+        flags: "'no-writes'",
     },
     Part {
         name: "force_release",
@@ -114,8 +115,13 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(Library::build);
 impl Library {
     fn build() -> Library {
         let prelude = [GRANT, HAND_OFF, SHARED, OPERATOR].concat();
-        let bodies: String = PARTS.iter().map(|part| part.body).collect();
-        let hash = Script::new(&format!("{prelude}{bodies}"))
+        // Everything that makes a function what it is, its flags too: a library that
+        // differs in any of it gets another name.
+        let parts: String = PARTS
+            .iter()
+            .map(|part| format!("{}\n{}\n{}\n", part.name, part.flags, part.body))
+            .collect();
+        let hash = Script::new(&format!("{prelude}{parts}"))
             .get_hash()
             .to_owned();
         let library = format!("fencelock_{}", &hash[..12]);
@@ -192,6 +198,11 @@ impl Caller {
                 Err(error) if functions_refused(&error) => {
                     self.functions.store(false, Ordering::Relaxed);
                 }
+                // A server out of memory refuses a function that may write, and the
+                // library's load, before they run. As `EVALSHA` the call runs until one of
+                // its writes is refused: an acquire still learns the key is held, and a
+                // release of a server that lost the library still deletes the key.
+                Err(error) if error.code() == Some("OOM") => {}
                 replied => return replied,
             }
         }

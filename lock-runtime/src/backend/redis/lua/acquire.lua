@@ -36,7 +36,9 @@ if not holder and (ARGV[4] ~= '1' or not head or head == mine) then
   end
   return {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], last, now_us, tonumber(ARGV[6]))}
 end
-if ARGV[3] ~= '0' then
+-- A late copy of an attempt that finds the key kept after its owner's release takes no place:
+-- the owner has left, and its release, which found the key kept, took none back.
+if ARGV[3] ~= '0' and holder ~= ARGV[1] .. ':released' then
   keep_place(KEYS[3], KEYS[4], mine, now_ms, ARGV[3])
 end
 local remaining = -3
