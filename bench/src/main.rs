@@ -6,7 +6,8 @@
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release (through a guard, and
-//! through a `#[redis_lock]` function). W2: 8 workers, each
+//! through a `#[redis_lock]` function; beside rslock, in five turns each, taken in turn). W2:
+//! 8 workers, each
 //! with its own client, incrementing a counter under one key, in five modes (fencelock
 //! default, fair, polling; rslock with its default and with a tight retry). Script calls per
 //! grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared client and
@@ -43,12 +44,15 @@ use std::time::Duration;
 
 use fencelock::LockClient;
 use fencelock::testing::RedisServer;
-use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 
 use locker::{Locker, RslockRetry};
+use probe::ServerCost;
 use report::{CostRow, Target};
 use workloads::{BoxError, Mode};
+
+/// W1 runs each library in this many turns, taken in turn.
+const W1_ROUNDS: usize = 5;
 
 /// How much each workload does.
 struct Sizes {
@@ -218,9 +222,27 @@ async fn main() -> Result<(), BoxError> {
     let attribute_client = LockClient::connect(&url).await?;
     let fence = Locker::fencelock(attribute_client.clone());
     let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
-    let (w1_fence, w1_fence_cost) = uncontended(&mut redis, "fencelock", &fence, &sizes).await?;
-    let w1_attribute = workloads::uncontended_attribute(&attribute_client, sizes.sequential).await;
-    let (w1_rs, w1_rs_cost) = uncontended(&mut redis, "rslock", &rs, &sizes).await?;
+    // In turns, so that a machine whose speed drifts weighs on every row alike.
+    let per_round = sizes.sequential / W1_ROUNDS;
+    let (mut fence_rounds, mut attribute_rounds, mut rs_rounds) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let (mut fence_cost, mut rs_cost) = (ServerCost::default(), ServerCost::default());
+    for _ in 0..W1_ROUNDS {
+        let (round, cost) =
+            probe::measuring(&mut redis, workloads::uncontended(&fence, per_round)).await?;
+        fence_rounds.push(round);
+        fence_cost = fence_cost + cost;
+        attribute_rounds.push(workloads::uncontended_attribute(&attribute_client, per_round).await);
+        let (round, cost) =
+            probe::measuring(&mut redis, workloads::uncontended(&rs, per_round)).await?;
+        rs_rounds.push(round);
+        rs_cost = rs_cost + cost;
+    }
+    let w1_fence = workloads::Latency::merge(fence_rounds);
+    let w1_attribute = workloads::Latency::merge(attribute_rounds);
+    let w1_rs = workloads::Latency::merge(rs_rounds);
+    let w1_fence_cost = w1_cost_row("fencelock", &w1_fence, fence_cost);
+    let w1_rs_cost = w1_cost_row("rslock", &w1_rs, rs_cost);
     let w1_runs = report::W1 {
         guard: &w1_fence,
         attribute: &w1_attribute,
@@ -334,24 +356,16 @@ fn write_json(path: &std::path::Path, document: &Value) -> Result<(), BoxError> 
     Ok(())
 }
 
-/// W1 for one library, with what the server spent on it.
-async fn uncontended(
-    inspector: &mut MultiplexedConnection,
-    name: &str,
-    locker: &Locker,
-    sizes: &Sizes,
-) -> Result<(workloads::Latency, CostRow), BoxError> {
-    let work = workloads::uncontended(locker, sizes.sequential);
-    let (latency, server) = probe::measuring(inspector, work).await?;
-    let cost = CostRow {
+/// The Redis cost row of one library's W1.
+fn w1_cost_row(name: &str, latency: &workloads::Latency, server: ServerCost) -> CostRow {
+    CostRow {
         group: "W1",
         library: name.to_owned(),
         pairs: latency.operations,
         ops_per_s: 1.0 / latency.summary.mean.as_secs_f64(),
         server,
         peer: name == "rslock",
-    };
-    Ok((latency, cost))
+    }
 }
 
 /// Both libraries' capacity, then open-loop runs at shares of fencelock's, the same offered

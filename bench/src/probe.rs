@@ -137,6 +137,22 @@ pub struct ScriptCalls {
     pub fcall: CommandCost,
 }
 
+impl std::ops::Add for ScriptCalls {
+    type Output = ScriptCalls;
+
+    fn add(self, other: ScriptCalls) -> ScriptCalls {
+        let sum = |a: CommandCost, b: CommandCost| CommandCost {
+            calls: a.calls + b.calls,
+            usec: a.usec + b.usec,
+        };
+        ScriptCalls {
+            evalsha: sum(self.evalsha, other.evalsha),
+            eval: sum(self.eval, other.eval),
+            fcall: sum(self.fcall, other.fcall),
+        }
+    }
+}
+
 impl ScriptCalls {
     pub fn total(&self) -> u64 {
         self.evalsha.calls + self.eval.calls + self.fcall.calls
@@ -155,6 +171,18 @@ pub struct ServerCost {
     pub cpu_usec: f64,
     pub commands: u64,
     pub scripts: ScriptCalls,
+}
+
+impl std::ops::Add for ServerCost {
+    type Output = ServerCost;
+
+    fn add(self, other: ServerCost) -> ServerCost {
+        ServerCost {
+            cpu_usec: self.cpu_usec + other.cpu_usec,
+            commands: self.commands + other.commands,
+            scripts: self.scripts + other.scripts,
+        }
+    }
 }
 
 impl ServerCost {

@@ -42,6 +42,29 @@ pub struct Latency {
     pub operations: u64,
     pub summary: Summary,
     pub failures: Failures,
+    /// The measured calls' times, for [`Latency::merge`].
+    samples: Vec<Duration>,
+}
+
+impl Latency {
+    /// One measurement of the rounds of `rounds`.
+    pub fn merge(rounds: Vec<Latency>) -> Latency {
+        let mut merged = Latency {
+            iterations: 0,
+            operations: 0,
+            summary: Summary::default(),
+            failures: Failures::default(),
+            samples: Vec::new(),
+        };
+        for round in rounds {
+            merged.iterations += round.iterations;
+            merged.operations += round.operations;
+            merged.failures.merge(round.failures);
+            merged.samples.extend(round.samples);
+        }
+        merged.summary = Summary::of(merged.samples.clone());
+        merged
+    }
 }
 
 /// Times `iterations` sequential calls of `op`, after `iterations / 10` unmeasured ones
@@ -67,8 +90,9 @@ where
     Latency {
         iterations,
         operations: (warm_up + iterations) as u64,
-        summary: Summary::of(samples),
+        summary: Summary::of(samples.clone()),
         failures,
+        samples,
     }
 }
 
