@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
 use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
-use fencelock::testing::{Call, Intercepted, Interceptor, Verdict};
+use fencelock::testing::{Call, Direction, Intercepted, Interceptor, TcpProxy, Verdict};
 use fencelock::{LockClient, LockError, LockGuard, LockKind};
 use redis::AsyncCommands;
 
@@ -347,10 +347,7 @@ async fn a_waiter_cancelled_while_subscribing_leaves_no_connection_behind() {
     let mut redis = inspector(&server).await;
     let holder = client(&server).await;
     let _held = holder.lock("busy").ttl_ms(60_000).acquire().await.unwrap();
-    let proxy = fencelock::testing::TcpProxy::start(
-        format!("127.0.0.1:{}", server.port()).parse().unwrap(),
-    )
-    .unwrap();
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap();
     let waiter_client = LockClient::connect(&proxy.url()).await.unwrap();
     support::lock_once(&waiter_client, "warm-up").await;
     let connected = |redis: redis::aio::MultiplexedConnection| async move {
@@ -388,6 +385,41 @@ async fn a_waiter_cancelled_while_subscribing_leaves_no_connection_behind() {
         connected(redis.clone()).await
     );
     let _: () = redis.del("unused").await.unwrap();
+}
+
+/// Subscriptions to different keys overlap their round trips: a subscription whose
+/// confirmation is slow holds back no other key's. Before, a client sent one `SUBSCRIBE` per
+/// round trip, and under load its waiters queued for hundreds of milliseconds to subscribe
+/// (the bench's open loop collapsed at two thirds of its capacity).
+#[tokio::test]
+async fn a_slow_subscription_holds_back_no_other_key_s() {
+    let server = redis_server();
+    let redis = inspector(&server).await;
+    let proxy =
+        Arc::new(TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap());
+    let backend = Arc::new(
+        RedisBackend::connect(&proxy.url(), RedisSettings::default())
+            .await
+            .unwrap(),
+    );
+    // Opens the subscription connection: only confirmations travel on it from now on.
+    let _opened = backend.subscribe("opened").await.unwrap();
+    let subscribe = |key: &'static str| {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.subscribe(key).await.map(drop) })
+    };
+    proxy.hold_next(Direction::ToClient);
+    let slow = subscribe("slow");
+    proxy.held().await;
+    let other = subscribe("other");
+    subscribers(&redis, "other", 1).await;
+    let delivering = tokio::spawn({
+        let proxy = proxy.clone();
+        async move { proxy.deliver_held().await }
+    });
+    slow.await.unwrap().unwrap();
+    other.await.unwrap().unwrap();
+    delivering.abort();
 }
 
 /// Calls that answer late, on the paused clock: `acquire` after `attempt_delay`, `subscribe`

@@ -7,14 +7,17 @@
 //! every waiter wakes to try again, and the next wait subscribes on a new one: correctness
 //! never depends on a notification arriving, only the speed of the hand-off does.
 
+use std::future::poll_fn;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::RedisError;
 use redis::aio::PubSubSink;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, MutexGuard, mpsc};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::server::Server;
@@ -101,27 +104,23 @@ impl Notifier {
             .get_or_try_init(|| async {
                 // Everything, waiting for the lock included, within the response timeout: a
                 // half-open connection must not hold waiters past their `wait_ms`.
+                let mut sent_on = None;
                 let subscribing = async {
                     let mut current = self.current.lock().await;
                     if current.is_none() {
                         *current = Some(self.connect().await?);
                     }
-                    let Some(subscriptions) = current.as_mut() else {
-                        return Err(io_error("no subscription connection"));
-                    };
-                    let generation = subscriptions.generation;
-                    let subscribed = subscriptions.sink.subscribe(channel).await;
-                    if subscribed.is_err() {
-                        close(&mut current, Some(generation), &self.hub);
-                    }
-                    subscribed
+                    let change = Change::Subscribe(channel.to_owned());
+                    send_in_order(current, &self.current, &self.hub, change, &mut sent_on).await
                 };
                 let error = match tokio::time::timeout(self.response_timeout, subscribing).await {
                     Ok(Ok(())) => return Ok(()),
                     Ok(Err(error)) => error,
                     Err(_) => {
-                        if let Ok(mut current) = self.current.try_lock() {
-                            close(&mut current, None, &self.hub);
+                        if let (Some(generation), Ok(mut current)) =
+                            (sent_on, self.current.try_lock())
+                        {
+                            close(&mut current, Some(generation), &self.hub);
                         }
                         io_error("subscribing timed out")
                     }
@@ -244,6 +243,52 @@ fn announcement(message: &redis::Msg) -> ReleaseEvent {
         })
 }
 
+/// A change to the channels the connection is subscribed to.
+enum Change {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+/// Sends `change` on the current connection, whose lock `locked` is, and waits for Redis to
+/// confirm it; closes the connection if that fails. Only the sending is under the lock:
+/// the changes of one channel reach Redis in the order they took it, while their round
+/// trips overlap (a lock held for each round trip let a client subscribe to one channel per
+/// round trip, and under load its waiters queued for hundreds of milliseconds to
+/// subscribe). `sent_on`: the connection's generation, once sent.
+async fn send_in_order(
+    mut locked: MutexGuard<'_, Option<Subscriptions>>,
+    current: &Mutex<Option<Subscriptions>>,
+    hub: &ReleaseHub,
+    change: Change,
+    sent_on: &mut Option<u64>,
+) -> Result<(), RedisError> {
+    let Some(subscriptions) = locked.as_mut() else {
+        return Err(io_error("no subscription connection"));
+    };
+    let generation = subscriptions.generation;
+    let mut sink = subscriptions.sink.clone();
+    let sending = async move {
+        match change {
+            Change::Subscribe(channel) => sink.subscribe(channel).await,
+            Change::Unsubscribe(channel) => sink.unsubscribe(channel).await,
+        }
+    };
+    let mut sending = pin!(sending);
+    // redis-rs queues a command on its connection when the command's future is first polled,
+    // before it awaits the reply: polled once under the lock, it is sent in the lock's order.
+    let first_poll = poll_fn(|cx| Poll::Ready(sending.as_mut().poll(cx))).await;
+    *sent_on = Some(generation);
+    drop(locked);
+    let confirmed = match first_poll {
+        Poll::Ready(confirmed) => confirmed,
+        Poll::Pending => sending.await,
+    };
+    if confirmed.is_err() {
+        close(&mut *current.lock().await, Some(generation), hub);
+    }
+    confirmed
+}
+
 /// Unsubscribes channels nobody has waited for during `LINGER`.
 async fn unsubscribe_idle(
     mut idle_channels: mpsc::UnboundedReceiver<String>,
@@ -259,16 +304,12 @@ async fn unsubscribe_idle(
                 return;
             };
             let unsubscribing = async {
-                let mut current = current.lock().await;
+                let locked = current.lock().await;
                 // Checked under the connection's lock: a waiter that came back meanwhile
                 // subscribes under the same lock, after this.
-                if hub.retire_if_idle(&channel)
-                    && let Some(subscriptions) = current.as_mut()
-                {
-                    let generation = subscriptions.generation;
-                    if subscriptions.sink.unsubscribe(&channel).await.is_err() {
-                        close(&mut current, Some(generation), &hub);
-                    }
+                if hub.retire_if_idle(&channel) && locked.is_some() {
+                    let change = Change::Unsubscribe(channel);
+                    let _ = send_in_order(locked, &current, &hub, change, &mut None).await;
                 }
             };
             // A connection that does not answer is left for the next subscribe to replace.
