@@ -2,13 +2,18 @@
 //! not missed, and fair mode serves waiters in arrival order. Against a real redis-server,
 //! and on the memory backend with the paused clock.
 
+use std::future::poll_fn;
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::backend::redis::{RedisBackend, RedisSettings};
-use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, Turn};
-use fencelock::testing::{Call, Direction, Intercepted, Interceptor, TcpProxy, Verdict};
+use fencelock::backend::{Acquire, BoxFuture, Lease, LockBackend, ReleaseWatch, Turn};
+use fencelock::testing::{
+    Call, Direction, Intercepted, Interceptor, RedisServer, TcpProxy, Verdict,
+};
 use fencelock::{LockClient, LockError, LockGuard, LockKind};
 use redis::AsyncCommands;
 
@@ -387,31 +392,44 @@ async fn a_waiter_cancelled_while_subscribing_leaves_no_connection_behind() {
     let _: () = redis.del("unused").await.unwrap();
 }
 
+/// A Redis backend whose subscription connection goes through a proxy, opened already (by a
+/// subscription of its own), with a response timeout longer than any check here takes: a
+/// subscribe held up must fail them by not being sent, not by timing out.
+async fn subscribing_through_a_proxy()
+-> (RedisServer, Arc<TcpProxy>, Arc<RedisBackend>, ReleaseWatch) {
+    let server = redis_server();
+    let proxy =
+        Arc::new(TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap());
+    let mut settings = RedisSettings::default();
+    settings.response_timeout = Duration::from_secs(60);
+    let backend = Arc::new(RedisBackend::connect(&proxy.url(), settings).await.unwrap());
+    // Only confirmations travel through the proxy from now on (the command connection stays
+    // idle).
+    let opened = backend.subscribe("opened").await.unwrap();
+    (server, proxy, backend, opened)
+}
+
+/// Subscribes `backend` to `key`'s releases, in a task of its own.
+fn subscribe(
+    backend: &Arc<RedisBackend>,
+    key: &'static str,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    let backend = backend.clone();
+    tokio::spawn(async move { backend.subscribe(key).await.map(drop) })
+}
+
 /// Subscriptions to different keys overlap their round trips: a subscription whose
 /// confirmation is slow holds back no other key's. Before, a client sent one `SUBSCRIBE` per
 /// round trip, and under load its waiters queued for hundreds of milliseconds to subscribe
 /// (the bench's open loop collapsed at two thirds of its capacity).
 #[tokio::test]
 async fn a_slow_subscription_holds_back_no_other_key_s() {
-    let server = redis_server();
+    let (server, proxy, backend, _opened) = subscribing_through_a_proxy().await;
     let redis = inspector(&server).await;
-    let proxy =
-        Arc::new(TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap());
-    let backend = Arc::new(
-        RedisBackend::connect(&proxy.url(), RedisSettings::default())
-            .await
-            .unwrap(),
-    );
-    // Opens the subscription connection: only confirmations travel on it from now on.
-    let _opened = backend.subscribe("opened").await.unwrap();
-    let subscribe = |key: &'static str| {
-        let backend = backend.clone();
-        tokio::spawn(async move { backend.subscribe(key).await.map(drop) })
-    };
     proxy.hold_next(Direction::ToClient);
-    let slow = subscribe("slow");
+    let slow = subscribe(&backend, "slow");
     proxy.held().await;
-    let other = subscribe("other");
+    let other = subscribe(&backend, "other");
     subscribers(&redis, "other", 1).await;
     let delivering = tokio::spawn({
         let proxy = proxy.clone();
@@ -420,6 +438,47 @@ async fn a_slow_subscription_holds_back_no_other_key_s() {
     slow.await.unwrap().unwrap();
     other.await.unwrap().unwrap();
     delivering.abort();
+}
+
+/// A subscription connection that fails fails every subscribe sent on it: each is sent once
+/// more, on a new connection, rather than leave its waiter to poll for the rest of its wait.
+#[tokio::test]
+async fn subscribes_cut_off_with_their_connection_go_out_again_on_a_new_one() {
+    let (server, proxy, backend, _opened) = subscribing_through_a_proxy().await;
+    let redis = inspector(&server).await;
+    proxy.hold_next(Direction::ToClient);
+    let first = subscribe(&backend, "first");
+    proxy.held().await;
+    let second = subscribe(&backend, "second");
+    subscribers(&redis, "second", 1).await;
+    proxy.sever();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    subscribers(&redis, "first", 1).await;
+    subscribers(&redis, "second", 1).await;
+}
+
+/// What the client's order of a channel's subscribes and unsubscribes rests on: redis-rs
+/// sends a `SUBSCRIBE` or `UNSUBSCRIBE` when the command's future is first polled, so that
+/// the client polls it once under its connection's lock and awaits the confirmation outside
+/// it. A redis-rs that sent it later would let an unsubscribe overtake a subscribe of the same
+/// channel, and the channel's waiters would go unannounced.
+#[tokio::test]
+async fn redis_rs_sends_a_subscribe_at_its_first_poll() {
+    let server = redis_server();
+    let redis = inspector(&server).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let (mut sink, _messages) = client.get_async_pubsub().await.unwrap().split();
+    let channel = "lock:{first-poll}:released";
+    {
+        let mut subscribing = pin!(sink.subscribe(channel));
+        let _ = poll_fn(|cx| Poll::Ready(subscribing.as_mut().poll(cx))).await;
+        subscribers(&redis, "first-poll", 1).await;
+        subscribing.await.unwrap();
+    }
+    let mut unsubscribing = pin!(sink.unsubscribe(channel));
+    let _ = poll_fn(|cx| Poll::Ready(unsubscribing.as_mut().poll(cx))).await;
+    subscribers(&redis, "first-poll", 0).await;
 }
 
 /// Calls that answer late, on the paused clock: `acquire` after `attempt_delay`, `subscribe`

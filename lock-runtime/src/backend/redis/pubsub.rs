@@ -28,6 +28,9 @@ use crate::release_hub::{ReleaseEvent, ReleaseHub, ReleaseWatch, parse_announcem
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(1);
 
+/// How many times a subscribe is sent, each on a new connection if the last one failed.
+const SUBSCRIBE_SENDS: usize = 2;
+
 /// How often a quiet subscription connection is asked for a `PING`: a connection that went
 /// silent (a partition that keeps the socket open) announces nothing, and would otherwise
 /// never be found out.
@@ -52,12 +55,12 @@ struct Subscriptions {
     reader: AbortHandle,
 }
 
-/// Closes the current connection (if it is `generation`, or whichever it is) and wakes every
-/// waiter: channels must be subscribed again on the next connection.
+/// Closes the current connection if it is the one of `generation` (if that was sent on at
+/// all) and wakes every waiter: channels must be subscribed again on the next connection.
 fn close(current: &mut Option<Subscriptions>, generation: Option<u64>, hub: &ReleaseHub) {
     if current
         .as_ref()
-        .is_some_and(|c| generation.is_none_or(|g| g == c.generation))
+        .is_some_and(|c| generation == Some(c.generation))
         && let Some(closed) = current.take()
     {
         closed.reader.abort();
@@ -105,22 +108,13 @@ impl Notifier {
                 // Everything, waiting for the lock included, within the response timeout: a
                 // half-open connection must not hold waiters past their `wait_ms`.
                 let mut sent_on = None;
-                let subscribing = async {
-                    let mut current = self.current.lock().await;
-                    if current.is_none() {
-                        *current = Some(self.connect().await?);
-                    }
-                    let change = Change::Subscribe(channel.to_owned());
-                    send_in_order(current, &self.current, &self.hub, change, &mut sent_on).await
-                };
+                let subscribing = self.send_subscribe(channel, &mut sent_on);
                 let error = match tokio::time::timeout(self.response_timeout, subscribing).await {
                     Ok(Ok(())) => return Ok(()),
                     Ok(Err(error)) => error,
                     Err(_) => {
-                        if let (Some(generation), Ok(mut current)) =
-                            (sent_on, self.current.try_lock())
-                        {
-                            close(&mut current, Some(generation), &self.hub);
+                        if let Ok(mut current) = self.current.try_lock() {
+                            close(&mut current, sent_on, &self.hub);
                         }
                         io_error("subscribing timed out")
                     }
@@ -133,6 +127,34 @@ impl Notifier {
             })
             .await?;
         Ok(watch)
+    }
+
+    /// Subscribes to `channel` on the current connection, opened first if there is none. A
+    /// connection that fails fails every subscribe sent on it: each is sent once more, on a
+    /// new connection, rather than leave its waiter to poll for the rest of its wait.
+    /// `sent_on`: the generation of the connection the last subscribe went out on.
+    async fn send_subscribe(
+        &self,
+        channel: &str,
+        sent_on: &mut Option<u64>,
+    ) -> Result<(), RedisError> {
+        let mut failure = None;
+        for _ in 0..SUBSCRIBE_SENDS {
+            let mut current = self.current.lock().await;
+            if failure.is_some() {
+                close(&mut current, *sent_on, &self.hub);
+            }
+            if current.is_none() {
+                *current = Some(self.connect().await?);
+            }
+            let change = Change::Subscribe(channel.to_owned());
+            match send_in_order(current, change, sent_on).await {
+                Ok(()) => return Ok(()),
+                Err(error) => failure = Some(error),
+            }
+        }
+        close(&mut *self.current.lock().await, *sent_on, &self.hub);
+        Err(failure.unwrap_or_else(|| io_error("no subscription connection")))
     }
 
     /// Opens a subscription connection on the driver, with a task there that turns its
@@ -187,7 +209,8 @@ impl<T> Drop for AbortOnDrop<T> {
 impl Drop for Notifier {
     fn drop(&mut self) {
         if let Ok(mut current) = self.current.try_lock() {
-            close(&mut current, None, &self.hub);
+            let generation = current.as_ref().map(|c| c.generation);
+            close(&mut current, generation, &self.hub);
         }
     }
 }
@@ -249,16 +272,14 @@ enum Change {
     Unsubscribe(String),
 }
 
-/// Sends `change` on the current connection, whose lock `locked` is, and waits for Redis to
-/// confirm it; closes the connection if that fails. Only the sending is under the lock:
-/// the changes of one channel reach Redis in the order they took it, while their round
-/// trips overlap (a lock held for each round trip let a client subscribe to one channel per
-/// round trip, and under load its waiters queued for hundreds of milliseconds to
-/// subscribe). `sent_on`: the connection's generation, once sent.
+/// Sends `change` on the connection whose lock `locked` is, and waits for Redis to confirm
+/// it. Only the sending is under the lock: the changes of one channel reach Redis in the
+/// order they took it, while their round trips overlap (a lock held for each round trip let
+/// a client subscribe to one channel per round trip, and under load its waiters queued for
+/// hundreds of milliseconds to subscribe). `sent_on`: the connection's generation, once
+/// sent.
 async fn send_in_order(
     mut locked: MutexGuard<'_, Option<Subscriptions>>,
-    current: &Mutex<Option<Subscriptions>>,
-    hub: &ReleaseHub,
     change: Change,
     sent_on: &mut Option<u64>,
 ) -> Result<(), RedisError> {
@@ -279,14 +300,10 @@ async fn send_in_order(
     let first_poll = poll_fn(|cx| Poll::Ready(sending.as_mut().poll(cx))).await;
     *sent_on = Some(generation);
     drop(locked);
-    let confirmed = match first_poll {
+    match first_poll {
         Poll::Ready(confirmed) => confirmed,
         Poll::Pending => sending.await,
-    };
-    if confirmed.is_err() {
-        close(&mut *current.lock().await, Some(generation), hub);
     }
-    confirmed
 }
 
 /// Unsubscribes channels nobody has waited for during `LINGER`.
@@ -308,8 +325,11 @@ async fn unsubscribe_idle(
                 // Checked under the connection's lock: a waiter that came back meanwhile
                 // subscribes under the same lock, after this.
                 if hub.retire_if_idle(&channel) && locked.is_some() {
+                    let mut sent_on = None;
                     let change = Change::Unsubscribe(channel);
-                    let _ = send_in_order(locked, &current, &hub, change, &mut None).await;
+                    if send_in_order(locked, change, &mut sent_on).await.is_err() {
+                        close(&mut *current.lock().await, sent_on, &hub);
+                    }
                 }
             };
             // A connection that does not answer is left for the next subscribe to replace.
