@@ -2,30 +2,30 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost] [--json PATH] [--svg PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--json PATH] [--svg PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release (through a guard, and
 //! through a `#[redis_lock]` function; beside rslock, in five turns each, taken in turn). W2:
-//! 8 workers, each
-//! with its own client, incrementing a counter under one key, in five modes (fencelock
-//! default, fair, polling; rslock with its default and with a tight retry). Script calls per
-//! grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared client and
-//! with a client each, next to `redis-benchmark` SET on the same server. Client cost (connect
-//! time, memory, threads and connections of idle clients; memory per held lock). Open-loop
-//! latency at 20/50/80% of the measured capacity. Topologies: W1 and W3 on one server, Redlock
-//! over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and 5, Redis Clusters
-//! of 1 to 3 masters, with W2 too. Prints a table per workload and the issue's targets; writes
-//! the same figures as JSON (default `target/fencelock-bench.json`). `--quick` runs every
-//! workload about 4-10x shorter; `--topologies` runs only the topology table; `--telemetry`
-//! only W1 with and without a tracing subscriber and a metrics recorder listening; `--kinds`
-//! only the lock kinds (mutex, read, write, semaphore, segmented): W1, round trips per
-//! acquisition, and 8 workers on one key of each kind; `--backends` only the topology
-//! table's rows an application chooses between: one Redis server, Redlock(3), PostgreSQL
-//! and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`); `--w1`
-//! only W0 and W1 (the guard, the attribute's call, rslock); `--cost` only W0 to W3 and the
-//! Redis cost per pair (the server's CPU and commands per acquire + release, beside
-//! rslock's). `--svg PATH` also draws the Redis cost table and W2's waits as a chart.
+//! 8 workers, each with its own client, incrementing a counter under one key, in five modes
+//! (fencelock default, fair, polling; rslock with its default and with a tight retry). Script
+//! calls per grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared
+//! client and with a client each, next to `redis-benchmark` SET on the same server. Open-loop
+//! latency at 20/50/80% of the measured capacity. Client cost (connect time, memory, threads
+//! and connections of idle clients; memory per held lock). Topologies: W1 and W3 on one
+//! server, Redlock over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and
+//! 5, Redis Clusters of 1 to 3 masters, with W2 too. Prints a table per workload and the
+//! issue's targets; writes the same figures as JSON (default `target/fencelock-bench.json`).
+//! `--quick` runs every workload about 4-10x shorter; `--topologies` runs only the topology
+//! table; `--telemetry` only W1 with and without a tracing subscriber and a metrics recorder
+//! listening; `--kinds` only the lock kinds (mutex, read, write, semaphore, segmented): W1,
+//! round trips per acquisition, and 8 workers on one key of each kind; `--backends` only the
+//! topology table's rows an application chooses between: one Redis server, Redlock(3),
+//! PostgreSQL and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`);
+//! `--w1` only W0 and W1 (the guard, the attribute's call, rslock); `--cost` only W0 to W3
+//! and the Redis cost per pair (the server's CPU and commands per acquire + release, beside
+//! rslock's); `--open-loop` only the open-loop table. `--svg PATH` also draws the Redis cost
+//! table and W2's waits as a chart.
 
 mod chart;
 mod footprint;
@@ -106,6 +106,8 @@ struct Args {
     w1: bool,
     /// Only W0 to W3 and the Redis cost per pair.
     cost: bool,
+    /// Only the open-loop table.
+    open_loop: bool,
     json: PathBuf,
     /// Where to draw the peer comparison, if anywhere.
     svg: Option<PathBuf>,
@@ -120,6 +122,7 @@ fn parse_args() -> Result<Args, BoxError> {
         backends: false,
         w1: false,
         cost: false,
+        open_loop: false,
         json: PathBuf::from("target/fencelock-bench.json"),
         svg: None,
     };
@@ -133,11 +136,12 @@ fn parse_args() -> Result<Args, BoxError> {
             "--backends" => args.backends = true,
             "--w1" => args.w1 = true,
             "--cost" => args.cost = true,
+            "--open-loop" => args.open_loop = true,
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             "--svg" => args.svg = Some(given.next().ok_or("--svg needs a path")?.into()),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost] [--json PATH] [--svg PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--json PATH] [--svg PATH]"
                 )
                 .into());
             }
@@ -213,6 +217,12 @@ async fn main() -> Result<(), BoxError> {
         let runs = kinds::compare(&url, server_addr, sizes.sequential, sizes.w2_per_worker).await?;
         report::kinds(&ping, &runs, sizes.w2_per_worker);
         return Ok(());
+    }
+    if args.open_loop {
+        let fence = Locker::fencelock(LockClient::connect(&url).await?);
+        let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
+        let latency = open_loop_table(&fence, &rs, &sizes).await?;
+        return write_json(&args.json, &json!({ "open_loop": latency }));
     }
     let ping = workloads::ping(&redis, sizes.sequential).await;
     let w0 = report::w0(&ping);
@@ -319,11 +329,12 @@ async fn main() -> Result<(), BoxError> {
         );
     }
 
+    // Before the held locks: the keys those leave behind keep the server busy expiring them.
+    let latency = open_loop_table(&fence, &rs, &sizes).await?;
+
     let clients = footprint::client_cost(&url, &mut redis, sizes.clients).await?;
     let held = footprint::held_locks(&url, &mut redis, sizes.held_locks).await?;
     let cost = report::footprint(&clients, &held, &mut targets);
-
-    let latency = open_loop_table(&fence, &rs, &sizes).await?;
 
     let (topology_ping, topology_runs) =
         topologies::compare(sizes.sequential, sizes.w2_per_worker, sizes.w3_per_worker).await?;
