@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
 
-use crate::support::{self, eventually, inspector, redis_server, script_calls, with_sources};
+use crate::support::{
+    self, command_stats, eventually, inspector, redis_server, script_calls, with_sources,
+};
 
 fn url_as(server: &fencelock::testing::RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@127.0.0.1:{}/", server.port())
@@ -66,6 +68,16 @@ async fn a_user_limited_to_the_lock_prefix_and_no_channels_can_lock_and_wait() {
     next.release().await.unwrap();
     let left: Vec<String> = admin.keys("lock:{k}").await.unwrap();
     assert!(left.is_empty(), "nothing left behind: {left:?}");
+    // A refusal is not sent again (a dropped connection is).
+    let stats = command_stats(&mut admin).await;
+    let subscribe = stats
+        .lines()
+        .find(|line| line.starts_with("cmdstat_subscribe:"))
+        .unwrap_or_default();
+    assert!(
+        subscribe.contains("rejected_calls=1,"),
+        "one SUBSCRIBE refused: {subscribe}"
+    );
 }
 
 #[tokio::test]

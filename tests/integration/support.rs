@@ -63,15 +63,21 @@ pub async fn lock_once(client: &LockClient, key: &str) {
     guard.release().await.expect("its holder releases it");
 }
 
-/// How many script calls (`FCALL`, `EVALSHA`) the server has run so far (`INFO
-/// commandstats`).
-pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
+/// The server's `INFO commandstats`: a line per command run so far.
+pub async fn command_stats(redis: &mut redis::aio::MultiplexedConnection) -> String {
+    redis::cmd("INFO")
         .arg("commandstats")
         .query_async(redis)
         .await
-        .unwrap();
-    info.lines()
+        .unwrap()
+}
+
+/// How many script calls (`FCALL`, `EVALSHA`) the server has run so far (`INFO
+/// commandstats`).
+pub async fn script_calls(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
+    command_stats(redis)
+        .await
+        .lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
         .filter_map(|l| {
             l.split("calls=")

@@ -131,8 +131,9 @@ impl Notifier {
 
     /// Subscribes to `channel` on the current connection, opened first if there is none. A
     /// connection that fails fails every subscribe sent on it: each is sent once more, on a
-    /// new connection, rather than leave its waiter to poll for the rest of its wait.
-    /// `sent_on`: the generation of the connection the last subscribe went out on.
+    /// new connection, rather than leave its waiter to poll for the rest of its wait (a
+    /// refusal, such as an ACL's, is not sent again). `sent_on`: the generation of the
+    /// connection the last subscribe went out on.
     async fn send_subscribe(
         &self,
         channel: &str,
@@ -150,7 +151,11 @@ impl Notifier {
             let change = Change::Subscribe(channel.to_owned());
             match send_in_order(current, change, sent_on).await {
                 Ok(()) => return Ok(()),
-                Err(error) => failure = Some(error),
+                Err(error) if error.is_connection_dropped() => failure = Some(error),
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
             }
         }
         close(&mut *self.current.lock().await, *sent_on, &self.hub);
