@@ -401,14 +401,20 @@ impl Acquisition {
     }
 }
 
-/// Refuses a kind the client's backend does not offer.
+/// Refuses a kind the client's backend does not offer, naming the stores that do.
 fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
     if client.backend().offers(kind) {
         return Ok(());
     }
+    let stores = match kind {
+        LockKind::Read | LockKind::Write => {
+            "the memory backend, Redis (one server, Sentinel, Cluster, Redlock), ZooKeeper and \
+             etcd offer them"
+        }
+        _ => "the memory backend and Redis (one server, Sentinel, Cluster, Redlock) offer them",
+    };
     Err(LockError::invalid_config(format!(
-        "this backend does not offer {} locks: the memory backend and Redis (one server, \
-         Sentinel, Cluster, Redlock) offer every kind; use one of them, or a mutex \
+        "this backend does not offer {} locks: {stores}; use one of them, or a mutex \
          (`LockClient::lock`) here",
         kind.name()
     )))

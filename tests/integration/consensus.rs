@@ -331,7 +331,8 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
         message.contains("cannot connect to ZooKeeper") && message.contains("connect string"),
         "{message}"
     );
-    let etcd = LockClient::etcd_builder(&[format!("http://127.0.0.1:{port}")])
+    // Endpoints as any iterable, as Redlock's URLs.
+    let etcd = LockClient::etcd_builder(vec![format!("http://127.0.0.1:{port}")])
         .connect_timeout(Duration::from_secs(1))
         .connect()
         .await;
@@ -345,7 +346,7 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
         .connect()
         .await;
     assert!(backend_message(root).contains("absolute path"));
-    let prefix = LockClient::etcd_builder(&["http://127.0.0.1:2379"])
+    let prefix = LockClient::etcd_builder(["http://127.0.0.1:2379"])
         .prefix("locks/")
         .connect()
         .await;

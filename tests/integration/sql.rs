@@ -246,6 +246,26 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
     }
 }
 
+/// A kind a database does not offer is refused with the stores that offer it: ZooKeeper and
+/// etcd offer read/write locks, only the memory backend and Redis every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_database_does_not_offer_names_the_stores_that_do() {
+    for database in databases().await {
+        let client = database.client().await;
+        let refusal = |acquired: Result<fencelock::LockGuard, LockError>| match acquired {
+            Err(LockError::InvalidConfig { reason, .. }) => reason,
+            other => panic!("refused before anything is sent: {other:?}"),
+        };
+        let read = refusal(client.read_lock("kinds").acquire().await);
+        assert!(read.contains("ZooKeeper and etcd offer them"), "{read}");
+        let permits = refusal(client.semaphore("kinds", 2).acquire().await);
+        assert!(
+            permits.contains("the memory backend and Redis (") && !permits.contains("etcd"),
+            "{permits}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_create_the_tables_at_once() {
     for database in databases().await {

@@ -164,16 +164,22 @@ impl EtcdClientBuilder {
 }
 
 impl LockClient {
-    /// Connects to the etcd cluster at `endpoints` (`http://host:2379` each) with the
-    /// defaults of [`LockClient::etcd_builder`].
-    pub async fn etcd<E: AsRef<str>>(endpoints: &[E]) -> Result<LockClient, LockError> {
+    /// Connects to the etcd cluster at `endpoints` (`http://host:2379` each: a slice, an
+    /// array, a `Vec` or any iterator of them, as [`LockClient::redlock`] takes its URLs) with
+    /// the defaults of [`LockClient::etcd_builder`].
+    pub async fn etcd(
+        endpoints: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<LockClient, LockError> {
         LockClient::etcd_builder(endpoints).connect().await
     }
 
     /// A builder of an etcd client: key prefix, lease TTL, timeouts, user.
-    pub fn etcd_builder<E: AsRef<str>>(endpoints: &[E]) -> EtcdClientBuilder {
+    pub fn etcd_builder(endpoints: impl IntoIterator<Item = impl AsRef<str>>) -> EtcdClientBuilder {
         EtcdClientBuilder {
-            endpoints: endpoints.iter().map(|e| e.as_ref().to_owned()).collect(),
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| e.as_ref().to_owned())
+                .collect(),
             prefix: DEFAULT_PREFIX.to_owned(),
             lease_ttl: DEFAULT_LEASE_TTL,
             connect_timeout: Duration::from_secs(5),
