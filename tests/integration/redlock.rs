@@ -12,7 +12,7 @@ use fencelock::testing::history;
 use fencelock::testing::{Direction, RedisServer, TcpProxy, conformance};
 use fencelock::{LockClient, LockError, LockKind};
 
-use crate::support::{inspector, record_section, redis_server, script_calls};
+use crate::support::{inspector, record_section, redis_server, script_calls, with_sources};
 
 fn masters(count: usize) -> Vec<RedisServer> {
     (0..count).map(|_| redis_server()).collect()
@@ -89,6 +89,29 @@ async fn with_two_of_five_masters_down_locks_stay_exclusive_and_make_progress() 
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
+/// `min_replicas` on masters without replicas: every master answers, and every grant is
+/// taken back for want of replicas. The error says so, not that the masters did not answer.
+#[tokio::test]
+async fn min_replicas_on_masters_without_replicas_names_the_replicas() {
+    let masters = masters(3);
+    let client = redlock(&masters).await;
+    let refused = client
+        .lock("replicated")
+        .min_replicas(1)
+        .give_up()
+        .acquire()
+        .await;
+    let Err(error @ LockError::Backend { .. }) = refused else {
+        panic!("expected a backend failure, got {refused:?}");
+    };
+    let message = with_sources(&error);
+    assert!(
+        message.contains("3 of 3 masters failed") && message.contains("replicas"),
+        "{message}"
+    );
+    assert!(!message.contains("answered"), "{message}");
+}
+
 /// With three of five masters down no majority can grant: the attempt fails as a backend
 /// failure (the lock's state is unknown, which `NotAcquired` would misstate), and what the
 /// two survivors granted is taken back.
@@ -102,7 +125,10 @@ async fn with_three_of_five_masters_down_acquiring_fails_and_leaves_nothing() {
     match client.lock("outage").give_up().acquire().await {
         Err(error @ LockError::Backend { .. }) => {
             let message = error.to_string();
-            assert!(message.contains("2 of 5 masters answered"), "{message}");
+            assert!(
+                message.contains("3 of 5 masters failed, and a majority (3) must succeed"),
+                "{message}"
+            );
         }
         other => panic!("expected a backend failure, got {other:?}"),
     }

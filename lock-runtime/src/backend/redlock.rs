@@ -205,7 +205,8 @@ impl RedlockBackend {
     }
 
     /// The answers of the masters that gave one, or an error when fewer than a majority did
-    /// (naming the first failure, and how many answered).
+    /// (naming how many failed, and the first failure: a master may have answered and still
+    /// failed, as one whose replicas did not confirm a grant for `min_replicas`).
     fn majority_answered<T>(
         &self,
         key: Option<&str>,
@@ -228,8 +229,8 @@ impl RedlockBackend {
         Err(LockError::backend(
             key,
             format!(
-                "{what}: {} of {} masters answered, a majority is {}",
-                answers.len(),
+                "{what}: {} of {} masters failed, and a majority ({}) must succeed",
+                self.masters.len() - answers.len(),
                 self.masters.len(),
                 self.quorum()
             ),
