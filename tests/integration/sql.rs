@@ -12,7 +12,7 @@ use fencelock::testing::{SqlDatabase, SqlKind, conformance};
 use fencelock::{LockClient, LockError, LossCause, with_client};
 use tokio::sync::Notify;
 
-use crate::support::{expect_lost, spawn_test_process, test_process_output};
+use crate::support::{expect_lost, spawn_test_process, test_process_output, with_sources};
 
 const KINDS: [SqlKind; 2] = [SqlKind::Postgres, SqlKind::MySql];
 
@@ -184,7 +184,13 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
         };
         let closed_port = as_user(database.url(), "nobody").replace(":5432/", ":1/");
         let closed_port = closed_port.replace(":3306/", ":1/");
-        let unreachable = backend_message(builder(&closed_port).connect().await);
+        let refused = builder(&closed_port).connect().await;
+        // The cause once: sqlx's I/O error repeats the text of the one it wraps.
+        if let Err(error) = &refused {
+            let chain = with_sources(error);
+            assert_eq!(chain.matches("os error").count(), 1, "{chain}");
+        }
+        let unreachable = backend_message(refused);
         assert!(
             unreachable.contains(&format!("cannot reach {name}")),
             "{unreachable}"

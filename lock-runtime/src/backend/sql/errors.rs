@@ -158,11 +158,14 @@ pub(crate) fn backend_error(
             _ => format!("{db} at {at} failed a lock statement"),
         },
     };
-    // The database's own error as the source: sqlx's wrapper would show its text twice.
+    // The database's (or the socket's) own error as the source: sqlx's wrapper would show
+    // its text twice.
     let source: Arc<dyn std::error::Error + Send + Sync> = match error {
         sqlx::Error::Database(database) => {
             Arc::from(database as Box<dyn std::error::Error + Send + Sync>)
         }
+        sqlx::Error::Io(io) => Arc::new(io),
+        sqlx::Error::Tls(tls) => Arc::from(tls),
         error => Arc::new(error),
     };
     LockError::backend(key, message, Some(source))
