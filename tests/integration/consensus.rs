@@ -353,6 +353,34 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
     assert!(backend_message(prefix).contains("prefix"));
 }
 
+/// Connecting rides over an ensemble that is still starting (its port closed, then open but
+/// not serving yet), within the connect timeout, as Curator's retry policy does. Before, it
+/// failed at once (`NoHosts`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_zookeeper_rides_over_an_ensemble_still_starting() {
+    let Store::ZooKeeper(mut ensemble) = Store::start("zookeeper", 1) else {
+        unreachable!("a ZooKeeper store");
+    };
+    ensemble.kill(0).unwrap();
+    let connecting = tokio::spawn(
+        LockClient::zookeeper_builder(&ensemble.connect_string())
+            .connect_timeout(Duration::from_secs(60))
+            .connect(),
+    );
+    let ensemble = tokio::task::spawn_blocking(move || {
+        ensemble.restart(0).expect("the member serves again");
+        ensemble
+    })
+    .await
+    .unwrap();
+    let client = connecting
+        .await
+        .unwrap()
+        .expect("connected once the ensemble served");
+    held(&client, "after-start").await.release().await.unwrap();
+    drop(ensemble);
+}
+
 /// Takes the free `key` for 30 s, renewed.
 async fn held(client: &LockClient, key: &str) -> fencelock::LockGuard {
     client

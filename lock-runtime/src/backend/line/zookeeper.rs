@@ -85,20 +85,36 @@ impl ZooKeeperClientBuilder {
         ))
     }
 
-    /// A new session, made on the driver runtime where its connection lives.
+    /// A new session, made on the driver runtime where its connection lives. An ensemble that
+    /// refuses or drops the connection (still starting, or electing a leader) is tried again,
+    /// at growing pauses, until the connect timeout (as Curator's retry policy rides over
+    /// it); anything else fails at once.
     async fn open(&self, background: &Background) -> Result<Session, LockError> {
-        let connector = Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(self.connect_timeout)
-            .with_fail_eagerly();
-        let connect_string = self.connect_string.clone();
-        let connecting =
-            background.spawn(async move { connector.connect(&connect_string).await })?;
-        let connected = tokio::time::timeout(self.connect_timeout * 2, connecting).await;
-        let client = match connected {
-            Ok(Ok(Ok(client))) => client,
-            Ok(Ok(Err(error))) => return Err(connect_error(&self.connect_string, Some(error))),
-            Ok(Err(_)) | Err(_) => return Err(connect_error(&self.connect_string, None)),
+        let give_up_at = tokio::time::Instant::now() + self.connect_timeout;
+        let mut pause = FIRST_CONNECT_PAUSE;
+        let client = loop {
+            let connector = Client::connector()
+                .with_session_timeout(self.session_timeout)
+                .with_connection_timeout(self.connect_timeout)
+                .with_fail_eagerly();
+            let connect_string = self.connect_string.clone();
+            let connecting =
+                background.spawn(async move { connector.connect(&connect_string).await })?;
+            let connected = tokio::time::timeout(self.connect_timeout * 2, connecting).await;
+            let error = match connected {
+                Ok(Ok(Ok(client))) => break client,
+                Ok(Ok(Err(error))) => error,
+                Ok(Err(_)) | Err(_) => return Err(connect_error(&self.connect_string, None)),
+            };
+            let starting = matches!(
+                error,
+                zookeeper_client::Error::NoHosts | zookeeper_client::Error::ConnectionLoss
+            );
+            if !starting || tokio::time::Instant::now() + pause >= give_up_at {
+                return Err(connect_error(&self.connect_string, Some(error)));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LAST_CONNECT_PAUSE);
         };
         static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Session {
@@ -107,6 +123,11 @@ impl ZooKeeperClientBuilder {
         })
     }
 }
+
+/// The first pause before connecting again to an ensemble that is not serving yet; each
+/// next one doubles, up to [`LAST_CONNECT_PAUSE`].
+const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(50);
+const LAST_CONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 fn connect_error(at: &str, error: Option<zookeeper_client::Error>) -> LockError {
     let cause = error.as_ref().map_or_else(
