@@ -2,6 +2,9 @@
 
 use clap::{Args, Parser, Subcommand};
 
+/// The key prefix of fencelock's Redis backends by default.
+pub use fencelock::backend::redis::DEFAULT_PREFIX;
+
 /// Operate fencelock's locks: list the held ones, inspect one, release one by force, watch a
 /// key's hand-offs. Owners are shown by tag (the first 16 hex digits of the SHA-1 of their
 /// owner token, as release notifications name them), never by token.
@@ -18,7 +21,7 @@ pub struct Cli {
 }
 
 /// Where the locks are.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Connection {
     /// A Redis URL (`redis://[user:password@]host[:port][/db]`, `rediss://...`); give it several
     /// times with --redlock, --cluster or --sentinel. Or a database's
@@ -33,7 +36,7 @@ pub struct Connection {
     )]
     pub urls: Vec<String>,
     /// The key prefix the applications use (Redis).
-    #[arg(long, default_value = "lock:", global = true)]
+    #[arg(long, default_value = DEFAULT_PREFIX, global = true)]
     pub prefix: String,
     /// The lock table the applications use (PostgreSQL, MySQL).
     #[arg(long, default_value = "fencelock_locks", global = true)]

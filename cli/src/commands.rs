@@ -5,8 +5,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use fencelock::LockError;
 use fencelock::admin::{Holding, LockAdmin, ReleaseEvent};
 
-use crate::args::{Cli, Command};
-use crate::connect::connect;
+use crate::args::{Cli, Command, Connection, DEFAULT_PREFIX};
+use crate::connect::{connect, is_redis};
 use crate::failure::{Failure, print};
 use crate::output::{self, EventView, LockView, ReleaseView};
 
@@ -24,42 +24,132 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let admin = connect(&cli.connection).await?.admin();
     let json = cli.json;
-    match cli.command {
-        Command::List { pattern } => list(&admin, &pattern, json).await,
-        Command::Inspect { key } => inspect(&admin, &key, json).await,
-        Command::Release { key, yes, .. } => release(&admin, &key, yes, json).await,
-        Command::Watch { key, count } => watch(&admin, &key, count, json).await,
+    let connection = &cli.connection;
+    match &cli.command {
+        Command::List { pattern } => list(&admin, connection, pattern, json).await,
+        Command::Inspect { key } => inspect(&admin, connection, key, json).await,
+        Command::Release { key, yes, .. } => release(&admin, connection, key, *yes, json).await,
+        Command::Watch { key, count } => {
+            note_redis_name(&admin, connection, key).await;
+            watch(&admin, key, *count, json).await
+        }
     }
 }
 
-async fn list(admin: &LockAdmin, pattern: &str, json: bool) -> Result<(), Failure> {
+async fn list(
+    admin: &LockAdmin,
+    connection: &Connection,
+    pattern: &str,
+    json: bool,
+) -> Result<(), Failure> {
     let locks = admin
         .list(pattern)
         .await
         .map_err(|error| Failure::new("listing locks failed", error))?;
     if json {
         let views: Vec<LockView> = locks.iter().map(LockView::from).collect();
-        print(&output::json(&views))
+        print(&output::json(&views))?;
     } else {
-        print(&output::lock_table(&locks, pattern))
+        print(&output::lock_table(&locks, pattern))?;
     }
+    if locks.is_empty() {
+        note_prefix(connection, pattern).await;
+    }
+    Ok(())
 }
 
-async fn inspect(admin: &LockAdmin, key: &str, json: bool) -> Result<(), Failure> {
+async fn inspect(
+    admin: &LockAdmin,
+    connection: &Connection,
+    key: &str,
+    json: bool,
+) -> Result<(), Failure> {
     let state = admin
         .inspect(key)
         .await
         .map_err(|error| Failure::new(format!("inspecting `{key}` failed"), error))?;
     if json {
-        print(&output::json(&LockView::from(&state)))
+        print(&output::json(&LockView::from(&state)))?;
     } else {
-        print(&output::lock_details(&state))
+        print(&output::lock_details(&state))?;
+    }
+    if !state.holding.is_held() {
+        note_redis_name(admin, connection, key).await;
+    }
+    Ok(())
+}
+
+/// On standard error, for an operator who typed how Redis names a lock (`lock:{stock:42}`,
+/// as `redis-cli` shows it) where the commands take the key the applications write
+/// (`stock:42`): what to type, when that lock is held.
+async fn note_redis_name(admin: &LockAdmin, connection: &Connection, key: &str) {
+    if !is_redis(connection) {
+        return;
+    }
+    let Some(lock_key) = key
+        .strip_prefix(connection.prefix.as_str())
+        .and_then(|rest| rest.strip_prefix('{'))
+        .and_then(|rest| rest.strip_suffix('}'))
+    else {
+        return;
+    };
+    if admin
+        .inspect(lock_key)
+        .await
+        .is_ok_and(|state| state.holding.is_held())
+    {
+        eprintln!(
+            "note: `{key}` is how Redis names the lock `{lock_key}`, which is held; the \
+             commands take the key as the applications write it: `{lock_key}`"
+        );
+    }
+}
+
+/// On standard error, when nothing matched `pattern`: a pattern written with the prefix, or
+/// a `--prefix` other than the default under which locks are held, and what to type.
+async fn note_prefix(connection: &Connection, pattern: &str) {
+    if !is_redis(connection) {
+        return;
+    }
+    let prefix = connection.prefix.as_str();
+    if let Some(rest) = pattern.strip_prefix(prefix) {
+        eprintln!(
+            "note: patterns match the keys as the applications write them, without the \
+             prefix `{prefix}`: try `{rest}`"
+        );
+        return;
+    }
+    if prefix == DEFAULT_PREFIX {
+        return;
+    }
+    let default = Connection {
+        prefix: DEFAULT_PREFIX.to_owned(),
+        ..connection.clone()
+    };
+    let Ok(client) = connect(&default).await else {
+        return;
+    };
+    if let Ok(locks) = client.admin().list(pattern).await
+        && !locks.is_empty()
+    {
+        eprintln!(
+            "note: no lock matches under the prefix `{prefix}`, but {} do under the default \
+             `{DEFAULT_PREFIX}`: if the applications keep the default `key_prefix`, add \
+             --prefix {DEFAULT_PREFIX}",
+            locks.len()
+        );
     }
 }
 
 /// Reads the key, shows what holds it and asks (unless `yes`), then releases that grant only:
 /// one that took its place meanwhile is left alone, and the command fails saying so.
-async fn release(admin: &LockAdmin, key: &str, yes: bool, json: bool) -> Result<(), Failure> {
+async fn release(
+    admin: &LockAdmin,
+    connection: &Connection,
+    key: &str,
+    yes: bool,
+    json: bool,
+) -> Result<(), Failure> {
     let failed = |error: LockError| Failure::new(format!("releasing `{key}` failed"), error);
     let refused = |why: String| Failure::message(format!("refusing to release `{key}`"), why);
     let state = admin.inspect(key).await.map_err(failed)?;
@@ -74,10 +164,12 @@ async fn release(admin: &LockAdmin, key: &str, yes: bool, json: bool) -> Result<
     };
     let Some(grant) = grant else {
         let view = ReleaseView::not_held(key);
-        return match json {
-            true => print(&output::json(&view)),
-            false => print(&output::not_held(key)),
+        match json {
+            true => print(&output::json(&view))?,
+            false => print(&output::not_held(key))?,
         };
+        note_redis_name(admin, connection, key).await;
+        return Ok(());
     };
     if !yes {
         confirm(key, &output::release_plan(&state))?;

@@ -10,12 +10,10 @@ use crate::failure::Failure;
 /// `--table` there, which the command never creates.
 pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
     if let [url] = connection.urls.as_slice() {
-        let database = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(LockClient::postgres_builder(url))
-        } else if url.starts_with("mysql://") {
-            Some(LockClient::mysql_builder(url))
-        } else {
-            None
+        let database = match database_url(connection) {
+            Some(Database::Postgres) => Some(LockClient::postgres_builder(url)),
+            Some(Database::MySql) => Some(LockClient::mysql_builder(url)),
+            None => None,
         };
         if let Some(database) = database {
             let builder = database.table(&connection.table).create_tables(false);
@@ -30,6 +28,31 @@ pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
         .connect()
         .await
         .map_err(|error| Failure::new("cannot connect", error))
+}
+
+/// A database a URL names.
+enum Database {
+    Postgres,
+    MySql,
+}
+
+/// The database the options' one URL names, if it names one (else Redis).
+fn database_url(connection: &Connection) -> Option<Database> {
+    let [url] = connection.urls.as_slice() else {
+        return None;
+    };
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Some(Database::Postgres)
+    } else if url.starts_with("mysql://") {
+        Some(Database::MySql)
+    } else {
+        None
+    }
+}
+
+/// Whether the options reach Redis, where lock keys carry `--prefix`.
+pub fn is_redis(connection: &Connection) -> bool {
+    database_url(connection).is_none()
 }
 
 fn builder(connection: &Connection) -> Result<LockClientBuilder, Failure> {

@@ -130,6 +130,42 @@ async fn list_and_inspect_show_holder_token_ttl_and_the_waiter_next_in_line() {
     waiting.abort();
 }
 
+/// An operator who types what `redis-cli` shows (`lock:{stock:42}`) where the commands take
+/// the applications' key, or a pattern with the prefix, or a `--prefix` the applications do
+/// not use, is told on standard error what to type; standard output stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_key_names_and_a_wrong_prefix_get_a_note_saying_what_to_type() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let held = hold(&locks, "stock:42").await;
+    let redis_name =
+        "note: `lock:{stock:42}` is how Redis names the lock `stock:42`, which is held";
+    for args in [
+        &["inspect", "lock:{stock:42}"][..],
+        &["release", "--force", "--yes", "lock:{stock:42}"],
+    ] {
+        let run = on(&server, args).await;
+        assert!(run.success && run.stderr.contains(redis_name), "{run:?}");
+    }
+    assert!(!held.is_lost(), "nothing was released");
+    let run = on(&server, &["list", "lock:*"]).await;
+    assert_eq!(run.stdout, "no held lock matches lock:*\n");
+    assert!(
+        run.stderr.contains("without the prefix `lock:`: try `*`"),
+        "{run:?}"
+    );
+    let run = on(&server, &["--prefix", "locks:", "list"]).await;
+    assert!(
+        run.stderr.contains("but 1 do under the default `lock:`"),
+        "{run:?}"
+    );
+    let run = on(&server, &["inspect", "stock:42"]).await;
+    assert!(
+        run.success && run.stderr.is_empty(),
+        "no note for the right key: {run:?}"
+    );
+}
+
 /// A forced release ends the holder's grant whoever it is: the waiting `acquire()` gets the
 /// key with a greater token, the former holder's release reports `Lost` and so does its
 /// renewal; without a waiter the key is free and its fencing counter stays.
