@@ -58,7 +58,7 @@ pub struct LockOptions {
     pub(crate) renew: bool,
     pub(crate) on_lost: OnLost,
     pub(crate) min_replicas: u32,
-    /// The `lock` of spans and metrics; empty when not named.
+    /// The `lock` of spans and metrics; empty when not named (then the key's namespace).
     pub(crate) name: &'static str,
 }
 
@@ -206,7 +206,11 @@ setters! {
 
     /// Names the lock in spans and metrics (their `lock` field and label): one name for
     /// every key of a kind of lock, such as the key template `stock:{sku}`, which is what
-    /// `#[redis_lock]` sets. Keys themselves are never metric labels: there are too many.
+    /// `#[redis_lock]` sets. Keys themselves are never metric labels: there are too many. A
+    /// request not named is labelled with its key's namespace (the text before the first
+    /// `:`, `stock` for `stock:42`), for the first
+    /// [`UNNAMED_LABELS`](crate::telemetry::UNNAMED_LABELS) namespaces of the process, then
+    /// [`OTHER_LABEL`](crate::telemetry::OTHER_LABEL).
     fn name(mut self, name: &'static str) {
         self.name = name;
     }

@@ -49,12 +49,14 @@
 //! | `fencelock_renewal_rounds_total` | counter | | renewal rounds sent (one backend call renews every lease due) |
 //! | `fencelock_renewal_failures_total` | counter | | renewal rounds that failed (retried until each lease's deadline) |
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::Empty;
 
+use crate::sync::lock_ignoring_poison;
 use crate::{LockError, LockKind, LockOptions, LossCause, MAX_KEY_LEN};
 
 /// `fencelock_acquisitions_total`: lock calls by outcome.
@@ -112,6 +114,44 @@ pub fn describe_metrics() {
 
 /// The span of one lock call, with what its metrics are labelled by. Cheap to clone: the
 /// renewal loop and a background release keep clones to put their events under it.
+/// `text` cut to at most `len` bytes, at a character boundary.
+fn cut(text: &str, len: usize) -> &str {
+    let at = (0..=len.min(text.len()))
+        .rev()
+        .find(|&at| text.is_char_boundary(at))
+        .unwrap_or(0);
+    &text[..at]
+}
+
+/// Namespaces that name unnamed locks, at most: a label's values must stay few.
+pub const UNNAMED_LABELS: usize = 64;
+/// Bytes of a key's namespace kept in a label.
+const UNNAMED_LABEL_LEN: usize = 32;
+/// The label of the unnamed locks beyond [`UNNAMED_LABELS`] namespaces.
+pub const OTHER_LABEL: &str = "other";
+
+/// The namespaces this process has seen as labels so far.
+static NAMESPACES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The `lock` of a request not named: its key's namespace (the text before the first `:`,
+/// cut at 32 bytes), for the first [`UNNAMED_LABELS`] namespaces the process meets, then
+/// [`OTHER_LABEL`]. Keys are never labels (there can be millions); namespaces are as few as
+/// the code's kinds of locks, and the bound holds if they are not.
+fn unnamed_label(key: &str) -> &'static str {
+    let namespace = cut(key.split(':').next().unwrap_or_default(), UNNAMED_LABEL_LEN);
+    let mut seen = lock_ignoring_poison(&NAMESPACES);
+    if let Some(label) = seen.iter().find(|label| **label == namespace) {
+        return label;
+    }
+    if seen.len() == UNNAMED_LABELS {
+        return OTHER_LABEL;
+    }
+    // Leaked once per namespace, at most `UNNAMED_LABELS` times per process.
+    let label: &'static str = Box::leak(namespace.to_owned().into_boxed_str());
+    seen.push(label);
+    label
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct LockSpan {
     span: Span,
@@ -127,12 +167,11 @@ impl LockSpan {
     /// Opens the span of a call for a `kind` lock of `key` with `options`, now. A key longer
     /// than any key may be (it is refused next) is recorded cut at that length.
     pub(crate) fn new(key: &str, kind: LockKind, options: &LockOptions) -> Self {
-        let name = options.name;
-        let cut = (0..=MAX_KEY_LEN.min(key.len()))
-            .rev()
-            .find(|&at| key.is_char_boundary(at))
-            .unwrap_or(0);
-        let key = &key[..cut];
+        let name = match options.name {
+            "" => unnamed_label(key),
+            name => name,
+        };
+        let key = cut(key, MAX_KEY_LEN);
         let span = tracing::info_span!(
             target: "fencelock",
             "fencelock.lock",

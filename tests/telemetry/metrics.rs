@@ -6,8 +6,8 @@ use std::time::Duration;
 use fencelock::backend::LockBackend;
 use fencelock::backend::memory::MemoryBackend;
 use fencelock::telemetry::{
-    ACQUISITIONS, ATTEMPT_DURATION, HOLD, LOCKS_HELD, LOSSES, RENEWAL_FAILURES, RENEWAL_ROUNDS,
-    WAIT,
+    ACQUISITIONS, ATTEMPT_DURATION, HOLD, LOCKS_HELD, LOSSES, OTHER_LABEL, RENEWAL_FAILURES,
+    RENEWAL_ROUNDS, UNNAMED_LABELS, WAIT,
 };
 use fencelock::testing::{Intercepted, RedisServer};
 use fencelock::{LockClient, LockError, LockOptions, redis_lock, with_client};
@@ -83,6 +83,36 @@ async fn acquisitions_are_counted_by_outcome_with_their_waits_and_holds() {
         ),
         1
     );
+}
+
+/// A lock taken by hand without a name is labelled with its key's namespace (the text before
+/// the first `:`), for the first `UNNAMED_LABELS` namespaces of the process, then `other`:
+/// never with the key itself, and never with an empty label.
+#[tokio::test]
+async fn unnamed_locks_are_labelled_by_their_namespace_within_a_bound() {
+    capture::install();
+    let locks = LockClient::memory();
+    let namespaces = UNNAMED_LABELS + 16;
+    for i in 0..namespaces {
+        let key = format!("unnamed{i}:42");
+        locks
+            .lock(key)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let granted = |lock| counter(ACQUISITIONS, &[("lock", lock), ("outcome", "granted")]);
+    assert_eq!(granted("unnamed0"), 1, "labelled by its namespace");
+    assert_eq!(granted("unnamed0:42"), 0, "never by its key");
+    assert!(
+        granted(OTHER_LABEL) >= 16,
+        "beyond the bound: {}",
+        granted(OTHER_LABEL)
+    );
+    assert_eq!(granted(""), 0, "never an empty label");
 }
 
 #[tokio::test]
