@@ -54,6 +54,10 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo clippy with one SQL feature (what an application with one database builds)"
+for feature in postgres mysql; do
+  cargo clippy -p fencelock --features "testing,$feature" -- -D warnings
+done
 echo "== cargo test"
 cargo test --workspace --all-features
 echo "== web flash sale, short run (three instances under load, with and without the lock)"

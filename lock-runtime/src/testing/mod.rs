@@ -16,7 +16,7 @@ mod members;
 mod proxy;
 mod redis_server;
 mod sentinel;
-#[cfg(all(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
@@ -28,7 +28,7 @@ pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};
 pub use sentinel::{ReplicationCut, SentinelGroup};
-#[cfg(all(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::{DEFAULT_MYSQL_URL, DEFAULT_POSTGRES_URL, SqlDatabase, SqlKind};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZOOKEEPER_CLASSPATH_ENV, ZooKeeperEnsemble};

@@ -1,4 +1,4 @@
-//! The SQL databases the tests run against: PostgreSQL and MySQL/MariaDB servers the machine
+//! The SQL databases the tests run against (each with its feature, `postgres` or `mysql`): PostgreSQL and MySQL/MariaDB servers the machine
 //! provides (tests do not start their own: a database server takes seconds to start, and CI
 //! starts one of each). Each [`SqlDatabase`] uses lock tables of its own, dropped by
 //! [`SqlDatabase::drop_tables`], so tests on one server share nothing.
@@ -17,23 +17,29 @@ pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
 /// Which database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlKind {
-    /// PostgreSQL.
+    /// PostgreSQL (with the `postgres` feature).
+    #[cfg(feature = "postgres")]
     Postgres,
-    /// MySQL or MariaDB.
+    /// MySQL or MariaDB (with the `mysql` feature).
+    #[cfg(feature = "mysql")]
     MySql,
 }
 
 impl SqlKind {
     fn name(self) -> &'static str {
         match self {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => "PostgreSQL",
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => "MySQL/MariaDB",
         }
     }
 
     fn variable(self) -> &'static str {
         match self {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => "FENCELOCK_POSTGRES_URL",
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => "FENCELOCK_MYSQL_URL",
         }
     }
@@ -41,7 +47,9 @@ impl SqlKind {
     /// The URL the tests use.
     pub fn url(self) -> String {
         let default = match self {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => DEFAULT_POSTGRES_URL,
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => DEFAULT_MYSQL_URL,
         };
         std::env::var(self.variable()).unwrap_or_else(|_| default.to_owned())
@@ -153,6 +161,7 @@ impl SqlDatabase {
             }
         };
         match self.kind {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => {
                 let version = std::fs::read_dir("/etc/postgresql")?
                     .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
@@ -161,6 +170,7 @@ impl SqlDatabase {
                 let args = ["--skip-systemctl-redirect", &version, "main", "restart"];
                 run("pg_ctlcluster", &args)?;
             }
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => {
                 run("mariadb-admin", &["-h127.0.0.1", "-uroot", "shutdown"])?;
                 // The shutdown's reply may come before the server has exited.
@@ -194,7 +204,9 @@ impl SqlDatabase {
     /// A builder for a client on this database's lock table.
     pub fn builder(&self) -> SqlClientBuilder {
         let builder = match self.kind {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => LockClient::postgres_builder(&self.url),
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => LockClient::mysql_builder(&self.url),
         };
         builder.table(&self.table)
@@ -212,11 +224,13 @@ impl SqlDatabase {
         use sqlx::Connection;
         let statement = statement.to_owned();
         match self.kind {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => {
                 let mut connection = sqlx::PgConnection::connect(&self.url).await?;
                 let done = sqlx::Executor::execute(&mut connection, statement.as_str()).await?;
                 Ok(done.rows_affected())
             }
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => {
                 let mut connection = sqlx::MySqlConnection::connect(&self.url).await?;
                 let done = sqlx::Executor::execute(&mut connection, statement.as_str()).await?;
@@ -271,7 +285,9 @@ impl SqlDatabase {
             }};
         }
         Ok(match self.kind {
+            #[cfg(feature = "postgres")]
             SqlKind::Postgres => hold_with!(sqlx::PgConnection, "$1"),
+            #[cfg(feature = "mysql")]
             SqlKind::MySql => hold_with!(sqlx::MySqlConnection, "?"),
         })
     }

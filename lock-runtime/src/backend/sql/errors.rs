@@ -92,6 +92,7 @@ pub(crate) fn is_transient(dialect: Dialect, error: &sqlx::Error) -> bool {
 }
 
 /// Whether a statement waited for a row lock past the lock wait.
+#[cfg(feature = "postgres")]
 pub(crate) fn is_lock_wait(dialect: Dialect, error: &sqlx::Error) -> bool {
     cause(dialect, error) == Cause::LockWait
 }

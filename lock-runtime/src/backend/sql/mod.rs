@@ -37,7 +37,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use self::calls::Calls;
-use self::errors::{backend_error, is_lock_wait, is_missing_table, is_transient, redacted};
+#[cfg(feature = "postgres")]
+use self::errors::is_lock_wait;
+use self::errors::{backend_error, is_missing_table, is_transient, redacted};
 use self::session::{Param, Session, Sessions, Transaction, Value};
 #[cfg(feature = "mysql")]
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
@@ -92,6 +94,7 @@ struct Store {
     release_memory: Duration,
     /// Whether this client deletes lapsed releases already (MySQL): two such range deletes
     /// deadlock each other.
+    #[cfg(feature = "mysql")]
     forgetting: AtomicBool,
 }
 
@@ -989,6 +992,7 @@ impl SqlClientBuilder {
             sessions: pool.sessions,
             at,
             release_memory: release_memory(self.response_timeout),
+            #[cfg(feature = "mysql")]
             forgetting: AtomicBool::new(false),
         };
         let backend = SqlBackend {
