@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use crate::admin::{ForcedRelease, Grant, LockState};
+use crate::backend::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind};
 
 /// `inner`, with every acquire answered `reply_delay` after the store answered it.

@@ -14,7 +14,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
     ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
 };
-use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::defects::{self, Defect};
 use crate::glob::Glob;
 use crate::random;

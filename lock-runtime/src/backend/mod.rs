@@ -26,6 +26,7 @@ pub mod redlock;
 pub(crate) mod sharing;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
+pub(crate) mod state;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -35,7 +36,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admin::{ForcedRelease, Grant, Holding, LockState};
+pub use self::state::{ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, Waiter};
 pub use crate::release_hub::ReleaseWatch;
 use crate::release_hub::owner_tag;
 use crate::{LockError, LockKind};

@@ -51,7 +51,8 @@ use super::redis::{Proposal, RedisBackend, RedisSettings};
 use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use crate::admin::{ForcedRelease, Grant, Holding, LockState, Masters, OwnerTag, ReleaseEvent};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState, Masters};
+use crate::release_hub::{OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
 
 /// The clock drift a Redlock lease allows for: this share of the lease, plus

@@ -52,7 +52,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
     ReleaseWatch, Turn, refused, release_memory,
 };
-use crate::admin::{ForcedRelease, Grant, Holding, LockState, Waiter};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState, Waiter};
 use crate::driver::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};

@@ -25,7 +25,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     release_memory,
 };
-use crate::admin::{ForcedRelease, Grant, LockState};
+use crate::backend::{ForcedRelease, Grant, LockState};
 use crate::{LockError, LockKind, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));

@@ -12,7 +12,7 @@ use redis::{RedisError, Value};
 use super::connection::Route;
 use super::scripts::LIBRARY;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
-use crate::admin::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
 use crate::{LockError, key};

@@ -48,7 +48,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     holding_of, refused, release_memory, released_mark,
 };
-use crate::admin::{ForcedRelease, Grant, Holding, LockState};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState};
 use crate::driver::Background;
 use crate::glob::Glob;
 use crate::release_hub::ReleaseEvent;
