@@ -1,6 +1,6 @@
 //! The client for the topology the options name.
 
-use fencelock::{LockClient, LockClientBuilder};
+use fencelock::{LockClient, LockClientBuilder, LockError};
 
 use crate::args::Connection;
 use crate::failure::Failure;
@@ -18,7 +18,7 @@ pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
         if let Some(database) = database {
             let builder = database.table(&connection.table).create_tables(false);
             let connecting = builder.connect().await;
-            return connecting.map_err(|error| Failure::new("cannot connect", error));
+            return connecting.map_err(|error| no_such_table(connection, error));
         }
     }
     let builder = builder(connection)?
@@ -28,6 +28,26 @@ pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
         .connect()
         .await
         .map_err(|error| Failure::new("cannot connect", error))
+}
+
+/// The failure to connect to a database: for missing lock tables, the operator's fix
+/// (`--table`) rather than the library's (create them).
+fn no_such_table(connection: &Connection, error: LockError) -> Failure {
+    match &error {
+        LockError::Backend { message, .. } if message.contains("are missing in") => {
+            let table = &connection.table;
+            Failure::message(
+                "cannot connect",
+                format!(
+                    "the database of the URL has no lock table `{table}` (with \
+                     `{table}_fences` and `{table}_releases`): --table names the lock table \
+                     the applications use (their `table(...)`, `fencelock_locks` by default); \
+                     check it, and the database in the URL"
+                ),
+            )
+        }
+        _ => Failure::new("cannot connect", error),
+    }
 }
 
 /// A database a URL names.

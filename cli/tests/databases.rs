@@ -1,5 +1,6 @@
 //! The `fencelock` command on the SQL backends: a lock held in PostgreSQL and in MySQL is
-//! listed, inspected and released by force through the database's URL and the lock table.
+//! listed, inspected and released by force through the database's URL and the lock table; a
+//! table that is not there is named, with `--table` as the fix.
 
 mod support;
 
@@ -33,6 +34,17 @@ async fn a_database_lock_is_listed_inspected_and_released() {
         let inspected = inspected.json();
         assert_eq!(inspected["state"], "free", "{kind:?}: {inspected}");
         assert!(guard.release().await.unwrap_err().is_lost(), "{kind:?}");
+        let args = on(&["list"]);
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let table = args.iter().position(|arg| *arg == "--table").unwrap() + 1;
+        args[table] = "fencelock_absent";
+        let missing = fencelock(&args).await.failed_with_one_line();
+        assert!(
+            missing.contains("no lock table `fencelock_absent`")
+                && missing.contains("--table names the lock table")
+                && !missing.contains("create_tables"),
+            "{kind:?}: {missing}"
+        );
         database.drop_tables().await;
     }
 }
