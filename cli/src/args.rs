@@ -4,6 +4,8 @@ use clap::{Args, Parser, Subcommand};
 
 /// The key prefix of fencelock's Redis backends by default.
 pub use fencelock::backend::redis::DEFAULT_PREFIX;
+/// The lock table of fencelock's SQL backends by default.
+pub use fencelock::backend::sql::DEFAULT_TABLE;
 
 /// Operate fencelock's locks: list the held ones, inspect one, release one by force, watch a
 /// key's hand-offs. Owners are shown by tag (the first 16 hex digits of the SHA-1 of their
@@ -23,9 +25,11 @@ pub struct Cli {
 /// Where the locks are.
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
-    /// A Redis URL (`redis://[user:password@]host[:port][/db]`, `rediss://...`); give it several
-    /// times with --redlock, --cluster or --sentinel. Or a database's
-    /// (`postgres://user[:password]@host[:port]/db`, `mysql://...`), with --table.
+    /// The store, by the URL's scheme, as `LockClient::open` takes it: `redis://`, `rediss://`,
+    /// `redis+sentinel://host:26379[,host:port…]/SERVICE`, `redis+cluster://host:port[,…]`,
+    /// `redis+redlock://host:port,host:port,host:port`, `postgres://`, `mysql://`,
+    /// `mariadb://`, `zookeeper://host:2181[,…][/chroot]`, `etcd://host:2379[,…]`. Or a Redis
+    /// URL given several times with --redlock, --cluster or --sentinel.
     #[arg(
         long = "url",
         value_name = "URL",
@@ -35,12 +39,13 @@ pub struct Connection {
         global = true
     )]
     pub urls: Vec<String>,
-    /// The key prefix the applications use (Redis).
-    #[arg(long, default_value = DEFAULT_PREFIX, global = true)]
-    pub prefix: String,
-    /// The lock table the applications use (PostgreSQL, MySQL).
-    #[arg(long, default_value = "fencelock_locks", global = true)]
-    pub table: String,
+    /// The key prefix the applications use: Redis (default `lock:`), etcd (default
+    /// `fencelock`), the root node on ZooKeeper (default `/fencelock`).
+    #[arg(long, global = true)]
+    pub prefix: Option<String>,
+    /// The lock table the applications use (PostgreSQL, MySQL; default `fencelock_locks`).
+    #[arg(long, global = true)]
+    pub table: Option<String>,
     /// The URLs are nodes of one Redis Cluster.
     #[arg(long, global = true, conflicts_with_all = ["sentinel", "redlock"])]
     pub cluster: bool,
@@ -92,4 +97,11 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
+}
+
+impl Connection {
+    /// The key prefix of the locks on Redis.
+    pub fn redis_prefix(&self) -> &str {
+        self.prefix.as_deref().unwrap_or(DEFAULT_PREFIX)
+    }
 }

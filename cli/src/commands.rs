@@ -87,7 +87,7 @@ async fn note_redis_name(admin: &LockAdmin, connection: &Connection, key: &str) 
         return;
     }
     let Some(lock_key) = key
-        .strip_prefix(connection.prefix.as_str())
+        .strip_prefix(connection.redis_prefix())
         .and_then(|rest| rest.strip_prefix('{'))
         .and_then(|rest| rest.strip_suffix('}'))
     else {
@@ -111,7 +111,7 @@ async fn note_prefix(connection: &Connection, pattern: &str) {
     if !is_redis(connection) {
         return;
     }
-    let prefix = connection.prefix.as_str();
+    let prefix = connection.redis_prefix();
     if let Some(rest) = pattern.strip_prefix(prefix) {
         eprintln!(
             "note: patterns match the keys as the applications write them, without the \
@@ -123,7 +123,7 @@ async fn note_prefix(connection: &Connection, pattern: &str) {
         return;
     }
     let default = Connection {
-        prefix: DEFAULT_PREFIX.to_owned(),
+        prefix: Some(DEFAULT_PREFIX.to_owned()),
         ..connection.clone()
     };
     let Ok(client) = connect(&default).await else {

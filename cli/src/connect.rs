@@ -1,47 +1,74 @@
-//! The client for the topology the options name.
+//! The client for the store the options name.
 
+use fencelock::open::Store;
 use fencelock::{LockClient, LockClientBuilder, LockError};
 
-use crate::args::Connection;
+use crate::args::{Connection, DEFAULT_PREFIX, DEFAULT_TABLE};
 use crate::failure::Failure;
 
-/// Connects as the options say. A server that may evict keys is accepted: an operator must
-/// still reach the locks on it. A `postgres://` or `mysql://` URL reaches the lock table
-/// `--table` there, which the command never creates.
+/// Connects as the options say: one URL through [`LockClient::open_builder`], whatever store
+/// it names; several with --redlock, --cluster or --sentinel. A server that may evict keys is
+/// accepted: an operator must still reach the locks on it. A SQL store's lock table is never
+/// created.
 pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
-    if let [url] = connection.urls.as_slice() {
-        let database = match database_url(connection) {
-            Some(Database::Postgres) => Some(LockClient::postgres_builder(url)),
-            Some(Database::MySql) => Some(LockClient::mysql_builder(url)),
-            None => None,
-        };
-        if let Some(database) = database {
-            let builder = database.table(&connection.table).create_tables(false);
-            let connecting = builder.connect().await;
-            return connecting.map_err(|error| no_such_table(connection, error));
+    let connecting = match one_url(connection) {
+        Some(url) => {
+            let mut builder = LockClient::open_builder(url)
+                .allow_eviction(true)
+                .create_tables(false);
+            if let Some(prefix) = &connection.prefix {
+                builder = builder.key_prefix(prefix);
+            }
+            if let Some(table) = &connection.table {
+                builder = builder.table(table);
+            }
+            builder.connect().await
         }
-    }
-    let builder = builder(connection)?
-        .key_prefix(&connection.prefix)
-        .allow_eviction(true);
-    builder
-        .connect()
-        .await
-        .map_err(|error| Failure::new("cannot connect", error))
+        None => {
+            let prefix = connection.prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
+            let builder = topology(connection)?
+                .key_prefix(prefix)
+                .allow_eviction(true);
+            builder.connect().await
+        }
+    };
+    connecting.map_err(|error| no_such_table(connection, error))
 }
 
-/// The failure to connect to a database: for missing lock tables, the operator's fix
-/// (`--table`) rather than the library's (create them).
+/// The URL of the options when it alone names the store (no topology flag).
+fn one_url(connection: &Connection) -> Option<&str> {
+    let topology_flag = connection.cluster || connection.redlock || connection.sentinel.is_some();
+    match connection.urls.as_slice() {
+        [url] if !topology_flag => Some(url),
+        _ => None,
+    }
+}
+
+/// The store the options reach, if they name one.
+fn store(connection: &Connection) -> Option<Store> {
+    match one_url(connection) {
+        Some(url) => LockClient::open_builder(url).store().ok(),
+        None => Some(Store::Redis),
+    }
+}
+
+/// Whether the options reach Redis, where lock keys carry `--prefix`.
+pub fn is_redis(connection: &Connection) -> bool {
+    store(connection).is_some_and(Store::is_redis)
+}
+
+/// The failure to connect: for missing lock tables, the operator's fix (`--table`) rather
+/// than the library's (create them).
 fn no_such_table(connection: &Connection, error: LockError) -> Failure {
     match &error {
         LockError::Backend { message, .. } if message.contains("are missing in") => {
-            let table = &connection.table;
+            let table = connection.table.as_deref().unwrap_or(DEFAULT_TABLE);
             Failure::message(
                 "cannot connect",
                 format!(
                     "the database of the URL has no lock table `{table}` (with \
                      `{table}_fences` and `{table}_releases`): --table names the lock table \
-                     the applications use (their `table(...)`, `fencelock_locks` by default); \
+                     the applications use (their `table(...)`, `{DEFAULT_TABLE}` by default); \
                      check it, and the database in the URL"
                 ),
             )
@@ -50,32 +77,7 @@ fn no_such_table(connection: &Connection, error: LockError) -> Failure {
     }
 }
 
-/// A database a URL names.
-enum Database {
-    Postgres,
-    MySql,
-}
-
-/// The database the options' one URL names, if it names one (else Redis).
-fn database_url(connection: &Connection) -> Option<Database> {
-    let [url] = connection.urls.as_slice() else {
-        return None;
-    };
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Some(Database::Postgres)
-    } else if url.starts_with("mysql://") {
-        Some(Database::MySql)
-    } else {
-        None
-    }
-}
-
-/// Whether the options reach Redis, where lock keys carry `--prefix`.
-pub fn is_redis(connection: &Connection) -> bool {
-    database_url(connection).is_none()
-}
-
-fn builder(connection: &Connection) -> Result<LockClientBuilder, Failure> {
+fn topology(connection: &Connection) -> Result<LockClientBuilder, Failure> {
     let urls = &connection.urls;
     if connection.cluster {
         return Ok(LockClient::cluster_builder(urls));
@@ -86,15 +88,13 @@ fn builder(connection: &Connection) -> Result<LockClientBuilder, Failure> {
     if connection.redlock {
         return Ok(LockClient::redlock_builder(urls));
     }
-    match urls.as_slice() {
-        [url] => Ok(LockClient::builder(url)),
-        _ => Err(Failure::message(
-            "cannot connect",
-            format!(
-                "{} URLs given for one server: add --redlock (independent masters), --cluster \
-                 (nodes of one cluster) or --sentinel SERVICE (Sentinels), or give one --url",
-                urls.len()
-            ),
-        )),
-    }
+    Err(Failure::message(
+        "cannot connect",
+        format!(
+            "{} URLs given for one store: give one --url (redis+redlock://a:6379,b:6379,c:6379 \
+             names several hosts), or add --redlock (independent masters), --cluster (nodes of \
+             one cluster) or --sentinel SERVICE (Sentinels)",
+            urls.len()
+        ),
+    ))
 }

@@ -19,6 +19,7 @@ mod guard;
 mod key;
 mod kind;
 mod locked_call;
+pub mod open;
 mod options;
 mod random;
 mod release_hub;
@@ -54,6 +55,7 @@ pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
 pub use kind::{LockKind, MAX_PERMITS, MAX_SHARDS};
+pub use open::OpenBuilder;
 pub use options::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,
 };

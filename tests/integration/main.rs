@@ -14,6 +14,7 @@ mod late_grants;
 mod lease_redis;
 mod lease_timing;
 mod multiprocess;
+mod open;
 mod readme;
 mod redlock;
 mod runtime_redis;

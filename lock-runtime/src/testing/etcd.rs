@@ -62,6 +62,13 @@ impl EtcdCluster {
         urls.collect()
     }
 
+    /// The URL of every member, as [`LockClient::open`](crate::LockClient::open) takes it
+    /// (`etcd://127.0.0.1:p1,127.0.0.1:p2,…`).
+    pub fn url(&self) -> String {
+        let hosts = self.endpoints().join(",");
+        format!("etcd://{}", hosts.replace("http://", ""))
+    }
+
     /// The process id of member `index`, while it runs.
     pub fn pid(&self, index: usize) -> Option<u32> {
         self.members.pid(index)

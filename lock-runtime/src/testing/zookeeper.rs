@@ -88,6 +88,12 @@ impl ZooKeeperEnsemble {
         members.collect::<Vec<_>>().join(",")
     }
 
+    /// The URL of every member, as [`LockClient::open`](crate::LockClient::open) takes it
+    /// (`zookeeper://127.0.0.1:p1,127.0.0.1:p2,…`).
+    pub fn url(&self) -> String {
+        format!("zookeeper://{}", self.connect_string())
+    }
+
     /// The client port of member `index`.
     pub fn client_port(&self, index: usize) -> u16 {
         self.members.all[index].client_port

@@ -607,10 +607,13 @@ async fn handed_over(client: &LockClient, from: &HeldLease, to: &Lease) -> HeldL
         .expect("subscribes");
     release_now(backend, &from.lease).await;
     // A release of an earlier step can still be on its way to the subscriber (on a loaded
-    // machine): only this release hands the key over with a token newer than `from`'s.
+    // machine): only this release hands the key over with a token newer than `from`'s. It
+    // may be announced after this one and, to an onlooker, stand for it (a watch keeps the
+    // last announcement); asked for `to`'s hand-off, as `to`'s own request asks, the watch
+    // finds it among the recent ones.
     let hand_off = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            if let Some(hand_off) = watch.released(None).await
+            if let Some(hand_off) = watch.released(Some(owner_tag(&to.owner))).await
                 && hand_off.token > from.token
             {
                 return hand_off;
