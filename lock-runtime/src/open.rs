@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::{LockClient, LockError};
+use crate::{LockClient, LockClientBuilder, LockError};
 
 /// The stores a URL can name, by scheme (see the [module](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,22 +307,28 @@ impl OpenBuilder {
                 LockClient::redlock_builder(parsed.hosts.iter().map(|host| node(host, parsed.path)))
             }
         };
-        let mut builder = builder.allow_eviction(self.allow_eviction.unwrap_or(false));
-        if let Some(prefix) = &self.key_prefix {
-            builder = builder.key_prefix(prefix);
-        }
-        if let Some(timeout) = self.connect_timeout {
-            builder = builder.connect_timeout(timeout);
-        }
-        if let Some(timeout) = self.response_timeout {
-            builder = builder.response_timeout(timeout);
-        }
+        let builder = set(
+            builder,
+            &self.allow_eviction,
+            LockClientBuilder::allow_eviction,
+        );
+        let builder = set(builder, &self.key_prefix, LockClientBuilder::key_prefix);
+        let builder = set(
+            builder,
+            &self.connect_timeout,
+            LockClientBuilder::connect_timeout,
+        );
+        let builder = set(
+            builder,
+            &self.response_timeout,
+            LockClientBuilder::response_timeout,
+        );
         builder.connect().await
     }
 
     #[cfg_attr(
         not(all(feature = "postgres", feature = "mysql")),
-        allow(unused_variables, unused_mut)
+        allow(unused_variables)
     )]
     async fn connect_sql(&self, store: Store) -> Result<LockClient, LockError> {
         let builder = match store {
@@ -337,19 +343,11 @@ impl OpenBuilder {
         };
         #[cfg(any(feature = "postgres", feature = "mysql"))]
         {
-            let mut builder = builder;
-            if let Some(table) = &self.table {
-                builder = builder.table(table);
-            }
-            if let Some(create) = self.create_tables {
-                builder = builder.create_tables(create);
-            }
-            if let Some(timeout) = self.connect_timeout {
-                builder = builder.connect_timeout(timeout);
-            }
-            if let Some(timeout) = self.response_timeout {
-                builder = builder.response_timeout(timeout);
-            }
+            use crate::SqlClientBuilder as Sql;
+            let builder = set(builder, &self.table, Sql::table);
+            let builder = set(builder, &self.create_tables, Sql::create_tables);
+            let builder = set(builder, &self.connect_timeout, Sql::connect_timeout);
+            let builder = set(builder, &self.response_timeout, Sql::response_timeout);
             builder.connect().await
         }
     }
@@ -367,13 +365,10 @@ impl OpenBuilder {
                 ));
             }
             let connect_string = format!("{}{}", parsed.hosts.join(","), parsed.path);
-            let mut builder = LockClient::zookeeper_builder(&connect_string);
-            if let Some(root) = &self.key_prefix {
-                builder = builder.root(root);
-            }
-            if let Some(timeout) = self.connect_timeout {
-                builder = builder.connect_timeout(timeout);
-            }
+            use crate::ZooKeeperClientBuilder as ZooKeeper;
+            let builder = LockClient::zookeeper_builder(&connect_string);
+            let builder = set(builder, &self.key_prefix, ZooKeeper::root);
+            let builder = set(builder, &self.connect_timeout, ZooKeeper::connect_timeout);
             builder.connect().await
         }
     }
@@ -385,21 +380,29 @@ impl OpenBuilder {
         #[cfg(feature = "etcd")]
         {
             let endpoints = parsed.hosts.iter().map(|host| format!("http://{host}"));
+            use crate::EtcdClientBuilder as Etcd;
             let mut builder = LockClient::etcd_builder(endpoints);
-            if let Some((user, password)) = parsed.userinfo.trim_end_matches('@').split_once(':') {
+            if let Some(userinfo) = parsed.userinfo.strip_suffix('@') {
+                let Some((user, password)) = userinfo.split_once(':') else {
+                    return Err(LockError::invalid_config(
+                        "an etcd:// URL's user needs its password: etcd://user:password@host:2379",
+                    ));
+                };
                 builder = builder.user(percent_decoded(user)?, percent_decoded(password)?);
             }
-            if let Some(prefix) = &self.key_prefix {
-                builder = builder.prefix(prefix);
-            }
-            if let Some(timeout) = self.connect_timeout {
-                builder = builder.connect_timeout(timeout);
-            }
-            if let Some(timeout) = self.response_timeout {
-                builder = builder.response_timeout(timeout);
-            }
+            let builder = set(builder, &self.key_prefix, Etcd::prefix);
+            let builder = set(builder, &self.connect_timeout, Etcd::connect_timeout);
+            let builder = set(builder, &self.response_timeout, Etcd::response_timeout);
             builder.connect().await
         }
+    }
+}
+
+/// `builder` with `value` given to `setter`, or as it is when `value` was not set.
+fn set<B, T: Clone>(builder: B, value: &Option<T>, setter: impl FnOnce(B, T) -> B) -> B {
+    match value {
+        Some(value) => setter(builder, value.clone()),
+        None => builder,
     }
 }
 
