@@ -79,6 +79,23 @@ fn no_such_table(connection: &Connection, error: LockError) -> Failure {
 
 fn topology(connection: &Connection) -> Result<LockClientBuilder, Failure> {
     let urls = &connection.urls;
+    let refused = |why: &str| Err(Failure::message("cannot connect", why.to_owned()));
+    if connection.table.is_some() {
+        return refused(
+            "--table names a SQL lock table, but several --url (or --redlock, --cluster, \
+             --sentinel) reach Redis, whose locks live under --prefix: leave out --table",
+        );
+    }
+    if urls.iter().any(|url| {
+        url.split("://")
+            .next()
+            .is_some_and(|scheme| scheme.contains('+'))
+    }) {
+        return refused(
+            "a redis+…:// URL names its topology and hosts itself: give it alone, without \
+             --redlock, --cluster or --sentinel",
+        );
+    }
     if connection.cluster {
         return Ok(LockClient::cluster_builder(urls));
     }

@@ -232,3 +232,28 @@ async fn a_cluster_node_given_as_one_server_is_refused() {
         "{refused:?}"
     );
 }
+
+/// Options that would be ignored are refused before connecting: a lock table beside Redis
+/// topology flags, a topology flag beside a URL that names its topology.
+#[tokio::test]
+async fn options_that_would_be_ignored_are_refused() {
+    let urls = [
+        "--url",
+        "redis://127.0.0.1:1",
+        "--url",
+        "redis://127.0.0.1:2",
+    ];
+    for (extra, says) in [
+        (["--redlock", "--table", "t"], "leave out --table"),
+        (
+            ["--redlock", "--url", "redis+redlock://a:1,b:2"],
+            "names its topology",
+        ),
+    ] {
+        let mut args = urls.to_vec();
+        args.extend_from_slice(&extra);
+        args.push("list");
+        let failed = fencelock(&args).await.failed_with_one_line();
+        assert!(failed.contains(says), "{args:?}: {failed}");
+    }
+}

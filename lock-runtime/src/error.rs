@@ -247,3 +247,19 @@ impl std::fmt::Display for WithSources<'_> {
         Ok(())
     }
 }
+
+/// `url` without its password, query and fragment (a query may carry a password too), for
+/// messages.
+pub(crate) fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(a URL without a scheme)".to_owned();
+    };
+    let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    match rest.rsplit_once('@') {
+        Some((userinfo, after)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{after}")
+        }
+        None => format!("{scheme}://{rest}"),
+    }
+}

@@ -4,7 +4,7 @@
 //! | scheme | store | the rest of the URL |
 //! |---|---|---|
 //! | `redis://`, `rediss://` | one Redis server | `[user:password@]host[:port][/db]` |
-//! | `redis+sentinel://`, `rediss+sentinel://` | the master of a service behind Sentinels | `[user:password@]host:port[,host:port…]/service[/db]` |
+//! | `redis+sentinel://`, `rediss+sentinel://` | the master of a service behind Sentinels | `[user:password@]host:port[,host:port…]/service` (database 0) |
 //! | `redis+cluster://`, `rediss+cluster://` | Redis Cluster | `[user:password@]host:port[,host:port…]` (some nodes) |
 //! | `redis+redlock://`, `rediss+redlock://` | independent masters (Redlock) | `[user:password@]host:port,host:port,host:port[…]` |
 //! | `postgres://`, `postgresql://` | PostgreSQL (feature `postgres`) | as sqlx takes it |
@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use crate::error::redacted_url;
 use crate::{LockClient, LockClientBuilder, LockError};
 
 /// The stores a URL can name, by scheme (see the [module](self)).
@@ -69,70 +70,86 @@ const SCHEMES: &str = "redis://, rediss://, redis+sentinel://, redis+cluster://,
                        redis+redlock:// (each also as rediss+…), postgres://, mysql://, \
                        mariadb://, zookeeper://, etcd:// or memory://";
 
-/// A URL split into the parts the stores need.
+/// A URL split into the parts the stores of several hosts need.
 struct Parsed<'a> {
     store: Store,
-    /// `redis` or `rediss` for the Redis topologies.
-    redis_scheme: &'a str,
-    /// `user:password@`, or empty.
+    /// `rediss` rather than `redis` for the Redis topologies.
+    tls: bool,
+    /// `user:password@`, or empty: up to the last `@` before the query (a password may hold
+    /// `/`, `:` or `@`).
     userinfo: &'a str,
     /// The hosts, split at commas.
     hosts: Vec<&'a str>,
     /// What follows the hosts (`/…`), or empty.
     path: &'a str,
+    /// The query and fragment (`?…`, `#…`), or empty.
+    query: &'a str,
 }
 
 fn parse(url: &str) -> Result<Parsed<'_>, LockError> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(LockError::invalid_config(format!(
-            "the URL {:?} has no scheme: start it with {SCHEMES}",
-            redacted(url)
+            "the URL {} has no scheme: start it with {SCHEMES}",
+            redacted_url(url)
         )));
     };
-    let (redis_scheme, topology) = match scheme.split_once('+') {
-        Some((base @ ("redis" | "rediss"), topology)) => (base, topology),
-        _ => (scheme, ""),
-    };
-    let store = match (redis_scheme, topology) {
+    let lowercase = scheme.to_ascii_lowercase();
+    let (base, topology) = lowercase.split_once('+').unwrap_or((&lowercase, ""));
+    let store = match (base, topology) {
         ("redis" | "rediss", "") => Store::Redis,
         ("redis" | "rediss", "sentinel") => Store::Sentinel,
         ("redis" | "rediss", "cluster") => Store::Cluster,
         ("redis" | "rediss", "redlock") => Store::Redlock,
-        ("postgres" | "postgresql", _) => Store::Postgres,
-        ("mysql" | "mariadb", _) => Store::MySql,
-        ("zookeeper", _) => Store::ZooKeeper,
-        ("etcd", _) => Store::Etcd,
-        ("memory", _) => Store::Memory,
+        ("postgres" | "postgresql", "") => Store::Postgres,
+        ("mysql" | "mariadb", "") => Store::MySql,
+        ("zookeeper", "") => Store::ZooKeeper,
+        ("etcd", "") => Store::Etcd,
+        ("memory", "") => Store::Memory,
         _ => {
             return Err(LockError::invalid_config(format!(
                 "the URL scheme `{scheme}://` names no store fencelock knows: use {SCHEMES}"
             )));
         }
     };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => authority.split_at(at + 1),
-        None => ("", authority),
+    let (main, query) = rest.split_at(rest.find(['?', '#']).unwrap_or(rest.len()));
+    let (userinfo, after) = match main.rfind('@') {
+        Some(at) => main.split_at(at + 1),
+        None => ("", main),
     };
-    let hosts = hosts.split(',').filter(|host| !host.is_empty()).collect();
+    let (hosts, path) = after.split_at(after.find('/').unwrap_or(after.len()));
     Ok(Parsed {
         store,
-        redis_scheme,
+        tls: base == "rediss",
         userinfo,
-        hosts,
+        hosts: hosts.split(',').collect(),
         path,
+        query,
     })
 }
 
-/// `url` with its password replaced, for error messages.
-fn redacted(url: &str) -> String {
-    let start = url.find("://").map_or(0, |scheme| scheme + 3);
-    match url.rfind('@').filter(|at| *at >= start) {
-        Some(at) => match url[start..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..start], &url[at..]),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
+impl Parsed<'_> {
+    /// The hosts, refused when there are none or one is empty (a stray comma).
+    fn hosts(&self) -> Result<&[&str], LockError> {
+        if self.hosts.iter().any(|host| host.is_empty()) {
+            return Err(LockError::invalid_config(
+                "the URL's hosts are `host:port` separated by commas, none empty: it names no \
+                 host, or has two commas in a row or one at the end",
+            ));
+        }
+        Ok(&self.hosts)
+    }
+
+    /// Refuses a path or a query where the store takes none: it would be ignored.
+    fn refuse(&self, path: bool, query: bool, fix: &str) -> Result<(), LockError> {
+        let path_given = !matches!(self.path, "" | "/");
+        if (path && path_given) || (query && !self.query.is_empty()) {
+            return Err(LockError::invalid_config(format!(
+                "a {:?} URL takes no {}: {fix}",
+                self.store,
+                if path && path_given { "path" } else { "query" }
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -166,7 +183,7 @@ pub struct OpenBuilder {
 impl std::fmt::Debug for OpenBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenBuilder")
-            .field("url", &redacted(&self.url))
+            .field("url", &redacted_url(&self.url))
             .field("key_prefix", &self.key_prefix)
             .field("table", &self.table)
             .field("create_tables", &self.create_tables)
@@ -227,16 +244,11 @@ impl OpenBuilder {
         self
     }
 
-    /// Connects to the store the URL names, with these settings.
+    /// Connects to the store the URL names, with these settings. The URL of one Redis
+    /// server or of a database goes to its client as it is.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let parsed = parse(&self.url)?;
         self.refuse_settings_without_a_place(parsed.store)?;
-        if parsed.hosts.is_empty() && parsed.store != Store::Memory {
-            return Err(LockError::invalid_config(format!(
-                "the URL {:?} names no host: add `host:port` after `://`",
-                redacted(&self.url)
-            )));
-        }
         match parsed.store {
             Store::Redis | Store::Sentinel | Store::Cluster | Store::Redlock => {
                 self.connect_redis(&parsed).await
@@ -244,7 +256,15 @@ impl OpenBuilder {
             Store::Postgres | Store::MySql => self.connect_sql(parsed.store).await,
             Store::ZooKeeper => self.connect_zookeeper(&parsed).await,
             Store::Etcd => self.connect_etcd(&parsed).await,
-            Store::Memory => Ok(LockClient::memory()),
+            Store::Memory => {
+                let nothing_after = parsed.hosts == [""] && parsed.path.is_empty();
+                if !nothing_after || !parsed.query.is_empty() {
+                    return Err(LockError::invalid_config(
+                        "memory:// takes nothing after it: each one is a new lock space",
+                    ));
+                }
+                Ok(LockClient::memory())
+            }
         }
     }
 
@@ -275,36 +295,29 @@ impl OpenBuilder {
     }
 
     async fn connect_redis(&self, parsed: &Parsed<'_>) -> Result<LockClient, LockError> {
-        let Parsed {
-            redis_scheme,
-            userinfo,
-            ..
-        } = parsed;
-        let node = |host: &str, path: &str| format!("{redis_scheme}://{userinfo}{host}{path}");
+        let scheme = if parsed.tls { "rediss" } else { "redis" };
+        let (userinfo, query) = (parsed.userinfo, parsed.query);
+        let node = |host: &&str, path: &str| format!("{scheme}://{userinfo}{host}{path}{query}");
         let builder = match parsed.store {
             Store::Redis => LockClient::builder(&self.url),
             Store::Sentinel => {
-                let path = parsed.path.trim_start_matches('/');
-                let (service, db) = path.split_once('/').unwrap_or((path, ""));
-                if service.is_empty() {
+                let service = parsed.path.trim_start_matches('/');
+                if service.is_empty() || service.contains('/') {
                     return Err(LockError::invalid_config(
-                        "a redis+sentinel:// URL names the service after the hosts: \
-                         redis+sentinel://host:26379/mymaster",
+                        "a redis+sentinel:// URL's path is the service's name alone (database \
+                         0): redis+sentinel://host:26379,host:26380/mymaster",
                     ));
                 }
-                let db = if db.is_empty() {
-                    String::new()
-                } else {
-                    format!("/{db}")
-                };
-                let sentinels = parsed.hosts.iter().map(|host| node(host, &db));
+                let sentinels = parsed.hosts()?.iter().map(|host| node(host, ""));
                 LockClient::sentinel_builder(sentinels, service)
             }
             Store::Cluster => {
-                LockClient::cluster_builder(parsed.hosts.iter().map(|host| node(host, "")))
+                parsed.refuse(true, false, "a Redis Cluster has database 0 alone")?;
+                LockClient::cluster_builder(parsed.hosts()?.iter().map(|host| node(host, "")))
             }
             _ => {
-                LockClient::redlock_builder(parsed.hosts.iter().map(|host| node(host, parsed.path)))
+                let masters = parsed.hosts()?.iter().map(|host| node(host, parsed.path));
+                LockClient::redlock_builder(masters)
             }
         };
         let builder = set(
@@ -364,7 +377,8 @@ impl OpenBuilder {
                      client connects without authentication (leave out `user:password@`)",
                 ));
             }
-            let connect_string = format!("{}{}", parsed.hosts.join(","), parsed.path);
+            parsed.refuse(false, true, "set the session with `zookeeper_builder`")?;
+            let connect_string = format!("{}{}", parsed.hosts()?.join(","), parsed.path);
             use crate::ZooKeeperClientBuilder as ZooKeeper;
             let builder = LockClient::zookeeper_builder(&connect_string);
             let builder = set(builder, &self.key_prefix, ZooKeeper::root);
@@ -379,7 +393,9 @@ impl OpenBuilder {
         return Err(feature_off("etcd", "etcd"));
         #[cfg(feature = "etcd")]
         {
-            let endpoints = parsed.hosts.iter().map(|host| format!("http://{host}"));
+            let fix = "the key prefix is `key_prefix`, the other settings `etcd_builder`'s";
+            parsed.refuse(true, true, fix)?;
+            let endpoints = parsed.hosts()?.iter().map(|host| format!("http://{host}"));
             use crate::EtcdClientBuilder as Etcd;
             let mut builder = LockClient::etcd_builder(endpoints);
             if let Some(userinfo) = parsed.userinfo.strip_suffix('@') {
@@ -493,14 +509,46 @@ mod tests {
     }
 
     #[test]
-    fn hosts_userinfo_and_path_are_split() {
-        let parsed = parse("redis+redlock://u:p%40ss@a:1,b:2,c:3/2").unwrap();
-        assert_eq!(parsed.redis_scheme, "redis");
-        assert_eq!(parsed.userinfo, "u:p%40ss@");
+    fn hosts_userinfo_path_and_query_are_split() {
+        let parsed = parse("REDIS+redlock://u:p/a@ss@a:1,b:2,c:3/2?protocol=resp3").unwrap();
+        assert_eq!(parsed.store, Store::Redlock);
+        assert!(!parsed.tls);
+        assert_eq!(parsed.userinfo, "u:p/a@ss@");
         assert_eq!(parsed.hosts, ["a:1", "b:2", "c:3"]);
         assert_eq!(parsed.path, "/2");
+        assert_eq!(parsed.query, "?protocol=resp3");
         assert_eq!(percent_decoded("p%40ss").unwrap(), "p@ss");
         assert!(percent_decoded("100%").is_err());
+    }
+
+    /// What a URL can say that its store would ignore, or that names no host, is refused
+    /// before connecting.
+    #[tokio::test]
+    async fn what_a_store_would_ignore_is_refused() {
+        for (url, says) in [
+            ("redis+redlock://a:1,,c:3", "none empty"),
+            ("redis+cluster://a:1,b:2,", "none empty"),
+            ("redis+sentinel://s:26379", "the service's name alone"),
+            (
+                "redis+sentinel://s:26379/mymaster/2",
+                "the service's name alone",
+            ),
+            ("redis+cluster://a:1,b:2/3", "takes no path"),
+            ("etcd://h:2379/myapp", "takes no path"),
+            ("zookeeper://h:2181?sessionTimeout=1", "takes no query"),
+            ("memory://x", "takes nothing after it"),
+        ] {
+            let built = match url.split_once(':').map(|(scheme, _)| scheme) {
+                Some("etcd") => cfg!(feature = "etcd"),
+                Some("zookeeper") => cfg!(feature = "zookeeper"),
+                _ => true,
+            };
+            if !built {
+                continue;
+            }
+            let error = LockClient::open(url).await.expect_err(url).to_string();
+            assert!(error.contains(says), "{url}: {error}");
+        }
     }
 
     #[test]
@@ -540,7 +588,13 @@ mod tests {
     fn a_password_stays_out_of_errors_and_debug_output() {
         let error = parse("nope//u:secret@h").err().unwrap().to_string();
         assert!(!error.contains("secret"), "{error}");
-        let builder = LockClient::open_builder("redis://u:secret@h:1/");
-        assert!(!format!("{builder:?}").contains("secret"));
+        for url in [
+            "redis://u:secret@h:1/",
+            "postgres://app:secret/x@db/locks",
+            "postgres:///locks?host=/run/postgresql&password=secret",
+        ] {
+            let builder = LockClient::open_builder(url);
+            assert!(!format!("{builder:?}").contains("secret"), "{url}");
+        }
     }
 }

@@ -172,22 +172,7 @@ pub(crate) fn backend_error(
     LockError::backend(key, message, Some(source))
 }
 
-/// `url` without its password, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(an URL without a scheme)".to_owned();
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = match authority.rsplit_once('@') {
-        Some((user, host)) => {
-            let user = user.split(':').next().unwrap_or_default();
-            format!("{user}@{host}")
-        }
-        None => authority.to_owned(),
-    };
-    let path = path.split('?').next().unwrap_or_default();
-    format!("{scheme}://{host}{path}")
-}
+pub(crate) use crate::error::redacted_url as redacted;
 
 #[cfg(test)]
 mod tests {
