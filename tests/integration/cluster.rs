@@ -1,13 +1,13 @@
 //! Redis Cluster: 3 masters and 3 replicas, each a private `redis-server`, created with
-//! `redis-cli --cluster create`. The conformance suite, locks on keys of every slot range
-//! renewed on every master, releases heard on their shard, and a `CLUSTER FAILOVER` during a
-//! run with no two holders at once.
+//! `redis-cli --cluster create` (the conformance suite is in `tests/conformance.rs`): locks
+//! on keys of every slot range renewed on every master, releases heard on their shard, and
+//! a `CLUSTER FAILOVER` during a run with no two holders at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fencelock::testing::RedisCluster;
 use fencelock::testing::history;
-use fencelock::testing::{RedisCluster, conformance};
 
 use crate::support::{eventually, record_section};
 use fencelock::{LockClient, LockError, LossCause};
@@ -22,16 +22,6 @@ async fn cluster_client(cluster: &RedisCluster) -> LockClient {
     LockClient::cluster(cluster.urls())
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the cluster: {e}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_passes_the_conformance_suite() {
-    let cluster = cluster().await;
-    let client = cluster_client(&cluster).await;
-    // Keys starting with a brace too: every key of a lock must stay in one slot.
-    for namespace in ["conformance", "}", "{"] {
-        conformance::run(&client, namespace).await;
-    }
 }
 
 /// Locks on 1,024 keys spread over every master's slots, held past several lease lengths:

@@ -1,11 +1,11 @@
 //! The ZooKeeper and etcd backends on private servers (Debian's `zookeeper` and
-//! `etcd-server` packages, run as child processes): the conformance suite, a client cut off
+//! `etcd-server` packages, run as child processes; the conformance suite is in `tests/conformance.rs`): a client cut off
 //! for less and for more than its session, a leader killed while a lock is held, ZooKeeper's
 //! one watch per waiter, and the errors a misconfigured client gets.
 
 use std::time::Duration;
 
-use fencelock::testing::{EtcdCluster, TcpProxy, ZooKeeperEnsemble, conformance};
+use fencelock::testing::{EtcdCluster, TcpProxy, ZooKeeperEnsemble};
 use fencelock::{LockClient, LockError, LossCause};
 
 use crate::support::{eventually, expect_lost};
@@ -93,18 +93,6 @@ impl Store {
 }
 
 const SESSION: Duration = Duration::from_secs(2);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_pass_the_conformance_suite() {
-    for kind in KINDS {
-        let store = Store::start(kind, 1);
-        conformance::run(
-            &store.client(None, Duration::from_secs(10)).await,
-            "conformance",
-        )
-        .await;
-    }
-}
 
 /// Waits (at most 10 s) until `client` has renewed a lease once more.
 async fn renewed_again(client: &LockClient) {

@@ -1,5 +1,5 @@
-//! Redlock over independent masters, each a private `redis-server`: the conformance suite,
-//! the faults a majority survives and the ones it does not, and the fencing that catches what
+//! Redlock over independent masters, each a private `redis-server` (the conformance suite
+//! is in `tests/conformance.rs`): the faults a majority survives and the ones it does not, and the fencing that catches what
 //! Redlock itself cannot.
 
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use fencelock::backend::redis::{RedisBackend, RedisSettings};
 use fencelock::backend::redlock::RedlockBackend;
 use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use fencelock::testing::history;
-use fencelock::testing::{Direction, RedisServer, TcpProxy, conformance};
+use fencelock::testing::{Direction, RedisServer, TcpProxy};
 use fencelock::{LockClient, LockError, LockKind};
 
 use crate::support::{inspector, record_section, redis_server, script_calls, with_sources};
@@ -40,12 +40,6 @@ async fn exists(master: &RedisServer, key: &str) -> bool {
         .query_async::<bool>(&mut inspector(master).await)
         .await
         .unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_passes_the_conformance_suite() {
-    let masters = masters(5);
-    conformance::run(&redlock(&masters).await, "conformance").await;
 }
 
 /// Several clients (as if processes) take one key in turns while two of five masters are

@@ -9,17 +9,6 @@ use redis::AsyncCommands;
 use crate::support::{self, client, eventually, inspector, redis_server};
 
 #[tokio::test]
-async fn redis_backend_passes_the_conformance_suite() {
-    let server = redis_server();
-    conformance::run(&client(&server).await, "conformance").await;
-}
-
-#[tokio::test]
-async fn memory_backend_passes_the_conformance_suite() {
-    conformance::run(&LockClient::memory(), "conformance").await;
-}
-
-#[tokio::test]
 async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_release() {
     let server = redis_server();
     let client = LockClient::builder(&server.url())

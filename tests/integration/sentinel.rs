@@ -255,12 +255,6 @@ async fn broken_idle_exclusive_connections_are_not_lent_again() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sentinel_client_passes_the_conformance_suite() {
-    let group = group().await;
-    fencelock::testing::conformance::run(&sentinel_client(&group).await, "conformance").await;
-}
-
 /// Permits and readers the replica had hold on the promoted master: the leases key (and the
 /// grants' hash with it) was replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! The SQL backends on the machine's PostgreSQL and MySQL/MariaDB servers
-//! (`FENCELOCK_POSTGRES_URL`, `FENCELOCK_MYSQL_URL`): the conformance suite, exclusion across
+//! (`FENCELOCK_POSTGRES_URL`, `FENCELOCK_MYSQL_URL`; the conformance suite is in
+//! `tests/conformance.rs`): exclusion across
 //! processes on recorded histories, fencing across deleted rows, and the errors a
 //! misconfigured client gets. Each test uses lock tables of its own.
 
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use fencelock::testing::history::{HistoryWriter, Section, check, monotonic_ns, read_histories};
-use fencelock::testing::{SqlDatabase, SqlKind, conformance};
+use fencelock::testing::{SqlDatabase, SqlKind};
 use fencelock::{LockClient, LockError, LossCause, with_client};
 use tokio::sync::Notify;
 
@@ -23,14 +24,6 @@ async fn databases() -> Vec<SqlDatabase> {
         reached.extend(SqlDatabase::reach(kind).await);
     }
     reached
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_pass_the_conformance_suite() {
-    for database in databases().await {
-        conformance::run(&database.client().await, "conformance").await;
-        database.drop_tables().await;
-    }
 }
 
 const WORKER: &str = "FENCELOCK_SQL_WORKER";

@@ -14,36 +14,26 @@ use crate::{LockClient, LockError, LockGuard, LockKind};
 const SEMAPHORE: LockKind = LockKind::Semaphore { permits: 3 };
 const SHARDS: LockKind = LockKind::Segmented { shards: 4 };
 
-/// Runs the checks of every kind the backend offers, and checks that it refuses the others.
-pub async fn run(client: &LockClient, namespace: &str) {
-    let offers = |kind| client.backend().offers(kind);
+/// Each kind the backend does not offer is refused before anything is sent.
+pub async fn kinds_not_offered_are_refused(client: &LockClient, namespace: &str) {
     for kind in [LockKind::Read, LockKind::Write, SEMAPHORE, SHARDS] {
-        a_kind_not_offered_is_refused(client, &format!("{namespace}:refused"), kind).await;
+        a_kind_not_offered_is_refused(client, &format!("{namespace}:{}", kind.name()), kind).await;
     }
-    if offers(LockKind::Read) {
-        readers_share_and_a_writer_excludes(client, &format!("{namespace}:rw")).await;
-        a_waiting_writer_goes_before_later_readers(client, &format!("{namespace}:rw-turn")).await;
-        if client.backend().hands_off() {
-            a_release_hands_over_to_the_readers_at_the_head(
-                client,
-                &format!("{namespace}:rw-hand-off"),
-            )
-            .await;
-        }
-        a_shared_release_is_announced_and_remembered(client, &format!("{namespace}:announce"))
-            .await;
-    }
-    if offers(SEMAPHORE) {
-        a_semaphore_lets_in_its_permits(client, &format!("{namespace}:semaphore")).await;
-        the_smallest_count_inside_wins(client, &format!("{namespace}:counts")).await;
-        an_expired_permit_comes_back(client, &format!("{namespace}:expired")).await;
-        a_shared_min_hold_keeps_the_grant(client, &format!("{namespace}:min-hold")).await;
-    }
-    if offers(SHARDS) {
-        shards_are_exclusive_and_named(client, &format!("{namespace}:shards")).await;
-    }
-    kinds_do_not_mix_on_one_key(client, &format!("{namespace}:mixed")).await;
-    shared_grants_are_renewed_owner_checked(client, &format!("{namespace}:extend")).await;
+}
+
+/// Whether the backend offers read/write locks.
+pub(super) fn offers_read_write(client: &LockClient) -> bool {
+    client.backend().offers(LockKind::Read)
+}
+
+/// Whether the backend offers semaphores.
+pub(super) fn offers_semaphores(client: &LockClient) -> bool {
+    client.backend().offers(SEMAPHORE)
+}
+
+/// Whether the backend offers segmented locks.
+pub(super) fn offers_shards(client: &LockClient) -> bool {
+    client.backend().offers(SHARDS)
 }
 
 /// A lease of `kind` for `name`, straight at the backend.

@@ -4,12 +4,21 @@
 
 mod kinds;
 
+pub use kinds::{
+    a_kind_not_offered_is_refused, a_release_hands_over_to_the_readers_at_the_head,
+    a_semaphore_lets_in_its_permits, a_shared_min_hold_keeps_the_grant,
+    a_shared_release_is_announced_and_remembered, a_waiting_writer_goes_before_later_readers,
+    an_expired_permit_comes_back, kinds_do_not_mix_on_one_key, kinds_not_offered_are_refused,
+    readers_share_and_a_writer_excludes, shards_are_exclusive_and_named,
+    shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
+};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::{Grant, Holding, ReleaseEvent};
 use crate::backend::late_replies::LateReplies;
-use crate::backend::{Acquire, Extended, HeldLease, Lease, LockBackend, Release, Turn};
+use crate::backend::{Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, Turn};
 use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockKind, LossCause, glob};
 
@@ -24,41 +33,119 @@ const LONG_TTL_MS: u64 = 60_000;
 /// A place in line that outlasts every check.
 const LONG: Duration = Duration::from_millis(LONG_TTL_MS);
 
-/// Runs every check. `namespace` keeps keys apart from other runs on the same backend.
+/// One rule of the suite: a check on keys of its own, and which backends it applies to. A
+/// test harness that names one test per rule (fencelock's own `tests/conformance.rs`) lets
+/// `cargo test <rule>` check one rule on every backend.
+#[derive(Clone, Copy)]
+pub struct Rule {
+    /// The rule's name, its check's: what the check panics with names it too.
+    pub name: &'static str,
+    applies: fn(&LockClient) -> bool,
+    check: for<'a> fn(&'a LockClient, &'a str) -> BoxFuture<'a, ()>,
+}
+
+impl Rule {
+    /// Whether the rule applies to `client`'s backend (a backend that offers no
+    /// announcements is checked to be polled instead, one without a line to refuse fair mode).
+    pub fn applies(&self, client: &LockClient) -> bool {
+        (self.applies)(client)
+    }
+
+    /// Checks the rule on `client`, with keys under `namespace`, if it applies.
+    pub async fn check(&self, client: &LockClient, namespace: &str) {
+        if self.applies(client) {
+            (self.check)(client, &format!("{namespace}:{}", self.name)).await;
+        }
+    }
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A [`Rule`] for the check `$check`, which applies where `$applies` says (everywhere).
+macro_rules! rule {
+    ($check:ident) => {
+        rule!($check, |_| true)
+    };
+    ($check:ident, $applies:expr) => {
+        Rule {
+            name: stringify!($check),
+            applies: $applies,
+            check: |client, key| Box::pin($check(client, key)),
+        }
+    };
+}
+
+fn notifies(client: &LockClient) -> bool {
+    client.notifies()
+}
+
+fn hands_off(client: &LockClient) -> bool {
+    client.backend().hands_off()
+}
+
+/// Every rule, in the order [`run`] checks them.
+pub const RULES: &[Rule] = &[
+    rule!(grant_is_exclusive),
+    rule!(tokens_strictly_increase),
+    rule!(expired_holder_cannot_release_successor),
+    rule!(a_grant_answered_after_its_lease_gives_no_guard),
+    rule!(dropped_guard_releases),
+    rule!(give_up_makes_one_attempt),
+    rule!(continue_stops_after_its_retries),
+    rule!(bad_input_is_refused),
+    rule!(renewal_outlives_the_ttl),
+    rule!(extend_is_owner_checked),
+    rule!(min_hold_keeps_the_key_after_release),
+    rule!(a_resent_release_is_remembered_for_its_owner),
+    rule!(releases_are_announced, notifies),
+    rule!(without_announcements_waiters_poll, |client| !notifies(
+        client
+    )),
+    rule!(a_retry_by_the_holder_never_shortens_its_lease),
+    rule!(an_operator_lists_and_inspects_held_locks),
+    rule!(a_forced_release_ends_the_grant_and_wakes_the_line),
+    rule!(an_operator_watch_sees_every_announcement, notifies),
+    rule!(a_release_hands_the_key_to_the_oldest_waiter, hands_off),
+    rule!(a_lapsed_place_is_skipped, hands_off),
+    rule!(a_free_key_goes_to_the_head_in_fair_mode_only, hands_off),
+    rule!(without_a_line_fair_mode_is_refused, |client| !hands_off(
+        client
+    )),
+    rule!(kinds_not_offered_are_refused),
+    rule!(
+        readers_share_and_a_writer_excludes,
+        kinds::offers_read_write
+    ),
+    rule!(
+        a_waiting_writer_goes_before_later_readers,
+        kinds::offers_read_write
+    ),
+    rule!(a_release_hands_over_to_the_readers_at_the_head, |client| {
+        kinds::offers_read_write(client) && hands_off(client)
+    }),
+    rule!(
+        a_shared_release_is_announced_and_remembered,
+        kinds::offers_read_write
+    ),
+    rule!(a_semaphore_lets_in_its_permits, kinds::offers_semaphores),
+    rule!(the_smallest_count_inside_wins, kinds::offers_semaphores),
+    rule!(an_expired_permit_comes_back, kinds::offers_semaphores),
+    rule!(a_shared_min_hold_keeps_the_grant, kinds::offers_semaphores),
+    rule!(shards_are_exclusive_and_named, kinds::offers_shards),
+    rule!(kinds_do_not_mix_on_one_key),
+    rule!(shared_grants_are_renewed_owner_checked),
+];
+
+/// Checks every rule that applies, one after the other. `namespace` keeps keys apart from
+/// other runs on the same backend.
 pub async fn run(client: &LockClient, namespace: &str) {
-    grant_is_exclusive(client, &format!("{namespace}:exclusive")).await;
-    tokens_strictly_increase(client, &format!("{namespace}:tokens")).await;
-    expired_holder_cannot_release_successor(client, &format!("{namespace}:lease")).await;
-    a_grant_answered_after_its_lease_gives_no_guard(client, &format!("{namespace}:late")).await;
-    dropped_guard_releases(client, &format!("{namespace}:drop")).await;
-    give_up_makes_one_attempt(client, &format!("{namespace}:give-up")).await;
-    continue_stops_after_its_retries(client, &format!("{namespace}:continue")).await;
-    bad_input_is_refused(client, &format!("{namespace}:input")).await;
-    renewal_outlives_the_ttl(client, &format!("{namespace}:renewal")).await;
-    extend_is_owner_checked(client, &format!("{namespace}:extend")).await;
-    min_hold_keeps_the_key_after_release(client, &format!("{namespace}:min-hold")).await;
-    a_resent_release_is_remembered_for_its_owner(client, &format!("{namespace}:resent")).await;
-    if client.notifies() {
-        releases_are_announced(client, &format!("{namespace}:announce")).await;
-    } else {
-        without_announcements_waiters_poll(client, &format!("{namespace}:poll")).await;
+    for rule in RULES {
+        rule.check(client, namespace).await;
     }
-    a_retry_by_the_holder_never_shortens_its_lease(client, &format!("{namespace}:retry")).await;
-    an_operator_lists_and_inspects_held_locks(client, &format!("{namespace}:admin")).await;
-    a_forced_release_ends_the_grant_and_wakes_the_line(client, &format!("{namespace}:forced"))
-        .await;
-    if client.notifies() {
-        an_operator_watch_sees_every_announcement(client, &format!("{namespace}:watch")).await;
-    }
-    if client.backend().hands_off() {
-        a_release_hands_the_key_to_the_oldest_waiter(client, &format!("{namespace}:hand-off"))
-            .await;
-        a_lapsed_place_is_skipped(client, &format!("{namespace}:lapsed")).await;
-        a_free_key_goes_to_the_head_in_fair_mode_only(client, &format!("{namespace}:fair")).await;
-    } else {
-        without_a_line_fair_mode_is_refused(client, &format!("{namespace}:no-line")).await;
-    }
-    kinds::run(client, &format!("{namespace}:kinds")).await;
 }
 
 fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u32, rule: &str) {
