@@ -191,7 +191,7 @@ impl Acquisition {
     /// the server later, and must not delete a grant of theirs (and the store's memory of it
     /// must not pass for theirs).
     async fn in_time(&mut self, granted: &Granted) -> Result<bool, LockError> {
-        let longest = self.pending.client.backend().longest_lease();
+        let longest = self.pending.client.backend().capabilities().longest_lease;
         let valid_until = valid_until(
             granted.sent_at,
             granted.lease,
@@ -403,7 +403,7 @@ impl Acquisition {
 
 /// Refuses a kind the client's backend does not offer, naming the stores that do.
 fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
-    if client.backend().offers(kind) {
+    if client.backend().capabilities().offers(kind) {
         return Ok(());
     }
     let stores = match kind {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::LockBackend;
+use crate::backend::{LockBackend, OperatorBackend, not_offered};
 use crate::glob::Glob;
 use crate::release_hub::Following;
 use crate::{LockClient, LockError, key};
@@ -60,6 +60,11 @@ impl LockAdmin {
         self.client.backend()
     }
 
+    /// The backend's operator calls, or why `what` cannot be done.
+    fn operator(&self, what: &str) -> Result<&dyn OperatorBackend, LockError> {
+        self.backend().operator().ok_or_else(|| not_offered(what))
+    }
+
     /// The held locks whose key matches `pattern`, sorted by key. `pattern` is a Redis glob
     /// over the lock key text (`*` any text, `?` any byte, `[a-z]`, `\` escapes; `*` lists
     /// every lock). On Redis it is a `SCAN` (never `KEYS`, which blocks the server), page by
@@ -68,7 +73,7 @@ impl LockAdmin {
     /// in the middle of a listing may be missed, as with any `SCAN`.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
         Glob::parse(pattern)?;
-        let mut locks = self.backend().list_locks(pattern).await?;
+        let mut locks = self.operator("listing locks")?.list_locks(pattern).await?;
         locks.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(locks)
     }
@@ -76,7 +81,7 @@ impl LockAdmin {
     /// What `key` holds now (free or not), read at once.
     pub async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
         key::validate(key)?;
-        self.backend().inspect_lock(key).await
+        self.operator("inspecting a lock")?.inspect_lock(key).await
     }
 
     /// Releases `key` whoever holds it (no owner check), keeping its fencing counter: the
@@ -110,7 +115,9 @@ impl LockAdmin {
         grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
         key::validate(key)?;
-        self.backend().force_release(key, grant).await
+        self.operator("releasing a lock by force")?
+            .force_release(key, grant)
+            .await
     }
 
     /// Every release announcement of `key` from now on, in order (returned once the backend

@@ -257,7 +257,8 @@ struct Tracked {
     failing: bool,
     /// The span of the call that holds the lease, for the events of its renewal and loss.
     span: LockSpan,
-    /// The backend's [`longest_lease`](LockBackend::longest_lease): no lease counts longer.
+    /// The backend's [`longest_lease`](crate::backend::Capabilities::longest_lease): no
+    /// lease counts longer.
     longest: Duration,
 }
 
@@ -417,7 +418,12 @@ impl Renewer {
             span,
             signal: signal.clone(),
             held,
-            longest: self.shared.backend.longest_lease().unwrap_or(Duration::MAX),
+            longest: self
+                .shared
+                .backend
+                .capabilities()
+                .longest_lease
+                .unwrap_or(Duration::MAX),
         };
         tracked.confirm_lease(sent_at, lease);
         let first_event = tracked.next_wake();

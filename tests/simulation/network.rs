@@ -23,14 +23,15 @@
 //! within `LATE_AT_MOST` after the client gave it up (the window the client's delayed
 //! cleanup covers; the README says what a later delivery can do).
 
+use fencelock::backend::Capabilities;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use fencelock::LockError;
 use fencelock::backend::memory::{LiveGrant, MemoryBackend};
 use fencelock::backend::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use fencelock::{LockError, LockKind};
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -496,8 +497,8 @@ impl LockBackend for SimBackend {
         })
     }
 
-    fn offers(&self, kind: LockKind) -> bool {
-        self.world.memory.offers(kind)
+    fn capabilities(&self) -> Capabilities {
+        self.world.memory.capabilities()
     }
 
     /// No call to the store: a key another waiter of this client subscribed.

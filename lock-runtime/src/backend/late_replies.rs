@@ -1,14 +1,15 @@
 //! A backend whose acquire replies come late, for tests: the client frozen (or the reply held
 //! up on the network) between the store's grant and the client's reading of it.
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use crate::backend::{ForcedRelease, Grant, LockState};
-use crate::{LockError, LockKind};
+use crate::LockError;
 
 /// `inner`, with every acquire answered `reply_delay` after the store answered it.
 #[derive(Debug, Clone)]
@@ -44,20 +45,8 @@ impl LockBackend for LateReplies {
         self.inner.watch_if_subscribed(key)
     }
 
-    fn offers(&self, kind: LockKind) -> bool {
-        self.inner.offers(kind)
-    }
-
-    fn hands_off(&self) -> bool {
-        self.inner.hands_off()
-    }
-
-    fn always_fair(&self) -> bool {
-        self.inner.always_fair()
-    }
-
-    fn longest_lease(&self) -> Option<Duration> {
-        self.inner.longest_lease()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     fn extend<'a>(
@@ -75,22 +64,7 @@ impl LockBackend for LateReplies {
         self.inner.release(lease, keep)
     }
 
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        self.inner.list_locks(pattern)
-    }
-
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        self.inner.inspect_lock(key)
-    }
-
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
-        grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        self.inner.force_release(key, grant)
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        self.inner.operator()
     }
 }

@@ -3,6 +3,8 @@
 //! Leases are measured with `tokio::time::Instant`, so tests can drive expiry with tokio's
 //! paused clock.
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,7 +111,7 @@ impl MemoryBackend {
     }
 
     /// Deletes `key` whoever holds it, as a `DEL` by hand on Redis would (it hands the key
-    /// to nobody; for an operator's forced release, see [`LockBackend::force_release`]);
+    /// to nobody; for an operator's forced release, see [`OperatorBackend::force_release`]);
     /// `true` if it was held. Its holder learns of the loss at its next renewal; waiters in
     /// this process wake and try.
     pub fn delete_key(&self, key: &str) -> bool {
@@ -689,8 +691,8 @@ impl LockBackend for MemoryBackend {
         self.releases.watch_subscribed(key)
     }
 
-    fn offers(&self, _: LockKind) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::EVERY_KIND
     }
 
     fn extend<'a>(
@@ -716,6 +718,12 @@ impl LockBackend for MemoryBackend {
         Box::pin(std::future::ready(Ok(result)))
     }
 
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+}
+
+impl OperatorBackend for MemoryBackend {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

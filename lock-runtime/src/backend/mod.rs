@@ -277,6 +277,91 @@ where
     }
 }
 
+/// What a backend offers beyond the calls every backend makes, as one value
+/// ([`LockBackend::capabilities`]): a new capability is a field with a default here, not a
+/// new method for every backend to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Read/write locks ([`LockKind::Read`], [`LockKind::Write`]). The client refuses a kind
+    /// the backend does not offer with [`LockError::InvalidConfig`] before sending anything.
+    pub read_write: bool,
+    /// Semaphores ([`LockKind::Semaphore`]).
+    pub semaphores: bool,
+    /// Segmented locks ([`LockKind::Segmented`]).
+    pub segmented: bool,
+    /// Whether a release hands the key to the oldest waiter in line (see
+    /// [`LockBackend::release`]) and [`Turn::Queue`] is offered. A backend that hands
+    /// nothing over (Redlock, SQL) treats [`Turn::Wait`] as [`Turn::Once`], except a
+    /// writer's, whose place holds back the readers that arrive after it; its releases only
+    /// wake the waiters, who attempt again.
+    pub hands_off: bool,
+    /// Whether a free key goes to the oldest waiter in line in the default mode too, not
+    /// only in fair mode: true of a store whose line is the order in which entries were
+    /// created (ZooKeeper's sequence numbers, etcd's revisions), where a newcomer can only
+    /// queue behind.
+    pub always_fair: bool,
+    /// How long a grant surely lasts after a call that reached the store, whatever its
+    /// lease: a store that ends every grant of a client whose session it stops hearing from
+    /// (ZooKeeper, etcd) gives its session timeout, and the client counts each lease valid
+    /// for no longer than that after its last confirmed renewal. `None`: the lease alone.
+    pub longest_lease: Option<Duration>,
+}
+
+impl Capabilities {
+    /// The mutex alone, handed off on release: what a backend offers unless it says more.
+    pub const MUTEX: Capabilities = Capabilities {
+        read_write: false,
+        semaphores: false,
+        segmented: false,
+        hands_off: true,
+        always_fair: false,
+        longest_lease: None,
+    };
+
+    /// Every kind, handed off on release.
+    pub const EVERY_KIND: Capabilities = Capabilities {
+        read_write: true,
+        semaphores: true,
+        segmented: true,
+        ..Capabilities::MUTEX
+    };
+
+    /// These capabilities, with read/write locks offered or not.
+    pub const fn with_read_write(mut self, offered: bool) -> Self {
+        self.read_write = offered;
+        self
+    }
+
+    /// These capabilities, with releases handing the key over or not.
+    pub const fn with_hands_off(mut self, hands_off: bool) -> Self {
+        self.hands_off = hands_off;
+        self
+    }
+
+    /// These capabilities, with a free key going to the oldest waiter in every mode or not.
+    pub const fn with_always_fair(mut self, always_fair: bool) -> Self {
+        self.always_fair = always_fair;
+        self
+    }
+
+    /// These capabilities, with a cap on how long a grant lasts.
+    pub const fn with_longest_lease(mut self, longest: Option<Duration>) -> Self {
+        self.longest_lease = longest;
+        self
+    }
+
+    /// Whether `kind` is offered.
+    pub fn offers(&self, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Mutex => true,
+            LockKind::Read | LockKind::Write => self.read_write,
+            LockKind::Semaphore { .. } => self.semaphores,
+            LockKind::Segmented { .. } => self.segmented,
+        }
+    }
+}
+
 /// A store that locks can be built on. Implementations must be cheap to share: the client
 /// holds one behind an `Arc` and calls it from any task and any runtime.
 pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
@@ -303,35 +388,10 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// Whether the backend offers `kind` (the client refuses the others with
-    /// [`LockError::InvalidConfig`] before sending anything). Only the mutex by default.
-    fn offers(&self, kind: LockKind) -> bool {
-        kind == LockKind::Mutex
-    }
-
-    /// Whether a release hands the key to the oldest waiter in line (see
-    /// [`release`](Self::release)) and [`Turn::Queue`] is offered. A backend that hands
-    /// nothing over (Redlock) treats [`Turn::Wait`] as [`Turn::Once`], except a writer's,
-    /// whose place holds back the readers that arrive after it; its releases only wake the
-    /// waiters, who attempt again.
-    fn hands_off(&self) -> bool {
-        true
-    }
-
-    /// Whether a free key goes to the oldest waiter in line in the default mode too, not
-    /// only in fair mode: true of a store whose line is the order in which entries were
-    /// created (ZooKeeper's sequence numbers, etcd's revisions), where a newcomer can only
-    /// queue behind.
-    fn always_fair(&self) -> bool {
-        false
-    }
-
-    /// How long a grant surely lasts after a call that reached the store, whatever its
-    /// lease: a store that ends every grant of a client whose session it stops hearing from
-    /// (ZooKeeper, etcd) gives its session timeout, and the client counts each lease valid
-    /// for no longer than that after its last confirmed renewal. `None`: the lease alone.
-    fn longest_lease(&self) -> Option<Duration> {
-        None
+    /// What the backend offers beyond the calls every backend makes: the kinds, hand-off,
+    /// fairness, a cap on leases. [`Capabilities::MUTEX`] by default.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::MUTEX
     }
 
     /// For each grant still held as granted (same owner, same token), restart its lease at
@@ -356,43 +416,44 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>>;
 
+    /// The operator's calls (list, inspect, force-release), if the backend offers them:
+    /// `None` by default, and [`LockAdmin`](crate::admin::LockAdmin) refuses them with
+    /// [`LockError::InvalidConfig`].
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        None
+    }
+}
+
+/// The operator's calls on a backend ([`LockBackend::operator`]), apart from the calls every
+/// lock makes, as sqlx puts migrations behind `as_migrate`: a backend offers them all or none.
+pub trait OperatorBackend: Send + Sync {
     /// For an operator: every held lock whose key matches `pattern` (a Redis glob over the
     /// lock key text, checked by the caller), in any order, each read at once (see
-    /// [`LockAdmin::list`](crate::admin::LockAdmin::list)). Not offered by default.
+    /// [`LockAdmin::list`](crate::admin::LockAdmin::list)).
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        let _ = pattern;
-        not_offered("listing locks")
-    }
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>>;
 
-    /// For an operator: what `key` holds now, read at once. Not offered by default.
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        let _ = key;
-        not_offered("inspecting a lock")
-    }
+    /// For an operator: what `key` holds now, read at once.
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>>;
 
     /// For an operator: releases `key` if it holds `grant` (see [`Grant`]: that grant, or the
     /// key it keeps after its release), whatever its lease, keeping its fencing counter,
-    /// handing it over and announcing it as [`release`](Self::release) does, but without
+    /// handing it over and announcing it as [`release`](LockBackend::release) does, but without
     /// remembering a release of the holder's (whose renewal and release must then find the
     /// lease lost); refuses foreign data in the key with [`LockError::KeyInUse`]. Says what
-    /// held the key. Safe to retry: once released, the key no longer holds `grant`. Not
-    /// offered by default.
+    /// held the key. Safe to retry: once released, the key no longer holds `grant`.
     fn force_release<'a>(
         &'a self,
         key: &'a str,
         grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let _ = (key, grant);
-        not_offered("releasing a lock by force")
-    }
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>>;
 }
 
 /// The answer of a backend that does not offer an operator's `what`.
-fn not_offered<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockError>> {
-    refused(format!(
+pub(crate) fn not_offered(what: &str) -> LockError {
+    LockError::invalid_config(format!(
         "this backend does not offer {what}: the Redis (one server, Sentinel, Cluster), \
          Redlock, SQL, ZooKeeper, etcd and memory backends do"
     ))

@@ -39,6 +39,8 @@
 //!   of holders per master would not be enough: with 5 masters and 2 permits, three holders
 //!   can each win 3 masters without any master holding more than 2.
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -648,14 +650,16 @@ impl LockBackend for RedlockBackend {
         Box::pin(self.release_grant(lease, keep))
     }
 
-    fn offers(&self, _: LockKind) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::EVERY_KIND.with_hands_off(false)
     }
 
-    fn hands_off(&self) -> bool {
-        false
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
     }
+}
 
+impl OperatorBackend for RedlockBackend {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

@@ -6,15 +6,16 @@
 //! never applied. A reply lost after the store applied the call (the case the runtime's
 //! resend and cleanup exist for) needs a real connection cut: see [`TcpProxy`](super::TcpProxy).
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::{ForcedRelease, Grant, LockState};
+use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use crate::{LockError, LockKind};
 
 /// A call on its way to the wrapped backend.
 #[derive(Debug, Clone, Copy)]
@@ -152,12 +153,8 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         self.backend.watch_if_subscribed(key)
     }
 
-    fn hands_off(&self) -> bool {
-        self.backend.hands_off()
-    }
-
-    fn offers(&self, kind: LockKind) -> bool {
-        self.backend.offers(kind)
+    fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
     }
 
     fn extend<'a>(
@@ -181,25 +178,8 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         })
     }
 
-    /// Not put to the interceptor (an operator's call, not the client's).
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        self.backend.list_locks(pattern)
-    }
-
-    /// Not put to the interceptor (an operator's call, not the client's).
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        self.backend.inspect_lock(key)
-    }
-
-    /// Not put to the interceptor (an operator's call, not the client's).
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
-        grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        self.backend.force_release(key, grant)
+    /// Not put to the interceptor (an operator's calls, not the client's).
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        self.backend.operator()
     }
 }

@@ -22,7 +22,7 @@
 //! deleted while its owner counts it valid (clocks running at the same rate). The store's
 //! session timeout also bounds every lease: a client that cannot reach the store stops
 //! counting its leases valid before the store can end its session
-//! ([`LockBackend::longest_lease`]).
+//! ([`Capabilities::longest_lease`](crate::backend::Capabilities::longest_lease)).
 //!
 //! Read/write locks are seed 000's shared lock on the same line: an entry says its kind; a
 //! reader waits only for the writers ahead of it (and watches the nearest), a writer for
@@ -41,6 +41,8 @@ mod state;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,12 +54,12 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
     ReleaseWatch, Turn, refused, release_memory,
 };
+use crate::LockError;
 use crate::backend::{ForcedRelease, Grant, Holding, LockState, Waiter};
 use crate::driver::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
-use crate::{LockError, LockKind};
 
 /// One entry of a key's line, as read from the store.
 #[derive(Debug, Clone)]
@@ -918,16 +920,14 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
         self.shared.hub.watch_subscribed(key)
     }
 
-    fn offers(&self, kind: LockKind) -> bool {
-        EntryKind::of(kind).is_some()
-    }
-
-    fn always_fair(&self) -> bool {
-        true
-    }
-
-    fn longest_lease(&self) -> Option<Duration> {
-        Some(self.shared.store.session_timeout())
+    fn capabilities(&self) -> Capabilities {
+        let session = Some(self.shared.store.session_timeout());
+        // Readers and writers are entries of their kind in the line; permits and shards
+        // have no line of theirs.
+        Capabilities::MUTEX
+            .with_read_write(true)
+            .with_always_fair(true)
+            .with_longest_lease(session)
     }
 
     fn extend<'a>(
@@ -958,6 +958,12 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
         Box::pin(self.shared.release(lease, keep))
     }
 
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+}
+
+impl<S: LineStore> OperatorBackend for LineBackend<S> {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

@@ -9,6 +9,8 @@ mod pubsub;
 mod scripts;
 mod server;
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use super::{
     release_memory,
 };
 use crate::backend::{ForcedRelease, Grant, LockState};
-use crate::{LockError, LockKind, random};
+use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -964,8 +966,8 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    fn offers(&self, _: LockKind) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::EVERY_KIND
     }
 
     fn extend<'a>(
@@ -983,6 +985,12 @@ impl LockBackend for RedisBackend {
         Box::pin(self.release_grant(lease, keep))
     }
 
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+}
+
+impl OperatorBackend for RedisBackend {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

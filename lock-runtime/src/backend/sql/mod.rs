@@ -30,6 +30,8 @@ mod postgres;
 mod session;
 mod statements;
 
+use crate::backend::Capabilities;
+use crate::backend::OperatorBackend;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -791,8 +793,8 @@ impl LockBackend for SqlBackend {
         None
     }
 
-    fn hands_off(&self) -> bool {
-        false
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::MUTEX.with_hands_off(false)
     }
 
     fn extend<'a>(
@@ -820,6 +822,12 @@ impl LockBackend for SqlBackend {
         })
     }
 
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+}
+
+impl OperatorBackend for SqlBackend {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

@@ -23,17 +23,17 @@ pub async fn kinds_not_offered_are_refused(client: &LockClient, namespace: &str)
 
 /// Whether the backend offers read/write locks.
 pub(super) fn offers_read_write(client: &LockClient) -> bool {
-    client.backend().offers(LockKind::Read)
+    client.backend().capabilities().offers(LockKind::Read)
 }
 
 /// Whether the backend offers semaphores.
 pub(super) fn offers_semaphores(client: &LockClient) -> bool {
-    client.backend().offers(SEMAPHORE)
+    client.backend().capabilities().offers(SEMAPHORE)
 }
 
 /// Whether the backend offers segmented locks.
 pub(super) fn offers_shards(client: &LockClient) -> bool {
-    client.backend().offers(SHARDS)
+    client.backend().capabilities().offers(SHARDS)
 }
 
 /// A lease of `kind` for `name`, straight at the backend.
@@ -61,7 +61,7 @@ async fn take(client: &LockClient, key: &str, kind: LockKind, rule: &str) -> Loc
 
 /// A backend that does not offer a kind refuses it before sending anything.
 pub async fn a_kind_not_offered_is_refused(client: &LockClient, key: &str, kind: LockKind) {
-    if client.backend().offers(kind) {
+    if client.backend().capabilities().offers(kind) {
         return;
     }
     match try_once(client, key, kind).await {
@@ -344,7 +344,7 @@ pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
         (SEMAPHORE, LockKind::Write),
         (SHARDS, SEMAPHORE),
     ];
-    let offered = |kind| client.backend().offers(kind);
+    let offered = |kind| client.backend().capabilities().offers(kind);
     for (held, asked) in pairs.into_iter().filter(|&(a, b)| offered(a) && offered(b)) {
         let holder = take(client, key, held, "a free key").await;
         match try_once(client, key, asked).await {
@@ -365,7 +365,7 @@ pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
 pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &str) {
     let backend = client.backend();
     let shared = [LockKind::Read, SEMAPHORE, SHARDS].into_iter();
-    for kind in shared.filter(|kind| backend.offers(*kind)) {
+    for kind in shared.filter(|kind| backend.capabilities().offers(*kind)) {
         let mine = lease(key, "mine", kind);
         let granted = expect_granted(backend, &mine, Turn::Once, "a free key").await;
         let stale = HeldLease {
@@ -403,7 +403,7 @@ pub async fn shared_grants_are_renewed_owner_checked(client: &LockClient, key: &
             kind.name()
         );
     }
-    if !backend.offers(LockKind::Read) {
+    if !backend.capabilities().offers(LockKind::Read) {
         return;
     }
     let renewed = client

@@ -84,7 +84,7 @@ fn notifies(client: &LockClient) -> bool {
 }
 
 fn hands_off(client: &LockClient) -> bool {
-    client.backend().hands_off()
+    client.backend().capabilities().hands_off
 }
 
 /// Every rule, in the order [`run`] checks them.
@@ -592,7 +592,10 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
         LockKind::Semaphore { permits: 2 },
         LockKind::Segmented { shards: 4 },
     ];
-    for kind in kinds.into_iter().filter(|kind| backend.offers(*kind)) {
+    for kind in kinds
+        .into_iter()
+        .filter(|kind| backend.capabilities().offers(*kind))
+    {
         let key = format!("{namespace}:{}", kind.name());
         let rule = |what: &str| format!("{}: {what}", kind.name());
         let kept = owner_of(&key, "kept", kind);
@@ -763,10 +766,10 @@ pub async fn a_retry_by_the_holder_never_shortens_its_lease(client: &LockClient,
 
 /// A key whose lease ran out (no release handed it over) goes, in fair mode, only to the
 /// oldest waiter; in the default mode to whoever asks first, unless the backend's line is
-/// always fair ([`LockBackend::always_fair`]).
+/// always fair ([`Capabilities::always_fair`](crate::backend::Capabilities::always_fair)).
 pub async fn a_free_key_goes_to_the_head_in_fair_mode_only(client: &LockClient, key: &str) {
     let backend = client.backend();
-    let newcomer_takes_it = |turn| turn == Turn::Wait(LONG) && !backend.always_fair();
+    let newcomer_takes_it = |turn| turn == Turn::Wait(LONG) && !backend.capabilities().always_fair;
     let [head, newcomer] = ["head", "newcomer"].map(|name| owner(key, name));
     for (newcomer_turn, rule) in [
         (Turn::Queue(LONG), "fair: the head's turn, not a newcomer's"),
@@ -892,7 +895,7 @@ pub async fn an_operator_lists_and_inspects_held_locks(client: &LockClient, key:
         state.fence.is_none_or(|fence| fence >= grants[0]),
         "{state:?}"
     );
-    if backend.hands_off() {
+    if backend.capabilities().hands_off {
         assert_eq!(state.waiters, 1, "one waiter in line");
         let next = state.next_waiter().expect("the waiter is next");
         assert_eq!(next.owner, owner_tag(&waiter.owner));
@@ -1001,7 +1004,7 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
     assert_eq!(extended, vec![false], "the holder's renewal finds it lost");
     let released = backend.release(&holder, Duration::ZERO).await;
     assert_eq!(released.ok(), Some(Release::NotOwner), "its release too");
-    let next = if backend.hands_off() {
+    let next = if backend.capabilities().hands_off {
         let ReleaseEvent::HandedOver { to, token, .. } = announced else {
             panic!("the key goes to the waiter in line: {announced:?}");
         };
@@ -1050,13 +1053,13 @@ pub async fn an_operator_watch_sees_every_announcement(client: &LockClient, key:
         });
         guard.release().await.expect("release");
     }
-    if backend.hands_off() {
+    if backend.capabilities().hands_off {
         let [short_lived, waiter] = ["short-lived", "waiter"].map(|name| owner(key, name));
         let mut short_lived = short_lived;
         short_lived.ttl = Duration::from_millis(SHORT_TTL_MS);
         expect_granted(backend, &short_lived, Turn::Once, "free").await;
         expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
-        if backend.always_fair() {
+        if backend.capabilities().always_fair {
             // The lease runs out (no release): the line has no free key, the waiter takes it.
             let mut heard = Vec::new();
             while heard.len() <= expected.len() {
