@@ -27,12 +27,25 @@
 //! # }
 //! ```
 //!
-//! The attribute's arguments, key templates and compile-time checks: [`redis_lock`].
-//! Locks without the attribute: [`LockClient::lock`], [`LockGuard`]. Tests without Redis:
-//! [`LockClient::memory`] and [`with_client`]; with a private `redis-server`: the
-//! `testing` feature. Spans and metrics (feature `metrics`): [`telemetry`]. The guarantees
-//! and their limits are set out in the
-//! [README](https://github.com/fencelock/fencelock#what-it-guarantees-and-what-it-does-not).
+//! Every store through one URL ([`LockClient::open`]: `redis://`, `redis+cluster://`,
+//! `redis+sentinel://`, `redis+redlock://`, `postgres://`, `mysql://`, `zookeeper://`,
+//! `etcd://`, `memory://`; the module [`open`] lists them), or its own constructor
+//! ([`LockClient::connect`], [`LockClient::postgres`], …). The attribute's arguments, key
+//! templates and compile-time checks: [`redis_lock`]. Locks without the attribute:
+//! [`LockClient::lock`], [`LockGuard`]. Tests without Redis: [`LockClient::memory`] and
+//! [`with_client`]; with private servers: the `testing` feature. Spans and metrics (feature
+//! `metrics`): [`telemetry`]. Operating: [`LockAdmin`] and the `fencelock` command.
+//!
+//! The guide (every example in it compiled and run by the tests):
+//! [lock kinds](https://github.com/fencelock/fencelock/blob/main/docs/guide/kinds.md),
+//! [spans, metrics and tasks](https://github.com/fencelock/fencelock/blob/main/docs/guide/observability.md),
+//! [testing your code](https://github.com/fencelock/fencelock/blob/main/docs/guide/testing.md),
+//! [what it guarantees, and what it does not](https://github.com/fencelock/fencelock/blob/main/docs/guide/guarantees.md),
+//! [topologies](https://github.com/fencelock/fencelock/blob/main/docs/guide/topologies.md),
+//! [databases](https://github.com/fencelock/fencelock/blob/main/docs/guide/databases.md),
+//! [consensus stores](https://github.com/fencelock/fencelock/blob/main/docs/guide/consensus.md),
+//! [operating](https://github.com/fencelock/fencelock/blob/main/docs/guide/operating.md),
+//! [performance](https://github.com/fencelock/fencelock/blob/main/docs/guide/performance.md).
 
 #![deny(missing_docs)]
 

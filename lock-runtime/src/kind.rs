@@ -36,7 +36,7 @@ pub enum LockKind {
         /// How many holders may be inside at once, 1 to [`MAX_PERMITS`].
         permits: u32,
     },
-    /// A segmented lock (seed 000's hot stock): `shards` exclusive shards under one key; an
+    /// A segmented lock (a hot item's stock split into shards): `shards` exclusive shards under one key; an
     /// acquisition takes one free shard (picked at random among the free ones, so load
     /// spreads), and waits on all of them when none is free. The body learns its shard
     /// from [`LockGuard::shard`](crate::LockGuard::shard) or

@@ -1,6 +1,7 @@
-//! The README's examples. The README shows them without scaffolding; here each one is a
-//! file, compiled, and run where it needs no Redis on port 6379. `the_readme_shows_these`
-//! checks that the README's Rust blocks are these files, in order, line for line.
+//! The examples of the README and the guide (`docs/guide/`). The documents show them without
+//! scaffolding; here each one is a file, compiled, and run where it needs no Redis on port
+//! 6379. `the_documents_show_these` checks that each document's Rust blocks are these files,
+//! in order, line for line.
 
 #[cfg(all(feature = "zookeeper", feature = "etcd"))]
 mod consensus;
@@ -15,21 +16,79 @@ mod sql;
 mod tracing_order;
 mod usage;
 
-/// The example files in the order the README shows them.
-const EXAMPLES: [(&str, &str); 10] = [
-    ("usage.rs", include_str!("readme/usage.rs")),
-    ("guard.rs", include_str!("readme/guard.rs")),
-    ("kinds.rs", include_str!("readme/kinds.rs")),
-    ("tracing_order.rs", include_str!("readme/tracing_order.rs")),
-    ("observability.rs", include_str!("readme/observability.rs")),
-    ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),
-    ("memory_test.rs", include_str!("readme/memory_test.rs")),
-    ("redis_test.rs", include_str!("readme/redis_test.rs")),
-    ("sql.rs", include_str!("readme/sql.rs")),
-    ("consensus.rs", include_str!("readme/consensus.rs")),
+/// An example file: its name in `tests/integration/readme/` and its text.
+type Example = (&'static str, &'static str);
+
+/// Each document, and the example files it shows, in order.
+const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
+    (
+        "README.md",
+        include_str!("../../README.md"),
+        &[
+            ("usage.rs", include_str!("readme/usage.rs")),
+            ("guard.rs", include_str!("readme/guard.rs")),
+        ],
+    ),
+    (
+        "docs/guide/kinds.md",
+        include_str!("../../docs/guide/kinds.md"),
+        &[("kinds.rs", include_str!("readme/kinds.rs"))],
+    ),
+    (
+        "docs/guide/observability.md",
+        include_str!("../../docs/guide/observability.md"),
+        &[
+            ("tracing_order.rs", include_str!("readme/tracing_order.rs")),
+            ("observability.rs", include_str!("readme/observability.rs")),
+            ("spawned_tasks.rs", include_str!("readme/spawned_tasks.rs")),
+        ],
+    ),
+    (
+        "docs/guide/testing.md",
+        include_str!("../../docs/guide/testing.md"),
+        &[
+            ("memory_test.rs", include_str!("readme/memory_test.rs")),
+            ("redis_test.rs", include_str!("readme/redis_test.rs")),
+        ],
+    ),
+    (
+        "docs/guide/databases.md",
+        include_str!("../../docs/guide/databases.md"),
+        &[("sql.rs", include_str!("readme/sql.rs"))],
+    ),
+    (
+        "docs/guide/consensus.md",
+        include_str!("../../docs/guide/consensus.md"),
+        &[("consensus.rs", include_str!("readme/consensus.rs"))],
+    ),
+    (
+        "docs/guide/guarantees.md",
+        include_str!("../../docs/guide/guarantees.md"),
+        &[],
+    ),
+    (
+        "docs/guide/topologies.md",
+        include_str!("../../docs/guide/topologies.md"),
+        &[],
+    ),
+    (
+        "docs/guide/operating.md",
+        include_str!("../../docs/guide/operating.md"),
+        &[],
+    ),
+    (
+        "docs/guide/performance.md",
+        include_str!("../../docs/guide/performance.md"),
+        &[],
+    ),
+    (
+        "docs/guide/development.md",
+        include_str!("../../docs/guide/development.md"),
+        &[],
+    ),
 ];
 
-/// The languages a README block may have; only Rust blocks are code that must compile.
+/// The languages a block may have; only Rust blocks are code that must compile.
 const LANGUAGES: [&str; 4] = ["rust", "toml", "sh", "text"];
 
 /// Where a file's scaffolding starts: the lines from here on are not in the README.
@@ -87,32 +146,48 @@ fn shown_part(source: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_shows_these() {
-    let blocks = fenced_blocks(include_str!("../../README.md"));
-    for (language, lines) in &blocks {
+fn the_documents_show_these() {
+    let guide = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide"))
+        .expect("docs/guide")
+        .map(|entry| {
+            format!(
+                "docs/guide/{}",
+                entry.unwrap().file_name().to_string_lossy()
+            )
+        });
+    for page in guide {
         assert!(
-            LANGUAGES.contains(&language.as_str()),
-            "a README block in `{language}` (one of {LANGUAGES:?} expected; a Rust block \
-             must say `rust` to be checked here):\n{}",
-            lines.join("\n")
+            DOCUMENTS.iter().any(|(document, ..)| *document == page),
+            "{page} is checked here too: add it to DOCUMENTS"
         );
     }
-    let rust: Vec<&Vec<String>> = blocks
-        .iter()
-        .filter(|(language, _)| language == "rust")
-        .map(|(_, lines)| lines)
-        .collect();
-    assert_eq!(
-        rust.len(),
-        EXAMPLES.len(),
-        "each Rust block of the README has its file in tests/integration/readme/, in order"
-    );
-    for (block, (file, source)) in rust.into_iter().zip(EXAMPLES) {
+    for (document, markdown, examples) in DOCUMENTS {
+        let blocks = fenced_blocks(markdown);
+        for (language, lines) in &blocks {
+            assert!(
+                LANGUAGES.contains(&language.as_str()),
+                "a block of {document} in `{language}` (one of {LANGUAGES:?} expected; a Rust \
+                 block must say `rust` to be checked here):\n{}",
+                lines.join("\n")
+            );
+        }
+        let rust: Vec<&Vec<String>> = blocks
+            .iter()
+            .filter(|(language, _)| language == "rust")
+            .map(|(_, lines)| lines)
+            .collect();
         assert_eq!(
-            *block,
-            shown_part(source),
-            "the README's block differs from tests/integration/readme/{file}; make them equal"
+            rust.len(),
+            examples.len(),
+            "each Rust block of {document} has its file in tests/integration/readme/, in order"
         );
+        for (block, (file, source)) in rust.into_iter().zip(examples) {
+            assert_eq!(
+                *block,
+                shown_part(source),
+                "{document}'s block differs from tests/integration/readme/{file}; make them equal"
+            );
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! Locks as a line of entries in a consensus store: ZooKeeper (seed 000's third lock) and,
-//! on the same rules, etcd.
+//! Locks as a line of entries in a consensus store: ZooKeeper (the lock recipe of its
+//! documentation, as Curator's InterProcessMutex) and, on the same rules, etcd.
 //!
 //! A key is a directory of entries (ZooKeeper: a container node; etcd: a key prefix), one per
 //! owner that holds or waits for the key, each tied to the client's session (ZooKeeper:
@@ -24,7 +24,7 @@
 //! counting its leases valid before the store can end its session
 //! ([`Capabilities::longest_lease`](crate::backend::Capabilities::longest_lease)).
 //!
-//! Read/write locks are seed 000's shared lock on the same line: an entry says its kind; a
+//! Read/write locks are ZooKeeper's shared-lock recipe on the same line: an entry says its kind; a
 //! reader waits only for the writers ahead of it (and watches the nearest), a writer for
 //! every entry ahead (and watches the one right ahead). A line serves the mutex, or readers
 //! and writers, never both.
