@@ -44,7 +44,7 @@ where
 }
 
 /// A connection whose socket task runs on a runtime of its own thread, as the lock client's
-/// does (on the library's driver thread): separates the cost of that hop from the scripts'.
+/// does (on the library's background thread): separates the cost of that hop from the scripts'.
 fn connection_on_another_thread(
     url: String,
 ) -> Result<redis::aio::MultiplexedConnection, Box<dyn std::error::Error>> {

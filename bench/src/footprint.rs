@@ -12,7 +12,7 @@ use crate::probe;
 use crate::stats::{Failures, Summary};
 use crate::workloads::BoxError;
 
-/// Time for a new client's background work (driver, connection tasks) to settle before the
+/// Time for a new client's background work (background runtime, connection tasks) to settle before the
 /// process is measured.
 pub const SETTLE: Duration = Duration::from_millis(200);
 /// Settling periods to wait at most for the server's connection count to stop changing

@@ -289,9 +289,9 @@ impl Acquisition {
         let place = self.options.queue_timeout();
         let writer = self.pending.lease.kind == LockKind::Write;
         if self.options.fair {
-            Turn::Queue(if waits { place } else { Duration::ZERO })
+            Turn::Fair(if waits { place } else { Duration::ZERO })
         } else if waits && (self.may_subscribe || writer) {
-            Turn::Wait(place)
+            Turn::InLine(place)
         } else {
             Turn::Once
         }
@@ -674,10 +674,10 @@ mod tests {
         fn release<'a>(
             &'a self,
             lease: &'a Lease,
-            keep: Duration,
+            min_hold: Duration,
         ) -> BoxFuture<'a, Result<Release, LockError>> {
             Box::pin(async move {
-                let released = self.inner.release(lease, keep).await?;
+                let released = self.inner.release(lease, min_hold).await?;
                 let holder = self.inner.grants(&lease.key).pop();
                 let event = holder.map_or(ReleaseEvent::Released { token: None }, |holder| {
                     ReleaseEvent::HandedOver {

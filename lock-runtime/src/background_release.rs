@@ -13,7 +13,7 @@ use crate::backend::{Lease, LockBackend, Release};
 use crate::error::WithSources;
 use crate::renewal::{LossCause, LossSignal};
 use crate::telemetry::LockSpan;
-use crate::{LockClient, driver};
+use crate::{LockClient, background};
 
 /// Releases `lease` without blocking the caller, retrying backend errors with backoff until
 /// the lease has certainly ended by itself. With `min_hold_ms`, the key is kept until
@@ -38,7 +38,7 @@ pub(crate) fn release_in_background(
     held: Option<Holder>,
 ) {
     let backend = client.backend().clone();
-    let caller = in_doubt.then(driver::caller_runtime).flatten();
+    let caller = in_doubt.then(background::caller_runtime).flatten();
     let mut held = held;
     if let Some(caller) = caller {
         caller.spawn(release_with_retries(
@@ -130,8 +130,8 @@ async fn retry_release(
     let mut pause = Duration::from_millis(20);
     let mut failed_before = false;
     loop {
-        let keep = hold_until.saturating_duration_since(Instant::now());
-        match backend.release(lease, keep).await {
+        let min_hold = hold_until.saturating_duration_since(Instant::now());
+        match backend.release(lease, min_hold).await {
             Ok(Release::Released) => return Outcome::Released,
             Ok(Release::NotOwner) if !failed_before => return Outcome::Lost(LossCause::NotOwner),
             // A try whose reply was lost may have released the key longer ago than its

@@ -8,7 +8,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
 use crate::backend::{BoxFuture, LockBackend};
-use crate::driver::Background;
+use crate::background::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockKind, LockRequest};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -132,7 +132,7 @@ impl LockClient {
     }
 
     /// A memory client whose background work (renewal, loss detection, background releases)
-    /// runs on `runtime` instead of the library's driver thread, so that tests can drive
+    /// runs on `runtime` instead of the library's background thread, so that tests can drive
     /// leases with tokio's paused clock (`#[tokio::test(start_paused = true)]`, then
     /// `LockClient::memory_on(Handle::current())`). The client stops working when that
     /// runtime ends.

@@ -177,10 +177,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.tracking.stop();
         self.holding.end();
-        let keep = self.hold_until.saturating_duration_since(Instant::now());
+        let min_hold = self.hold_until.saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
         let span = self.span().clone();
-        let (outcome, resent_at) = resend_once(|| backend.release(&self.lease, keep))
+        let (outcome, resent_at) = resend_once(|| backend.release(&self.lease, min_hold))
             .instrument(span)
             .await;
         // On an error the guard stays unreleased: its drop retries in the background.

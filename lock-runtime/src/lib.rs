@@ -7,12 +7,11 @@
 
 mod acquire;
 pub mod admin;
-mod ambient;
 pub mod backend;
+mod background;
 mod background_release;
-mod body_locks;
+mod body_scope;
 mod client;
-mod driver;
 mod error;
 mod glob;
 mod guard;
@@ -25,6 +24,7 @@ mod random;
 mod release_hub;
 mod renewal;
 mod request;
+mod scoped_client;
 mod sync;
 pub mod telemetry;
 #[cfg(feature = "testing")]
@@ -42,14 +42,13 @@ use testing::defects;
 pub mod __private;
 
 pub use admin::LockAdmin;
-pub use ambient::with_client;
 #[cfg(feature = "etcd")]
-pub use backend::line::etcd::EtcdClientBuilder;
+pub use backend::consensus::etcd::EtcdClientBuilder;
 #[cfg(feature = "zookeeper")]
-pub use backend::line::zookeeper::ZooKeeperClientBuilder;
+pub use backend::consensus::zookeeper::ZooKeeperClientBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use backend::sql::SqlClientBuilder;
-pub use body_locks::{current_shard, current_token, is_lost, lost};
+pub use body_scope::{current_shard, current_token, is_lost, lost};
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
@@ -61,3 +60,4 @@ pub use options::{
 };
 pub use renewal::{LossCause, RenewalStats};
 pub use request::LockRequest;
+pub use scoped_client::with_client;

@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 
 use crate::__private::{AwaitRelease, LockResult, ReleaseInBackground};
 use crate::backend::BoxFuture;
-use crate::body_locks::{self, Chain, Held};
+use crate::body_scope::{self, Chain, Held};
 use crate::error::WithSources;
 use crate::telemetry::LockSpan;
 use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, OnLost};
@@ -182,7 +182,7 @@ fn first_state<K>(
             return State::Failed(error);
         }
     };
-    let Some(held) = body_locks::held(client.id(), &key) else {
+    let Some(held) = body_scope::held(client.id(), &key) else {
         let request = client.request(key, kind).options(options);
         return State::Acquiring {
             acquire: Box::pin(request.acquire_in(span)),

@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Extended, HeldLease, LockBackend};
-use crate::driver::Background;
+use crate::background::Background;
 use crate::error::WithSources;
 use crate::sync::lock_ignoring_poison;
 use crate::telemetry::{self, LockSpan};

@@ -118,7 +118,7 @@ impl OnRedis {
 
     /// `waiter` takes a place in line, lasting `place`.
     async fn waits(&self, waiter: &Lease, place: Duration) {
-        let attempt = self.backend.acquire(waiter, Turn::Wait(place)).await;
+        let attempt = self.backend.acquire(waiter, Turn::InLine(place)).await;
         assert!(matches!(attempt, Ok(Acquire::Held { .. })), "{attempt:?}");
     }
 

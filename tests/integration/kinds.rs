@@ -375,7 +375,7 @@ async fn a_place_of_another_kind_is_skipped_by_a_hand_off(backend: &dyn LockBack
         replicas: 0,
         kind,
     };
-    let place = Turn::Wait(Duration::from_secs(60));
+    let place = Turn::InLine(Duration::from_secs(60));
     let reader = lease("reader", LockKind::Read, 200);
     let writer = lease("writer", LockKind::Write, 60_000);
     let (mutex, next) = (

@@ -415,7 +415,7 @@ async fn a_shared_release_hands_nothing_over_on_redlock() {
         lease("reader", LockKind::Read),
         lease("writer", LockKind::Write),
     );
-    let place = Turn::Wait(Duration::from_secs(60));
+    let place = Turn::InLine(Duration::from_secs(60));
     let read = redlock.acquire(&reader, Turn::Once).await.unwrap();
     assert!(matches!(read, Acquire::Granted { .. }), "{read:?}");
     let waiting = redlock.acquire(&writer, place).await.unwrap();

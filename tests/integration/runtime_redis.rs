@@ -410,7 +410,7 @@ async fn a_cancelled_release_still_releases() {
 }
 
 /// Each `#[tokio::test]` has a runtime of its own that ends with the test: a client made in
-/// one must keep working in the next, because its connection lives on the library's driver.
+/// one must keep working in the next, because its connection lives on the library's background runtime.
 #[test]
 fn a_client_outlives_the_runtime_that_created_it() {
     let server = redis_server();

@@ -348,8 +348,8 @@ async fn run_family(family: &str, seed: u64, steps: usize, out: &mut Vec<(&'stat
                 };
                 let turn = match rng.below(3) {
                     0 => Turn::Once,
-                    1 => Turn::Wait(Duration::from_millis(rng.pick(&[100, 600]))),
-                    _ => Turn::Queue(Duration::from_millis(rng.pick(&[100, 600]))),
+                    1 => Turn::InLine(Duration::from_millis(rng.pick(&[100, 600]))),
+                    _ => Turn::Fair(Duration::from_millis(rng.pick(&[100, 600]))),
                 };
                 op = format!("acquire {:?} {:?} {turn:?}", lease.owner, lease.kind);
                 match backend.acquire(&lease, turn).await {

@@ -377,7 +377,7 @@ async fn reentrancy_and_abort_on_loss_come_from_the_runtime() {
 }
 
 /// A client outlives the runtime it was made on (the contract's, for every backend): its pool
-/// and listener live on the library's driver.
+/// and listener live on the library's background runtime.
 #[test]
 fn a_client_made_on_one_runtime_works_on_another() {
     let runtime = || tokio::runtime::Runtime::new().unwrap();

@@ -295,7 +295,7 @@ async fn a_dead_waiter_handed_the_key_holds_it_no_longer_than_its_place() {
     };
     let place = Duration::from_millis(3 * SLEEP_MS);
     let queued_at = tokio::time::Instant::now();
-    let attempt = backend.backend.acquire(&dead, Turn::Queue(place)).await;
+    let attempt = backend.backend.acquire(&dead, Turn::Fair(place)).await;
     assert!(matches!(attempt, Ok(Acquire::Held { .. })), "{attempt:?}");
     let waiter = tokio::spawn({
         let client = client.clone();

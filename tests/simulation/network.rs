@@ -551,7 +551,7 @@ impl LockBackend for SimBackend {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let (world, client, lease) = (self.world.clone(), self.client, lease.clone());
         let what = format!(
@@ -564,7 +564,7 @@ impl LockBackend for SimBackend {
             self.world.history().release_sent(op, &lease.owner);
             let run = Box::new(move || {
                 let before = world.memory.grants(&lease.key);
-                let outcome = world.memory.release(&lease, keep).now_or_never();
+                let outcome = world.memory.release(&lease, min_hold).now_or_never();
                 let outcome = outcome.unwrap_or_else(|| Err(never_pending()));
                 if let Ok(released) = outcome {
                     let mut history = world.history();

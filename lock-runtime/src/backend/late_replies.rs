@@ -59,9 +59,9 @@ impl LockBackend for LateReplies {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        self.inner.release(lease, keep)
+        self.inner.release(lease, min_hold)
     }
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {

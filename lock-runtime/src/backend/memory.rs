@@ -309,7 +309,7 @@ impl State {
             Some(holder) => Some(holder.expires_at.saturating_duration_since(now)),
             None => None,
         };
-        let earlier_waiter = matches!(turn, Turn::Queue(_))
+        let earlier_waiter = matches!(turn, Turn::Fair(_))
             && self
                 .live_line(&lease.key, now)
                 .and_then(|line| line.front())
@@ -370,7 +370,7 @@ impl State {
                     .collect()
             })
             .unwrap_or_default();
-        let fair = matches!(turn, Turn::Queue(_));
+        let fair = matches!(turn, Turn::Fair(_));
         let start = lease.kind.count().map_or(0, random::below);
         let admitted = admit(lease.kind, &shares, ahead.into_iter(), fair, start)
             .map_err(|why| LockError::key_in_use(&lease.key, why))?;
@@ -527,22 +527,22 @@ impl State {
         }
     }
 
-    /// Releases (or, with `keep`, shortens) `lease` if it is the owner's, and takes the owner
+    /// Releases (or, with `min_hold`, shortens) `lease` if it is the owner's, and takes the owner
     /// out of the line. Also says what to announce, if anything.
-    fn release(&mut self, lease: &Lease, keep: Duration) -> (Release, Vec<ReleaseEvent>) {
+    fn release(&mut self, lease: &Lease, min_hold: Duration) -> (Release, Vec<ReleaseEvent>) {
         let now = Instant::now();
         let left_line = self.leave_line(&lease.key, &lease.owner);
         let released_before = self
             .released
             .remembers(&(lease.key.clone(), lease.owner.clone()), now);
         if lease.kind.is_shared() {
-            return self.release_shared(lease, keep, left_line, released_before, now);
+            return self.release_shared(lease, min_hold, left_line, released_before, now);
         }
         let any_owner = defects::planted(Defect::ReleaseWithoutOwnerCheck);
         let (release, event) = match self.live_holder(&lease.key, now) {
             Some(holder) if any_owner || holder.owner == lease.owner => {
                 // As in Redis, whose lease has millisecond resolution.
-                if keep.as_millis() == 0 {
+                if min_hold.as_millis() == 0 {
                     let released = ReleaseEvent::Released {
                         token: Some(holder.token),
                     };
@@ -553,7 +553,7 @@ impl State {
                 } else {
                     // Marked released: an extend can no longer find it ours.
                     holder.owner = released_mark(&lease.owner);
-                    holder.expires_at = now + keep;
+                    holder.expires_at = now + min_hold;
                     self.remember_release(lease, now);
                     (Release::Released, None)
                 }
@@ -574,12 +574,12 @@ impl State {
     }
 
     /// [`release`](Self::release) for a shared kind: the owner's grant leaves the holders
-    /// (or, with `keep`, stays until then, renewed no more) and the head of the line joins
+    /// (or, with `min_hold`, stays until then, renewed no more) and the head of the line joins
     /// them as far as it may.
     fn release_shared(
         &mut self,
         lease: &Lease,
-        keep: Duration,
+        min_hold: Duration,
         left_line: bool,
         released_before: bool,
         now: Instant,
@@ -601,9 +601,9 @@ impl State {
             return (Release::Released, Vec::new());
         }
         // As in Redis, whose lease has millisecond resolution.
-        if keep.as_millis() > 0 {
+        if min_hold.as_millis() > 0 {
             mine.released = true;
-            mine.expires_at = now + keep;
+            mine.expires_at = now + min_hold;
             self.remember_release(lease, now);
             return (Release::Released, Vec::new());
         }
@@ -709,9 +709,9 @@ impl LockBackend for MemoryBackend {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        let (result, announce) = self.with_state(|state| state.release(lease, keep));
+        let (result, announce) = self.with_state(|state| state.release(lease, min_hold));
         for event in announce {
             self.releases.announce(&lease.key, event);
         }

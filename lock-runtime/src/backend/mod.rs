@@ -16,10 +16,10 @@
 //! gRPC), and say so in their docs: a request delivered late there can still take the key
 //! for a lease.
 
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub mod consensus;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod late_replies;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
-pub mod line;
 pub mod memory;
 pub mod redis;
 pub mod redlock;
@@ -148,12 +148,12 @@ pub enum Turn {
     Once,
     /// Take a free key at once; if it is held, keep a place in the key's line for the given
     /// time, so that a release hands the key over (granted for the lease asked for, at
-    /// most until the place would have lapsed). A waiter renews its place with each attempt; a place that lapses (the waiter
-    /// died) is skipped.
-    Wait(Duration),
-    /// Fair mode: as `Wait`, but a free key goes only to the oldest waiter in line. A zero
+    /// most until the place would have lapsed). A waiter renews its place with each
+    /// attempt; a place that lapses (the waiter died) is skipped.
+    InLine(Duration),
+    /// Fair mode: as `InLine`, but a free key goes only to the oldest waiter in line. A zero
     /// place makes a single attempt that takes no place (and still does not jump the line).
-    Queue(Duration),
+    Fair(Duration),
 }
 
 impl Turn {
@@ -162,7 +162,7 @@ impl Turn {
     pub fn place(self) -> Option<Duration> {
         match self {
             Turn::Once => None,
-            Turn::Wait(place) | Turn::Queue(place) => Some(place).filter(|p| !p.is_zero()),
+            Turn::InLine(place) | Turn::Fair(place) => Some(place).filter(|p| !p.is_zero()),
         }
     }
 }
@@ -291,8 +291,8 @@ pub struct Capabilities {
     /// Segmented locks ([`LockKind::Segmented`]).
     pub segmented: bool,
     /// Whether a release hands the key to the oldest waiter in line (see
-    /// [`LockBackend::release`]) and [`Turn::Queue`] is offered. A backend that hands
-    /// nothing over (Redlock, SQL) treats [`Turn::Wait`] as [`Turn::Once`], except a
+    /// [`LockBackend::release`]) and [`Turn::Fair`] is offered. A backend that hands
+    /// nothing over (Redlock, SQL) treats [`Turn::InLine`] as [`Turn::Once`], except a
     /// writer's, whose place holds back the readers that arrive after it; its releases only
     /// wake the waiters, who attempt again.
     pub hands_off: bool,
@@ -407,13 +407,14 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     /// Delete the key if, and only if, `lease.owner` holds it, hand it to the oldest waiter
     /// in line whose place lasts (a grant with a new fencing token, for that waiter's lease
     /// or until its place would have lapsed, whichever is sooner: the waiter renews it from
-    /// there, and one that died holds the key no longer than either), and announce the release, naming the new owner; with a non-zero `keep`, set
-    /// its remaining lease to `keep` instead (`min_hold_ms`: the key stays taken until
-    /// then). Also takes the owner out of the key's line. Safe to retry.
+    /// there, and one that died holds the key no longer than either), and announce the
+    /// release, naming the new owner. With a non-zero `min_hold` (what is left of
+    /// `min_hold_ms`), set the grant's remaining lease to it instead: the key stays taken
+    /// until then. Also takes the owner out of the key's line. Safe to retry.
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>>;
 
     /// The operator's calls (list, inspect, force-release), if the backend offers them:

@@ -364,12 +364,12 @@ type Answer = Result<Acquire, LockError>;
 /// of a release). Fair mode is refused.
 fn turn_on_masters(kind: LockKind, turn: Turn) -> Result<Turn, LockError> {
     match turn {
-        Turn::Queue(_) => Err(LockError::invalid_config(
-            "fair mode needs one line of waiters, and Redlock's masters keep none (a release \
+        Turn::Fair(_) => Err(LockError::invalid_config(
+            "fair mode needs one line of waiters, and Redlock's masters min_hold none (a release \
              on each could favour a different waiter): drop `fair`, or lock on a single Redis",
         )),
-        Turn::Wait(place) if kind == LockKind::Write => Ok(Turn::Wait(place)),
-        Turn::Wait(_) | Turn::Once => Ok(Turn::Once),
+        Turn::InLine(place) if kind == LockKind::Write => Ok(Turn::InLine(place)),
+        Turn::InLine(_) | Turn::Once => Ok(Turn::Once),
     }
 }
 
@@ -440,8 +440,8 @@ impl RedlockBackend {
             .collect())
     }
 
-    async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
-        let replies = self.on_every_master(|m| m.release(lease, keep)).await;
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
+        let replies = self.on_every_master(|m| m.release(lease, min_hold)).await;
         let released = replies
             .iter()
             .filter(|r| matches!(r, Ok(Release::Released)))
@@ -645,9 +645,9 @@ impl LockBackend for RedlockBackend {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.release_grant(lease, keep))
+        Box::pin(self.release_grant(lease, min_hold))
     }
 
     fn capabilities(&self) -> Capabilities {

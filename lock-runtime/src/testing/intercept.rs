@@ -43,7 +43,7 @@ pub enum Call<'a> {
         /// The lease to release.
         lease: &'a Lease,
         /// How long the key stays taken (`min_hold_ms`).
-        keep: Duration,
+        min_hold: Duration,
     },
 }
 
@@ -170,11 +170,11 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(async move {
-            self.admit(Call::Release { lease, keep }).await?;
-            self.backend.release(lease, keep).await
+            self.admit(Call::Release { lease, min_hold }).await?;
+            self.backend.release(lease, min_hold).await
         })
     }
 

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use super::{query_loading_extend, text};
 use crate::LockError;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::release_hub::{ReleaseHub, ReleaseWatch, parse_announcement};
 
 /// Slots of a Redis Cluster.

@@ -3,11 +3,11 @@
 //!
 //! redis-rs's `MultiplexedConnection` runs a task that owns the socket, on the runtime that
 //! opened it. Two kinds are kept:
-//! - one driven by the library's driver, for background work (renewals, releases behind
+//! - one driven by the library's background runtime, for background work (renewals, releases behind
 //!   dropped guards), so that it outlives the caller's runtime and keeps running while a
 //!   body blocks a current-thread runtime;
 //! - one per caller runtime, for acquire and release called from the caller's tasks, so
-//!   that the fast path does not hop through the driver thread (on a loaded 2-core machine a
+//!   that the fast path does not hop through the background thread (on a loaded 2-core machine a
 //!   thread hop costs as much as the round trip).
 //!
 //! A command that fails because its connection broke or timed out returns that error, and
@@ -30,7 +30,7 @@ use tokio::runtime::Id;
 
 use super::server::Server;
 use crate::LockError;
-use crate::driver::{self, Background};
+use crate::background::{self, Background};
 use crate::sync::lock_ignoring_poison;
 
 /// Caller runtimes whose connections are kept; a new runtime beyond this evicts the oldest
@@ -42,19 +42,19 @@ const EXCLUSIVE_IDLE: usize = 8;
 /// Which connection a command goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// The driver's connection.
+    /// The background runtime's connection.
     Background,
     /// The connection driven by this caller runtime.
     Foreground(Id),
-    /// A connection lent to one caller at a time (driven by the driver).
+    /// A connection lent to one caller at a time (driven by the background runtime).
     Exclusive,
 }
 
 impl Route {
     /// The route for a command issued here: the caller's runtime if there is one (and it
-    /// is not the driver), else the driver.
+    /// is not the background runtime), else the background runtime.
     pub(crate) fn here() -> Route {
-        match driver::caller_runtime() {
+        match background::caller_runtime() {
             Some(handle) => Route::Foreground(handle.id()),
             None => Route::Background,
         }

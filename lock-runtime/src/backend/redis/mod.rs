@@ -437,7 +437,7 @@ impl RedisBackend {
             .place()
             .map_or(0, |place| place.as_millis().max(1))
             .to_string();
-        let fair = if matches!(turn, Turn::Queue(_)) {
+        let fair = if matches!(turn, Turn::Fair(_)) {
             "1"
         } else {
             "0"
@@ -651,9 +651,9 @@ impl RedisBackend {
 
 // Release.
 impl RedisBackend {
-    /// Deletes (or, with `keep`, shortens) `lease`'s grant if it is still the owner's.
-    async fn release_grant(&self, lease: &Lease, keep: Duration) -> Result<Release, LockError> {
-        let (keys, args) = self.release_call(lease, keep);
+    /// Deletes (or, with `min_hold`, shortens) `lease`'s grant if it is still the owner's.
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
+        let (keys, args) = self.release_call(lease, min_hold);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let script = if lease.kind.is_shared() {
             &LIBRARY.shared_release
@@ -699,8 +699,8 @@ impl RedisBackend {
 
 impl RedisBackend {
     /// The keys and arguments of the release script of `lease`'s kind, keeping the key (or
-    /// the shared grant) `keep`.
-    fn release_call(&self, lease: &Lease, keep: Duration) -> (Vec<String>, Vec<String>) {
+    /// the shared grant) `min_hold`.
+    fn release_call(&self, lease: &Lease, min_hold: Duration) -> (Vec<String>, Vec<String>) {
         let [lock_key, fence_key, queue_key, deadlines_key] =
             layout::lock_keys(self.lock_key(&lease.key));
         let channel = layout::release_channel(&lock_key);
@@ -709,7 +709,7 @@ impl RedisBackend {
         let mut keys = vec![lock_key, fence_key, queue_key, deadlines_key, memory_key];
         let mut args = vec![
             lease.owner.clone(),
-            keep.as_millis().to_string(),
+            min_hold.as_millis().to_string(),
             channel,
             lease.ttl.as_millis().to_string(),
             self.publish_command().to_owned(),
@@ -980,9 +980,9 @@ impl LockBackend for RedisBackend {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.release_grant(lease, keep))
+        Box::pin(self.release_grant(lease, min_hold))
     }
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {

@@ -22,7 +22,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use super::server::Server;
 use crate::LockError;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, ReleaseWatch, parse_announcement};
 
 /// How long a channel stays subscribed after its last waiter left.
@@ -162,7 +162,7 @@ impl Notifier {
         Err(failure.unwrap_or_else(|| io_error("no subscription connection")))
     }
 
-    /// Opens a subscription connection on the driver, with a task there that turns its
+    /// Opens a subscription connection on the background runtime, with a task there that turns its
     /// messages into wake-ups. If the caller gives up (a timeout, or its future is dropped
     /// with the waiter's), the opening is aborted, and a connection it opened anyway is
     /// closed with the unread result: the reading task starts only once the connection is

@@ -1,6 +1,6 @@
 //! Where the backend's calls run, and how an abandoned one is settled.
 //!
-//! Every call runs as a task on the library's driver runtime, where the connection pool
+//! Every call runs as a task on the library's background runtime, where the connection pool
 //! lives (so that it outlives the runtime of whoever made the client). The caller waits for
 //! it at most the response timeout; a caller that stops waiting (its timeout, its deadline,
 //! or its future dropped) leaves the task running until the database has answered, and the
@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::LockError;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
 
 #[derive(Debug)]
@@ -68,7 +68,7 @@ impl Calls {
         }
     }
 
-    /// Runs `call` on the driver once every abandoned call on `key` has finished; waits for
+    /// Runs `call` on the background runtime once every abandoned call on `key` has finished; waits for
     /// it at most the response timeout (past it, an error on behalf of `key`). `call` gets
     /// the instant after which it must not try again.
     pub(crate) async fn run<T, F, Fut>(&self, key: Option<&str>, call: F) -> Result<T, LockError>

@@ -51,7 +51,7 @@ use super::{
     holding_of, refused, release_memory, released_mark,
 };
 use crate::backend::{ForcedRelease, Grant, Holding, LockState};
-use crate::driver::Background;
+use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::ReleaseEvent;
 use crate::{LockClient, LockError, random};
@@ -441,14 +441,16 @@ impl Store {
     async fn release(
         &self,
         lease: &Lease,
-        keep: Duration,
+        min_hold: Duration,
         retried: bool,
     ) -> Result<Release, sqlx::Error> {
         let released = match &self.statements.releasing {
             #[cfg(feature = "postgres")]
-            Releasing::AtOnce(statement) => self.release_at_once(statement, lease, keep).await?,
+            Releasing::AtOnce(statement) => {
+                self.release_at_once(statement, lease, min_hold).await?
+            }
             #[cfg(feature = "mysql")]
-            Releasing::InSteps(steps) => self.release_in_steps(steps, lease, keep).await?,
+            Releasing::InSteps(steps) => self.release_in_steps(steps, lease, min_hold).await?,
         };
         Ok(match released {
             Release::NotOwner if retried => Release::Unconfirmed,
@@ -466,12 +468,12 @@ impl Store {
         &self,
         statement: &str,
         lease: &Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> Result<Release, sqlx::Error> {
         let params = [
             lease.key.as_str().into(),
             lease.owner.as_str().into(),
-            Param::Int(millis(keep)),
+            Param::Int(millis(min_hold)),
             Param::Text(released_mark(&lease.owner)),
             self.release_memory_ms(),
             Param::Text(channel(&self.statements.table)),
@@ -494,7 +496,7 @@ impl Store {
         &self,
         steps: &ReleaseSteps,
         lease: &Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> Result<Release, sqlx::Error> {
         let key = lease.key.as_str();
         let owner = lease.owner.as_str();
@@ -506,12 +508,12 @@ impl Store {
         let release = match found {
             Some(grant) if grant.owner == owner && grant.live() => {
                 // As on Redis, whose lease has millisecond resolution.
-                if keep.as_millis() == 0 {
+                if min_hold.as_millis() == 0 {
                     let params = [key.into(), owner.into()];
                     session.execute(&self.statements.delete, &params).await?;
                 } else {
-                    let keep = Param::Int(millis(keep));
-                    let params = [marked.as_str().into(), keep, key.into(), owner.into()];
+                    let min_hold = Param::Int(millis(min_hold));
+                    let params = [marked.as_str().into(), min_hold, key.into(), owner.into()];
                     session.execute(&steps.keep, &params).await?;
                 }
                 let params = [owner.into(), key.into(), self.release_memory_ms()];
@@ -725,7 +727,7 @@ impl Store {
 }
 
 impl SqlBackend {
-    /// Runs `op` against the store on the driver, settled and retried (see [`Calls`]).
+    /// Runs `op` against the store on the background runtime, settled and retried (see [`Calls`]).
     fn call<'a, T, F, Fut>(
         &'a self,
         key: Option<&'a str>,
@@ -758,7 +760,7 @@ impl LockBackend for SqlBackend {
                  for): remove `min_replicas` here",
             );
         }
-        if let Turn::Queue(_) = turn {
+        if let Turn::Fair(_) = turn {
             return refused(
                 "fair mode needs a line of waiters, which the SQL backends do not keep (a \
                  release wakes the waiters, and they compete): drop `fair`, or use Redis or \
@@ -811,14 +813,14 @@ impl LockBackend for SqlBackend {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         let owned = lease.clone();
         let tried = AtomicBool::new(false);
         self.call(Some(&lease.key), move |store| {
             let lease = owned.clone();
             let retried = tried.swap(true, Ordering::Relaxed);
-            async move { store.release(&lease, keep, retried).await }
+            async move { store.release(&lease, min_hold, retried).await }
         })
     }
 
@@ -1009,7 +1011,7 @@ impl SqlClientBuilder {
             #[cfg(feature = "postgres")]
             listener,
         };
-        // On the driver, as every call: a connection the pool opens belongs to the runtime
+        // On the background runtime, as every call: a connection the pool opens belongs to the runtime
         // it was opened on.
         let (store, create) = (backend.store.clone(), self.create_tables);
         let ensuring = |retry_until| async move { store.ensure_tables(create, retry_until).await };
@@ -1022,9 +1024,9 @@ impl SqlClientBuilder {
     }
 }
 
-/// Runs `opening` on the driver runtime, where the pool must live (its connections are
+/// Runs `opening` on the background runtime, where the pool must live (its connections are
 /// driven there, whatever runtime its users run on).
-async fn on_driver<T: Send + 'static>(
+async fn on_background<T: Send + 'static>(
     opening: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
 ) -> Result<T, sqlx::Error> {
     let task = Background::Driver

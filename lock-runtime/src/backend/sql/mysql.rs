@@ -6,9 +6,9 @@ use std::sync::Arc;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_driver};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_background};
 
-/// Opens the pool on the driver runtime, once a first connection succeeded. Each connection waits for
+/// Opens the pool on the background runtime, once a first connection succeeded. Each connection waits for
 /// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
 /// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
@@ -18,7 +18,7 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
-    let pool = on_driver(async move {
+    let pool = on_background(async move {
         // One connection of its own first: the pool would retry until its timeout and
         // report only that, not why (a refused login, a closed port). It also tells
         // MySQL from MariaDB, for the settings of the pool's connections.

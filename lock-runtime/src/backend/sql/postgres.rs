@@ -18,10 +18,10 @@ use sqlx::{Connection, Executor, PgPool};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_driver};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_background};
 use crate::LockError;
 use crate::backend::ReleaseWatch;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::release_hub::{ReleaseHub, parse_announcement};
 
 /// How often a quiet listening connection is asked a query: a connection that went silent
@@ -29,7 +29,7 @@ use crate::release_hub::{ReleaseHub, parse_announcement};
 /// found out.
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// Opens the pool on the driver runtime, once a first connection succeeded.
+/// Opens the pool on the background runtime, once a first connection succeeded.
 pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
     let options = PgConnectOptions::from_str(&settings.url)?
         // Names the table, so that an operator tells the clients of each table apart.
@@ -51,7 +51,7 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .test_before_acquire(false);
-    let (pool, listens) = on_driver(async move {
+    let (pool, listens) = on_background(async move {
         // One connection of its own first: the pool would retry until its timeout and
         // report only that, not why (a refused login, a closed port).
         let first = connecting(connect_timeout, || PgConnection::connect_with(&options));

@@ -115,14 +115,14 @@ pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key
     expect_held(
         backend,
         &writer,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "a writer waits for the reader",
     )
     .await;
     expect_held(
         backend,
         &late,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "a reader after a waiting writer waits",
     )
     .await;
@@ -130,7 +130,7 @@ pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key
     let written = expect_granted(
         backend,
         &writer,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "the writer gets the key once the reader left",
     )
     .await;
@@ -141,7 +141,7 @@ pub async fn a_waiting_writer_goes_before_later_readers(client: &LockClient, key
     expect_held(
         backend,
         &late,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "the late reader waits for the writer",
     )
     .await;
@@ -173,7 +173,7 @@ pub async fn a_release_hands_over_to_the_readers_at_the_head(client: &LockClient
         expect_held(
             backend,
             waiting,
-            Turn::Wait(LONG),
+            Turn::InLine(LONG),
             "the writer holds the key",
         )
         .await;
@@ -191,14 +191,14 @@ pub async fn a_release_hands_over_to_the_readers_at_the_head(client: &LockClient
     expect_held(
         backend,
         &next_writer,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "the next writer waits for them",
     )
     .await;
     expect_held(
         backend,
         &last,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "a reader behind that writer waits too",
     )
     .await;
@@ -441,7 +441,7 @@ pub async fn a_shared_min_hold_keeps_the_grant(client: &LockClient, key: &str) {
     expect_held(
         backend,
         &mine,
-        Turn::Wait(LONG),
+        Turn::InLine(LONG),
         "a late attempt of the owner takes no second grant beside its kept one",
     )
     .await;

@@ -473,9 +473,12 @@ pub async fn extend_is_owner_checked(client: &LockClient, key: &str) {
     // Kept after release (min_hold_ms): a renewal already on its way must not revive it,
     // and the same release sent again still finds it released.
     let kept = expect_granted(backend, &mine, Turn::Once, "the free key is granted").await;
-    let keep = Duration::from_millis(SHORT_TTL_MS);
+    let min_hold = Duration::from_millis(SHORT_TTL_MS);
     for _ in 0..2 {
-        let released = backend.release(&mine, keep).await.expect("backend answers");
+        let released = backend
+            .release(&mine, min_hold)
+            .await
+            .expect("backend answers");
         assert_eq!(released, Release::Released);
     }
     let extended = renewed(backend.extend(&[kept]).await);
@@ -600,14 +603,20 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
         let rule = |what: &str| format!("{}: {what}", kind.name());
         let kept = owner_of(&key, "kept", kind);
         expect_granted(backend, &kept, Turn::Once, &rule("a free key")).await;
-        let keep = Duration::from_millis(SHORT_TTL_MS);
-        let first = backend.release(&kept, keep).await.expect("backend answers");
+        let min_hold = Duration::from_millis(SHORT_TTL_MS);
+        let first = backend
+            .release(&kept, min_hold)
+            .await
+            .expect("backend answers");
         assert_eq!(first, Release::Released, "{}", rule("the first send"));
         // The hold ends and another owner takes the key and releases it before the resend.
         let next = owner_of(&key, "after-the-hold", kind);
         granted_within(backend, &next, Duration::from_millis(LONG_TTL_MS / 4)).await;
         release_now(backend, &next).await;
-        let again = backend.release(&kept, keep).await.expect("backend answers");
+        let again = backend
+            .release(&kept, min_hold)
+            .await
+            .expect("backend answers");
         assert_eq!(
             again,
             Release::Released,
@@ -668,7 +677,7 @@ async fn granted_within(backend: &Arc<dyn LockBackend>, lease: &Lease, within: D
 /// attempt finds its own); the others, newcomers included, find the key held.
 pub async fn a_release_hands_the_key_to_the_oldest_waiter(client: &LockClient, key: &str) {
     let backend = client.backend();
-    for place in [Turn::Wait(LONG), Turn::Queue(LONG)] {
+    for place in [Turn::InLine(LONG), Turn::Fair(LONG)] {
         let [holder, first, second] = ["holder", "first", "second"].map(|name| owner(key, name));
         let held = expect_granted(backend, &holder, place, "the free key is granted").await;
         for waiter in [&first, &second] {
@@ -731,9 +740,9 @@ pub async fn a_lapsed_place_is_skipped(client: &LockClient, key: &str) {
     let backend = client.backend();
     let [ghost, waiter] = ["ghost", "waiter"].map(|name| owner(key, name));
     let holder = expect_granted(backend, &owner(key, "holder"), Turn::Once, "free").await;
-    let short_place = Turn::Queue(Duration::from_millis(SHORT_TTL_MS));
+    let short_place = Turn::Fair(Duration::from_millis(SHORT_TTL_MS));
     expect_held(backend, &ghost, short_place, "the key is taken").await;
-    expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
+    expect_held(backend, &waiter, Turn::Fair(LONG), "the key is taken").await;
     tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
     handed_over(client, &holder, &waiter).await;
     release_now(backend, &waiter).await;
@@ -769,19 +778,20 @@ pub async fn a_retry_by_the_holder_never_shortens_its_lease(client: &LockClient,
 /// always fair ([`Capabilities::always_fair`](crate::backend::Capabilities::always_fair)).
 pub async fn a_free_key_goes_to_the_head_in_fair_mode_only(client: &LockClient, key: &str) {
     let backend = client.backend();
-    let newcomer_takes_it = |turn| turn == Turn::Wait(LONG) && !backend.capabilities().always_fair;
+    let newcomer_takes_it =
+        |turn| turn == Turn::InLine(LONG) && !backend.capabilities().always_fair;
     let [head, newcomer] = ["head", "newcomer"].map(|name| owner(key, name));
     for (newcomer_turn, rule) in [
-        (Turn::Queue(LONG), "fair: the head's turn, not a newcomer's"),
+        (Turn::Fair(LONG), "fair: the head's turn, not a newcomer's"),
         (
-            Turn::Wait(LONG),
+            Turn::InLine(LONG),
             "default mode: a free key goes to whoever asks",
         ),
     ] {
         let mut short_lived = owner(key, "short-lived");
         short_lived.ttl = Duration::from_millis(SHORT_TTL_MS);
         expect_granted(backend, &short_lived, Turn::Once, "the free key is granted").await;
-        expect_held(backend, &head, Turn::Queue(LONG), "the key is taken").await;
+        expect_held(backend, &head, Turn::Fair(LONG), "the key is taken").await;
         tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS + 50)).await;
         let outcome = backend.acquire(&newcomer, newcomer_turn).await;
         let granted = matches!(outcome, Ok(Acquire::Granted { .. }));
@@ -809,7 +819,7 @@ pub async fn without_a_line_fair_mode_is_refused(client: &LockClient, key: &str)
     let backend = client.backend();
     let [holder, waiter, newcomer] = ["holder", "waiter", "newcomer"].map(|n| owner(key, n));
     expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
-    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    expect_held(backend, &waiter, Turn::InLine(LONG), "the key is taken").await;
     release_now(backend, &holder).await;
     expect_granted(backend, &newcomer, Turn::Once, "nobody was handed the key").await;
     release_now(backend, &newcomer).await;
@@ -866,7 +876,7 @@ pub async fn an_operator_lists_and_inspects_held_locks(client: &LockClient, key:
         );
     }
     let waiter = owner(&first.key, "waiter");
-    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    expect_held(backend, &waiter, Turn::InLine(LONG), "the key is taken").await;
     let pattern = format!("{}:*", glob::escape(key));
     let listed = admin.list(&pattern).await.expect("backend answers");
     let keys: Vec<&str> = listed.iter().map(|state| state.key.as_str()).collect();
@@ -953,7 +963,7 @@ pub async fn a_forced_release_ends_the_grant_and_wakes_the_line(client: &LockCli
     let (backend, admin) = (client.backend(), client.admin());
     let [holder, waiter] = ["holder", "waiter"].map(|name| owner(key, name));
     let held = expect_granted(backend, &holder, Turn::Once, "the free key is granted").await;
-    expect_held(backend, &waiter, Turn::Wait(LONG), "the key is taken").await;
+    expect_held(backend, &waiter, Turn::InLine(LONG), "the key is taken").await;
     let mut events = match client.notifies() {
         true => Some(admin.watch(key).await.expect("subscribes")),
         false => None,
@@ -1058,7 +1068,7 @@ pub async fn an_operator_watch_sees_every_announcement(client: &LockClient, key:
         let mut short_lived = short_lived;
         short_lived.ttl = Duration::from_millis(SHORT_TTL_MS);
         expect_granted(backend, &short_lived, Turn::Once, "free").await;
-        expect_held(backend, &waiter, Turn::Queue(LONG), "the key is taken").await;
+        expect_held(backend, &waiter, Turn::Fair(LONG), "the key is taken").await;
         if backend.capabilities().always_fair {
             // The lease runs out (no release): the line has no free key, the waiter takes it.
             let mut heard = Vec::new();

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use super::state::{EntryKind, State};
-use super::{Entry, LineBackend, LineStore};
+use super::{ConsensusBackend, ConsensusStore, Entry};
 use crate::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, Turn};
-use crate::driver::Background;
+use crate::background::Background;
 use crate::release_hub::owner_tag;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockError, LockKind};
@@ -87,7 +87,7 @@ impl HeldStore {
     }
 }
 
-impl LineStore for HeldStore {
+impl ConsensusStore for HeldStore {
     fn enter<'a>(
         &'a self,
         key: &'a str,
@@ -208,13 +208,13 @@ fn lease(owner: &str) -> Lease {
 }
 
 /// A store, a client on it, a holder of `KEY` and a waiter in line behind it.
-async fn held_with_a_waiter() -> (HeldStore, Arc<LineBackend<HeldStore>>) {
+async fn held_with_a_waiter() -> (HeldStore, Arc<ConsensusBackend<HeldStore>>) {
     let store = HeldStore::default();
     let background = Background::Runtime(tokio::runtime::Handle::current());
-    let backend = Arc::new(LineBackend::new(store.clone(), background));
+    let backend = Arc::new(ConsensusBackend::new(store.clone(), background));
     let holder = backend.acquire(&lease("holder"), Turn::Once).await;
     assert!(matches!(holder, Ok(Acquire::Granted { .. })), "{holder:?}");
-    let waiter = backend.acquire(&lease("waiter"), Turn::Wait(PLACE)).await;
+    let waiter = backend.acquire(&lease("waiter"), Turn::InLine(PLACE)).await;
     assert!(matches!(waiter, Ok(Acquire::Held { .. })), "{waiter:?}");
     // The client's watch of the holder's entry is set: it reads the line again only when
     // that entry changes.
@@ -224,13 +224,13 @@ async fn held_with_a_waiter() -> (HeldStore, Arc<LineBackend<HeldStore>>) {
 
 /// The waiter's attempt, sent again (renewing its place), in a task of its own.
 fn attempt(
-    backend: &Arc<LineBackend<HeldStore>>,
+    backend: &Arc<ConsensusBackend<HeldStore>>,
 ) -> tokio::task::JoinHandle<Result<Acquire, LockError>> {
     let backend = backend.clone();
-    tokio::spawn(async move { backend.acquire(&lease("waiter"), Turn::Wait(PLACE)).await })
+    tokio::spawn(async move { backend.acquire(&lease("waiter"), Turn::InLine(PLACE)).await })
 }
 
-async fn release_the_holder(backend: &LineBackend<HeldStore>) {
+async fn release_the_holder(backend: &ConsensusBackend<HeldStore>) {
     let released = backend.release(&lease("holder"), Duration::ZERO).await;
     assert!(matches!(released, Ok(Release::Released)), "{released:?}");
 }

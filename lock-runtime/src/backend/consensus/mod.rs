@@ -56,7 +56,7 @@ use super::{
 };
 use crate::LockError;
 use crate::backend::{ForcedRelease, Grant, Holding, LockState, Waiter};
-use crate::driver::Background;
+use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
@@ -82,7 +82,7 @@ pub(crate) struct Entry {
 }
 
 /// What a store must offer for a line of entries: the ZooKeeper and etcd glue.
-pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
+pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
     /// Appends an entry of `owner` for a `kind` lock to `key`'s line, in the current session.
     fn enter<'a>(
         &'a self,
@@ -139,13 +139,13 @@ pub(crate) trait LineStore: Send + Sync + std::fmt::Debug + 'static {
 }
 
 /// A lock backend on a line of entries in `S`; see the [module](self) docs.
-pub(crate) struct LineBackend<S: LineStore> {
+pub(crate) struct ConsensusBackend<S: ConsensusStore> {
     shared: Arc<Shared<S>>,
 }
 
-impl<S: LineStore> std::fmt::Debug for LineBackend<S> {
+impl<S: ConsensusStore> std::fmt::Debug for ConsensusBackend<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LineBackend")
+        f.debug_struct("ConsensusBackend")
             .field("store", &self.shared.store)
             .finish_non_exhaustive()
     }
@@ -207,10 +207,10 @@ struct Behind {
     soonest_left: Option<Duration>,
 }
 
-impl<S: LineStore> LineBackend<S> {
-    pub(crate) fn new(store: S, background: Background) -> LineBackend<S> {
+impl<S: ConsensusStore> ConsensusBackend<S> {
+    pub(crate) fn new(store: S, background: Background) -> ConsensusBackend<S> {
         let memory = ReleaseMemory::new(release_memory(store.session_timeout()));
-        LineBackend {
+        ConsensusBackend {
             shared: Arc::new(Shared {
                 store,
                 hub: Arc::default(),
@@ -229,7 +229,7 @@ fn ours_key(lease: &Lease) -> OursKey {
     (lease.key.clone(), lease.owner.clone())
 }
 
-impl<S: LineStore> Shared<S> {
+impl<S: ConsensusStore> Shared<S> {
     /// This client's entry for `lease`, if it belongs to the current session.
     fn ours(&self, id: &OursKey) -> Option<Ours> {
         let session = self.store.session();
@@ -667,7 +667,7 @@ impl<S: LineStore> Shared<S> {
     async fn release(
         self: &Arc<Self>,
         lease: &Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> Result<Release, LockError> {
         let id = ours_key(lease);
         let (entries, sent_before) = match self.ours(&id) {
@@ -684,13 +684,13 @@ impl<S: LineStore> Shared<S> {
         let mut released = false;
         for entry in &entries {
             let held = matches!(entry.state, State::Held(_));
-            if held && !keep.is_zero() {
+            if held && !min_hold.is_zero() {
                 if let Some(version) = self
                     .store
-                    .write(&lease.key, entry, State::Kept(keep), None)
+                    .write(&lease.key, entry, State::Kept(min_hold), None)
                     .await?
                 {
-                    self.remove_later(&lease.key, entry, version, keep);
+                    self.remove_later(&lease.key, entry, version, min_hold);
                     released = true;
                     continue;
                 }
@@ -708,7 +708,7 @@ impl<S: LineStore> Shared<S> {
         // Waiters of this client in line are told by their own watches (the next one with
         // the hand-off); a watch with no waiter behind it hears of the release here.
         if !self.waits_here(&lease.key) {
-            let token = keep
+            let token = min_hold
                 .is_zero()
                 .then(|| entries.first().map(|e| e.token))
                 .flatten();
@@ -731,11 +731,11 @@ impl<S: LineStore> Shared<S> {
     }
 
     /// Deletes a kept entry once its keep has passed (if nobody else did: version-checked).
-    fn remove_later(self: &Arc<Self>, key: &str, entry: &Entry, version: i64, keep: Duration) {
+    fn remove_later(self: &Arc<Self>, key: &str, entry: &Entry, version: i64, min_hold: Duration) {
         let shared = self.clone();
         let (key, kept) = (key.to_owned(), entry.clone());
         let removing = self.background.spawn(async move {
-            tokio::time::sleep(keep).await;
+            tokio::time::sleep(min_hold).await;
             let _ = shared.store.remove(&key, &kept, Some(version)).await;
         });
         if removing.is_err() {
@@ -884,7 +884,7 @@ fn holding(head: &Entry, left: Option<Duration>) -> Holding {
     }
 }
 
-impl<S: LineStore> LockBackend for LineBackend<S> {
+impl<S: ConsensusStore> LockBackend for ConsensusBackend<S> {
     fn acquire<'a>(
         &'a self,
         lease: &'a Lease,
@@ -953,9 +953,9 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
     fn release<'a>(
         &'a self,
         lease: &'a Lease,
-        keep: Duration,
+        min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.shared.release(lease, keep))
+        Box::pin(self.shared.release(lease, min_hold))
     }
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {
@@ -963,7 +963,7 @@ impl<S: LineStore> LockBackend for LineBackend<S> {
     }
 }
 
-impl<S: LineStore> OperatorBackend for LineBackend<S> {
+impl<S: ConsensusStore> OperatorBackend for ConsensusBackend<S> {
     fn list_locks<'a>(
         &'a self,
         pattern: &'a str,

@@ -23,9 +23,9 @@ use etcd_client::{
 };
 
 use super::state::{EntryKind, State};
-use super::{Entry, LineBackend, LineStore, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
 use crate::backend::BoxFuture;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
@@ -120,7 +120,7 @@ impl EtcdClientBuilder {
             background: background.clone(),
         };
         store.session().await?;
-        let backend = LineBackend::new(store, background.clone());
+        let backend = ConsensusBackend::new(store, background.clone());
         Ok(LockClient::with_background(
             Arc::new(backend),
             background,
@@ -224,7 +224,7 @@ impl Session {
     }
 }
 
-/// The etcd side of a [`LineBackend`].
+/// The etcd side of a [`ConsensusBackend`].
 pub(crate) struct EtcdStore {
     builder: EtcdClientBuilder,
     client: Client,
@@ -374,7 +374,7 @@ async fn changed(mut stream: etcd_client::WatchStream) {
     }
 }
 
-impl LineStore for EtcdStore {
+impl ConsensusStore for EtcdStore {
     fn enter<'a>(
         &'a self,
         key: &'a str,

@@ -1,6 +1,6 @@
 //! Where background work runs.
 //!
-//! By default on the process-wide driver: a thread of the library's own with a current-thread
+//! By default on the process-wide background runtime: a thread of the library's own with a current-thread
 //! runtime. Redis connections, renewals, background releases and cleanups of cancelled
 //! acquisitions run there, so they neither depend on the runtime of whoever created a client
 //! or dropped a guard (a `#[tokio::test]` runtime ends with its test), nor stall while a lock
@@ -22,7 +22,7 @@ thread_local! {
     static ON_DRIVER: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The runtime of the calling task, unless there is none or it is the driver's.
+/// The runtime of the calling task, unless there is none or it is the background runtime's.
 pub(crate) fn caller_runtime() -> Option<Handle> {
     if ON_DRIVER.with(Cell::get) {
         return None;
@@ -33,24 +33,24 @@ pub(crate) fn caller_runtime() -> Option<Handle> {
 fn start() -> Result<Handle, String> {
     let runtime = Builder::new_current_thread()
         .enable_all()
-        .thread_name("fencelock-driver")
+        .thread_name("fencelock-background")
         .build()
-        .map_err(|e| format!("cannot build the fencelock driver runtime: {e}"))?;
+        .map_err(|e| format!("cannot build the fencelock background runtime: {e}"))?;
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
-        .name("fencelock-driver".into())
+        .name("fencelock-background".into())
         .spawn(move || {
             ON_DRIVER.with(|on| on.set(true));
             runtime.block_on(std::future::pending::<()>())
         })
-        .map_err(|e| format!("cannot start the fencelock driver thread: {e}"))?;
+        .map_err(|e| format!("cannot start the fencelock background thread: {e}"))?;
     Ok(handle)
 }
 
 /// The runtime a client's background work is spawned on.
 #[derive(Debug, Clone)]
 pub(crate) enum Background {
-    /// The process-wide driver thread, started on first use.
+    /// The process-wide background runtime thread, started on first use.
     Driver,
     /// A runtime chosen by the application (paused-clock tests).
     Runtime(Handle),

@@ -13,9 +13,9 @@ use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
 
 use super::state::{EntryKind, State};
-use super::{Entry, LineBackend, LineStore, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
 use crate::backend::BoxFuture;
-use crate::driver::Background;
+use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
@@ -77,7 +77,7 @@ impl ZooKeeperClientBuilder {
         let root = ZooKeeperStore::directory_options();
         let created = session.client.mkdir(&store.builder.root, &root).await;
         created.map_err(|error| store.error(None, "cannot create the root node", error))?;
-        let backend = LineBackend::new(store, background.clone());
+        let backend = ConsensusBackend::new(store, background.clone());
         Ok(LockClient::with_background(
             Arc::new(backend),
             background,
@@ -85,7 +85,7 @@ impl ZooKeeperClientBuilder {
         ))
     }
 
-    /// A new session, made on the driver runtime where its connection lives. An ensemble that
+    /// A new session, made on the background runtime where its connection lives. An ensemble that
     /// refuses or drops the connection (still starting, or electing a leader) is tried again,
     /// at growing pauses, until the connect timeout (as Curator's retry policy rides over
     /// it); anything else fails at once.
@@ -171,7 +171,7 @@ struct Session {
     count: u64,
 }
 
-/// The ZooKeeper side of a [`LineBackend`].
+/// The ZooKeeper side of a [`ConsensusBackend`].
 pub(crate) struct ZooKeeperStore {
     builder: ZooKeeperClientBuilder,
     session: Mutex<Arc<Session>>,
@@ -256,7 +256,7 @@ impl ZooKeeperStore {
     }
 }
 
-impl LineStore for ZooKeeperStore {
+impl ConsensusStore for ZooKeeperStore {
     fn enter<'a>(
         &'a self,
         key: &'a str,

@@ -76,7 +76,7 @@ impl State {
                 return format!("{letter} w {} {}", place.as_millis(), ttl.as_millis());
             }
             State::Held(ttl) => ('h', ttl),
-            State::Kept(keep) => ('k', keep),
+            State::Kept(min_hold) => ('k', min_hold),
             State::Foreign => return String::new(),
         };
         format!("{letter} {tag} {}", duration.as_millis())

@@ -1,4 +1,4 @@
-//! The ambient client: the one a `#[redis_lock]` function without `client = ...` uses, from
+//! The scoped client: the one a `#[redis_lock]` function without `client = ...` uses, from
 //! the innermost [`with_client`] scope, else installed globally.
 
 use std::future::Future;
