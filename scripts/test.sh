@@ -58,8 +58,9 @@ echo "== cargo clippy with one SQL feature (what an application with one databas
 for feature in postgres mysql; do
   cargo clippy -p fencelock --features "testing,$feature" -- -D warnings
 done
-echo "== LockClient::open without the stores' features (their URLs name the feature)"
+echo "== without the stores' features: their URLs and constructors name the feature"
 cargo test -q -p fencelock-runtime --lib open::
+cargo test -q -p fencelock --test feature_off
 echo "== cargo test"
 cargo test --workspace --all-features
 echo "== web flash sale, short run (three instances under load, with and without the lock)"

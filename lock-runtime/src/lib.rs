@@ -13,6 +13,13 @@ mod background_release;
 mod body_scope;
 mod client;
 mod error;
+#[cfg(not(all(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd"
+)))]
+mod feature_off;
 mod glob;
 mod guard;
 mod key;
