@@ -13,6 +13,16 @@ use crate::failure::Failure;
 pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
     let connecting = match one_url(connection) {
         Some(url) => {
+            let store = LockClient::open_builder(url).store().ok();
+            if let Some(feature) = store.and_then(|store| left_out(store, BUILT_WITH)) {
+                return Err(Failure::message(
+                    "cannot connect",
+                    format!(
+                        "this fencelock command was built without its `{feature}` feature: \
+                         reinstall it with `cargo install fencelock-cli --features {feature}`"
+                    ),
+                ));
+            }
             let mut builder = LockClient::open_builder(url)
                 .allow_eviction(true)
                 .create_tables(false);
@@ -33,6 +43,24 @@ pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
         }
     };
     connecting.map_err(|error| no_such_table(connection, error))
+}
+
+/// The optional stores this command was built with.
+const BUILT_WITH: &[Store] = &[
+    #[cfg(feature = "zookeeper")]
+    Store::ZooKeeper,
+    #[cfg(feature = "etcd")]
+    Store::Etcd,
+];
+
+/// The command's feature `store` needs, if the command was built without it (`built_with`).
+fn left_out(store: Store, built_with: &[Store]) -> Option<&'static str> {
+    let feature = match store {
+        Store::ZooKeeper => "zookeeper",
+        Store::Etcd => "etcd",
+        _ => return None,
+    };
+    (!built_with.contains(&store)).then_some(feature)
 }
 
 /// The URL of the options when it alone names the store (no topology flag).
@@ -114,4 +142,20 @@ fn topology(connection: &Connection) -> Result<LockClientBuilder, Failure> {
             urls.len()
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_left_out_of_the_build_names_the_command_s_feature() {
+        assert_eq!(left_out(Store::Etcd, &[Store::ZooKeeper]), Some("etcd"));
+        assert_eq!(left_out(Store::ZooKeeper, &[]), Some("zookeeper"));
+        assert_eq!(
+            left_out(Store::Etcd, &[Store::ZooKeeper, Store::Etcd]),
+            None
+        );
+        assert_eq!(left_out(Store::Redis, &[]), None);
+    }
 }
