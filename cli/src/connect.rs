@@ -13,8 +13,7 @@ use crate::failure::Failure;
 pub async fn connect(connection: &Connection) -> Result<LockClient, Failure> {
     let connecting = match one_url(connection) {
         Some(url) => {
-            let store = LockClient::open_builder(url).store().ok();
-            if let Some(feature) = store.and_then(|store| left_out(store, BUILT_WITH)) {
+            if let Some(feature) = store(connection).and_then(|store| left_out(store, BUILT_WITH)) {
                 return Err(Failure::message(
                     "cannot connect",
                     format!(
