@@ -160,6 +160,13 @@ async fn release(
                  there, so there is nothing to release"
             )));
         }
+        Holding::Shared { .. } => {
+            return Err(refused(format!(
+                "it is {}; a forced release ends one exclusive grant, and a shared kind's \
+                 grants end when their holders release them or their leases lapse",
+                output::holder_words(&state.holding)
+            )));
+        }
         holding => holding.grant(),
     };
     let Some(grant) = grant else {

@@ -3,19 +3,44 @@
 
 use std::time::{Duration, SystemTime};
 
-use fencelock::admin::{ForcedRelease, Holding, LockState, Masters, ReleaseEvent, Waiter};
+use fencelock::LockKind;
+use fencelock::admin::{
+    ForcedRelease, Holding, LockState, Masters, ReleaseEvent, SharedGrant, Waiter,
+};
 use serde::Serialize;
 
 /// Who holds a key, as JSON.
 #[derive(Debug, Serialize)]
 pub struct HoldingView {
-    /// `free`, `held`, `kept` (released, kept by `min_hold_ms`) or `foreign`.
+    /// `free`, `held`, `kept` (released, kept by `min_hold_ms`), `shared` (see `grants`) or
+    /// `foreign`.
     state: &'static str,
     holder: Option<String>,
     token: Option<u64>,
+    /// For `shared`: the longest lease.
     ttl_ms: Option<u64>,
     /// What foreign data was found.
     reason: Option<String>,
+    /// For `shared`: how many grants hold the key, and the first of them by lease end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holders: Option<usize>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    grants: Vec<GrantView>,
+}
+
+/// One grant of a shared kind, as JSON.
+#[derive(Debug, Serialize)]
+pub struct GrantView {
+    holder: String,
+    /// `read`, `write`, `semaphore` or `segmented`.
+    kind: &'static str,
+    /// The permits or shards its holder asked for.
+    count: Option<u32>,
+    /// The permit or shard it holds.
+    slot: Option<u32>,
+    /// `null` once released and kept by `min_hold_ms`.
+    token: Option<u64>,
+    ttl_ms: u64,
 }
 
 /// One lock, as JSON.
@@ -98,8 +123,15 @@ impl From<&Holding> for HoldingView {
         let state = match holding {
             Holding::Held { .. } => "held",
             Holding::Kept { .. } => "kept",
+            Holding::Shared { .. } => "shared",
             Holding::Foreign { .. } => "foreign",
             _ => "free",
+        };
+        let (holders, grants) = match holding {
+            Holding::Shared { grants, holders } => {
+                (Some(*holders), grants.iter().map(GrantView::from).collect())
+            }
+            _ => (None, Vec::new()),
         };
         HoldingView {
             state,
@@ -110,6 +142,21 @@ impl From<&Holding> for HoldingView {
                 Holding::Foreign { reason } => Some(reason.clone()),
                 _ => None,
             },
+            holders,
+            grants,
+        }
+    }
+}
+
+impl From<&SharedGrant> for GrantView {
+    fn from(grant: &SharedGrant) -> Self {
+        GrantView {
+            holder: grant.owner.to_string(),
+            kind: grant.kind.name(),
+            count: grant.kind.count(),
+            slot: grant.slot,
+            token: grant.token,
+            ttl_ms: ms(grant.remaining),
         }
     }
 }
@@ -231,7 +278,34 @@ fn token_cell(holding: &Holding) -> String {
     match holding {
         Holding::Kept { .. } => "(released)".to_owned(),
         Holding::Foreign { .. } => "(foreign)".to_owned(),
+        Holding::Shared { grants, .. } => {
+            or_dash(grants.iter().filter_map(|grant| grant.token).max())
+        }
         holding => or_dash(holding.token()),
+    }
+}
+
+/// The holder column: the owner's tag, or who a shared kind's grants are.
+fn holder_cell(holding: &Holding) -> String {
+    match holding {
+        Holding::Shared { grants, holders } => shared_words(grants, *holders),
+        holding => or_dash(holding.owner()),
+    }
+}
+
+/// A shared kind's grants in words: `3 readers`, `writer TAG`, `2 of 5 permits`, `1 of 8
+/// shards`.
+fn shared_words(grants: &[SharedGrant], holders: usize) -> String {
+    let plural = |one: &str| format!("{one}{}", if holders == 1 { "" } else { "s" });
+    let count = grants.iter().filter_map(|grant| grant.kind.count()).min();
+    match grants.first().map(|grant| (grant.kind, grant.owner)) {
+        Some((LockKind::Write, owner)) => format!("writer {owner}"),
+        Some((LockKind::Read, _)) => format!("{holders} {}", plural("reader")),
+        Some((LockKind::Semaphore { .. }, _)) => format!("{holders} of {} permits", or_dash(count)),
+        Some((LockKind::Segmented { .. }, _)) => {
+            format!("{holders} of {} shards", or_dash(count))
+        }
+        _ => format!("{holders} {}", plural("grant")),
     }
 }
 
@@ -274,7 +348,7 @@ pub fn lock_table(locks: &[LockState], pattern: &str) -> String {
             state.key.clone(),
             or_dash(state.holding.remaining().map(human)),
             token_cell(&state.holding),
-            or_dash(state.holding.owner()),
+            holder_cell(&state.holding),
             state.waiters.to_string(),
             next_cell(state),
             or_dash(state.fence),
@@ -325,11 +399,16 @@ pub fn lock_details(state: &LockState) -> String {
     let described = match holding {
         Holding::Held { .. } => "held".to_owned(),
         Holding::Kept { .. } => "released, kept taken by min_hold_ms".to_owned(),
+        Holding::Shared { grants, holders } => {
+            format!("shared: {}", shared_words(grants, *holders))
+        }
         Holding::Foreign { reason } => format!("foreign data: {reason}"),
         _ => "free".to_owned(),
     };
     lines.push(("state", described));
-    if holding.is_held() {
+    if let Holding::Shared { .. } = holding {
+        lines.push(("ttl", or_dash(holding.remaining().map(human))));
+    } else if holding.is_held() {
         lines.push(("holder", or_dash(holding.owner())));
         lines.push(("token", token_cell(holding)));
         lines.push(("ttl", or_dash(holding.remaining().map(human))));
@@ -347,6 +426,25 @@ pub fn lock_details(state: &LockState) -> String {
         .iter()
         .map(|(name, value)| format!("{:9}{value}\n", format!("{name}:")))
         .collect();
+    if let Holding::Shared { grants, holders } = holding {
+        text.push_str(&format!("grants:  {holders}\n"));
+        for grant in grants {
+            let count = or_dash(grant.kind.count());
+            let what = match (grant.kind, grant.slot) {
+                (LockKind::Semaphore { .. }, Some(slot)) => format!("permit {slot} of {count}"),
+                (LockKind::Segmented { .. }, Some(slot)) => format!("shard {slot} of {count}"),
+                (kind, _) => kind.name().to_owned(),
+            };
+            let token = grant
+                .token
+                .map_or_else(|| "(released)".to_owned(), |token| token.to_string());
+            text.push_str(&format!(
+                "  {}  {what}  token {token}  ttl {}\n",
+                grant.owner,
+                human(grant.remaining)
+            ));
+        }
+    }
     let next = state.next_waiter().map(|waiter| waiter.owner);
     for (place, waiter) in state.queue.iter().enumerate() {
         let lease = or_dash(waiter.lease.map(human));
@@ -375,6 +473,10 @@ pub fn holder_words(holding: &Holding) -> String {
         Holding::Kept { owner, .. } => {
             format!("released by {owner} and kept by min_hold_ms ({left} left)")
         }
+        Holding::Shared { grants, holders } => format!(
+            "held by {} ({left} left on the longest lease)",
+            shared_words(grants, *holders)
+        ),
         holding => format!(
             "held by {} (token {}, {left} left)",
             or_dash(holding.owner()),

@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use fencelock::admin::Holding;
 use fencelock::{LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
 use serde_json::Value;
@@ -431,4 +432,66 @@ async fn watch_prints_each_hand_off_and_release() {
     );
     assert!(watch.wait(), "stopped after 2");
     assert!(human.wait(), "stopped after 1");
+}
+
+/// A key that shared kinds hold is shown by its grants (readers, a semaphore's permits), not
+/// as foreign data; a forced release of it is refused, saying why, and leaves it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_kinds_show_their_grants_and_are_not_released_by_force() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let read = |key: &str| locks.read_lock(key).ttl_ms(60_000).give_up().acquire();
+    let readers = [read("report").await.unwrap(), read("report").await.unwrap()];
+    let permit = locks
+        .semaphore("pool", 5)
+        .ttl_ms(60_000)
+        .give_up()
+        .acquire()
+        .await
+        .unwrap();
+
+    let table = on(&server, &["list"]).await.ok();
+    let row = |key: &str| {
+        let line = table.lines().find(|line| line.starts_with(key));
+        line.unwrap_or_else(|| panic!("{key} in {table}"))
+            .to_owned()
+    };
+    assert!(row("pool").contains("1 of 5 permits"), "{table}");
+    assert!(row("report").contains("2 readers"), "{table}");
+    assert!(!table.contains("foreign"), "{table}");
+
+    let details = on(&server, &["inspect", "report"]).await.ok();
+    assert!(details.contains("shared: 2 readers"), "{details}");
+    for reader in &readers {
+        assert!(
+            details.contains(&format!("token {}", reader.token())),
+            "{details}"
+        );
+    }
+    let listed = on(&server, &["--json", "list"]).await.json();
+    let pool = lock(&listed, "pool");
+    assert_eq!(pool["state"], "shared", "{pool}");
+    assert_eq!(pool["holders"], 1, "{pool}");
+    let grant = &pool["grants"][0];
+    assert_eq!(grant["kind"], "semaphore", "{grant}");
+    assert_eq!(grant["count"], 5, "{grant}");
+    assert_eq!(grant["token"].as_u64(), Some(permit.token()), "{grant}");
+    assert!(is_tag(&grant["holder"]), "{grant}");
+
+    let line = on(&server, &["release", "report", "--force", "--yes"])
+        .await
+        .failed_with_one_line();
+    assert!(
+        line.contains("2 readers") && line.contains("shared kind"),
+        "{line}"
+    );
+    let state = locks.admin().inspect("report").await.unwrap();
+    assert!(
+        matches!(state.holding, Holding::Shared { holders: 2, .. }),
+        "{state:?}"
+    );
+    for reader in readers {
+        reader.release().await.expect("still the reader's");
+    }
+    permit.release().await.expect("still the holder's");
 }

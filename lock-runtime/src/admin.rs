@@ -13,7 +13,7 @@ use crate::release_hub::Following;
 use crate::{LockClient, LockError, key};
 
 pub use crate::backend::state::{
-    ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, Waiter,
+    ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
 pub use crate::release_hub::{OwnerTag, ReleaseEvent};
 
@@ -90,11 +90,14 @@ impl LockAdmin {
     /// release reports [`LockError::Lost`]. Reads the key first and releases only the grant
     /// it found there ([`force_release_of`](Self::force_release_of)): if another grant took
     /// its place meanwhile, nothing is released. Foreign data in the key (or next to it) is
-    /// refused with [`LockError::KeyInUse`] and left alone.
+    /// refused with [`LockError::KeyInUse`] and left alone. A key that a shared kind holds
+    /// (readers, a writer, permits, shards) is refused with [`LockError::InvalidConfig`]: its
+    /// grants end when their holders release them or their leases lapse.
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease, LockError> {
         let state = self.inspect(key).await?;
         match state.holding {
             Holding::Foreign { reason } => Err(LockError::key_in_use(key, reason)),
+            holding @ Holding::Shared { .. } => Err(shared_not_forced(key, &holding)),
             holding => match holding.grant() {
                 Some(grant) => self.force_release_of(key, grant).await,
                 None => Ok(ForcedRelease::not_held(key)),
@@ -133,6 +136,16 @@ impl LockAdmin {
             interrupted: false,
         })
     }
+}
+
+/// Why a forced release of `key`, which a shared kind holds (`holding`), is refused.
+fn shared_not_forced(key: &str, holding: &Holding) -> LockError {
+    let longest = holding.remaining().unwrap_or_default();
+    LockError::invalid_config(format!(
+        "`{key}` is held by a shared kind (read/write lock, semaphore or segmented lock), \
+         whose grants a forced release does not end: they end when their holders release \
+         them or their leases lapse (the longest in {longest:?}, unless renewed)"
+    ))
 }
 
 /// The release announcements of one key, from [`LockAdmin::watch`].

@@ -21,17 +21,20 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
     let _: () = redis.hset("lock:{hash}", "field", 1).await.unwrap();
     let guard = locks.lock("queued").acquire().await.unwrap();
     let _: () = redis.set("lock:{queued}:queue", "x").await.unwrap();
+    // A reader's grant whose leases key another program overwrote.
+    let reader = locks.read_lock("read").acquire().await.unwrap();
+    let _: () = redis.set("lock:{read}:leases", "x").await.unwrap();
     let admin = locks.admin();
     let listed = admin.list("*").await.unwrap();
     let keys: Vec<&str> = listed.iter().map(|state| state.key.as_str()).collect();
-    assert_eq!(keys, ["hash", "plain", "queued"]);
+    assert_eq!(keys, ["hash", "plain", "queued", "read"]);
     for state in &listed {
         let Holding::Foreign { reason } = &state.holding else {
             panic!("{}: {:?}", state.key, state.holding);
         };
         assert!(!reason.is_empty(), "{}", state.key);
     }
-    for key in ["plain", "hash", "queued"] {
+    for key in ["plain", "hash", "queued", "read"] {
         match admin.force_release(key).await {
             Err(LockError::KeyInUse { .. }) => {}
             other => panic!("{key}: expected KeyInUse, got {other:?}"),
@@ -44,7 +47,7 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
         grant.is_some(),
         "the grant next to the foreign queue is kept"
     );
-    drop(guard);
+    drop((guard, reader));
 }
 
 /// A key that `min_hold_ms` keeps after its release shows as kept (not held), and a place

@@ -1,13 +1,12 @@
 //! A backend whose acquire replies come late, for tests: the client frozen (or the reply held
 //! up on the network) between the store's grant and the client's reading of it.
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
+    Release, ReleaseWatch, Turn,
 };
 use crate::LockError;
 

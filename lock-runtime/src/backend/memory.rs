@@ -3,8 +3,6 @@
 //! Leases are measured with `tokio::time::Instant`, so tests can drive expiry with tokio's
 //! paused clock.
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +14,10 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
     ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
 };
-use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::backend::{
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
+    SharedGrant, Waiter,
+};
 use crate::defects::{self, Defect};
 use crate::glob::Glob;
 use crate::random;
@@ -485,7 +486,9 @@ impl State {
     fn lock_state(&mut self, key: &str, now: Instant) -> LockState {
         let holding = match self.live_holder(key, now) {
             Some(holder) => holder.holding(now),
-            None => Holding::Free,
+            None => self
+                .live_shared(key, now)
+                .map_or(Holding::Free, |grants| shared_holding(grants, now)),
         };
         let queue: Vec<Waiter> = self
             .live_line(key, now)
@@ -634,6 +637,26 @@ impl Holder {
     }
 }
 
+/// Who holds a key that the shared `grants` hold, as an operator sees it.
+fn shared_holding(grants: &[SharedHolder], now: Instant) -> Holding {
+    let mut shown: Vec<SharedGrant> = grants
+        .iter()
+        .map(|grant| SharedGrant {
+            owner: owner_tag(&grant.owner),
+            kind: grant.kind,
+            slot: slot_of(grant.kind, grant.slot),
+            token: (!grant.released).then_some(grant.token),
+            remaining: grant.expires_at.saturating_duration_since(now),
+        })
+        .collect();
+    shown.sort_by_key(|grant| grant.remaining);
+    shown.truncate(QUEUE_SHOWN);
+    Holding::Shared {
+        grants: shown,
+        holders: grants.len(),
+    }
+}
+
 impl SharedHolder {
     fn share(&self) -> Share {
         Share {
@@ -731,11 +754,18 @@ impl OperatorBackend for MemoryBackend {
         let listed = Glob::parse(pattern).map(|glob| {
             let now = Instant::now();
             self.with_state(|state| {
+                let live_shared = state
+                    .shared
+                    .iter()
+                    .filter(|(_, grants)| grants.iter().any(|grant| grant.expires_at > now));
                 let keys: Vec<String> = state
                     .holders
                     .iter()
-                    .filter(|(key, holder)| holder.expires_at > now && glob.matches(key))
-                    .map(|(key, _)| key.clone())
+                    .filter(|(_, holder)| holder.expires_at > now)
+                    .map(|(key, _)| key)
+                    .chain(live_shared.map(|(key, _)| key))
+                    .filter(|key| glob.matches(key))
+                    .cloned()
                     .collect();
                 keys.iter().map(|key| state.lock_state(key, now)).collect()
             })

@@ -36,7 +36,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use self::state::{ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, Waiter};
+pub use self::state::{
+    ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
+};
 pub use crate::release_hub::ReleaseWatch;
 use crate::release_hub::owner_tag;
 use crate::{LockError, LockKind};

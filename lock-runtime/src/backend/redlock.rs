@@ -39,8 +39,6 @@
 //!   of holders per master would not be enough: with 5 masters and 2 permits, three holders
 //!   can each win 3 masters without any master holding more than 2.
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +51,10 @@ use super::redis::{Proposal, RedisBackend, RedisSettings};
 use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
 };
-use crate::backend::{ForcedRelease, Grant, Holding, LockState, Masters};
+use crate::backend::{
+    Capabilities, ForcedRelease, Grant, Holding, LockState, Masters, OperatorBackend, QUEUE_SHOWN,
+    SharedGrant,
+};
 use crate::release_hub::{OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
 
@@ -590,6 +591,13 @@ impl RedlockBackend {
             answered,
             of: self.masters.len(),
         };
+        if holdings
+            .clone()
+            .any(|h| matches!(h, Holding::Shared { .. }))
+        {
+            let (shared, fewest) = self.merge_shared(holdings);
+            return (shared, masters(fewest));
+        }
         let Some(held) = top else {
             let foreign = holdings.filter(|h| matches!(h, Holding::Foreign { .. }));
             let holding = foreign.clone().next().cloned().unwrap_or(Holding::Free);
@@ -615,6 +623,49 @@ impl RedlockBackend {
             unowned => unowned.clone(),
         };
         (merged, masters(held.len()))
+    }
+
+    /// The grants of a shared kind over the masters: each grant a majority holds (on a
+    /// minority, every grant there is), with the time until fewer than a majority hold it, as
+    /// for a mutex; and on how many masters the grant shown on the fewest is.
+    fn merge_shared<'h>(&self, holdings: impl Iterator<Item = &'h Holding>) -> (Holding, usize) {
+        let mut by_grant: BTreeMap<(OwnerTag, Option<u32>), Vec<&SharedGrant>> = BTreeMap::new();
+        for grants in holdings.filter_map(|holding| match holding {
+            Holding::Shared { grants, .. } => Some(grants),
+            _ => None,
+        }) {
+            for grant in grants {
+                by_grant
+                    .entry((grant.owner, grant.slot))
+                    .or_default()
+                    .push(grant);
+            }
+        }
+        let on_majority = by_grant.values().any(|on| on.len() >= self.quorum());
+        let mut grants: Vec<(SharedGrant, usize)> = by_grant
+            .into_values()
+            .filter(|on| !on_majority || on.len() >= self.quorum())
+            .map(|mut on| {
+                on.sort_unstable_by_key(|grant| std::cmp::Reverse(grant.remaining));
+                let until = on.get(self.quorum() - 1).unwrap_or(&on[0]).remaining;
+                let token = on.iter().filter_map(|grant| grant.token).max();
+                let merged = SharedGrant {
+                    token,
+                    remaining: until,
+                    ..on[0].clone()
+                };
+                (merged, on.len())
+            })
+            .collect();
+        grants.sort_by_key(|(grant, _)| grant.remaining);
+        let fewest = grants.iter().map(|(_, on)| *on).min().unwrap_or(0);
+        let holders = grants.len();
+        let grants = grants.into_iter().map(|(grant, _)| grant).take(QUEUE_SHOWN);
+        let shared = Holding::Shared {
+            grants: grants.collect(),
+            holders,
+        };
+        (shared, fewest)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::LockKind;
 use crate::release_hub::{OwnerTag, ReleaseEvent};
 
 /// Queue entries an inspection shows at most (the oldest): the next waiters are what an
@@ -73,6 +74,14 @@ pub enum Holding {
         /// How long it stays taken.
         remaining: Duration,
     },
+    /// Grants of a shared kind hold it together: readers or a writer, a semaphore's permits,
+    /// a segmented lock's shards.
+    Shared {
+        /// The grants, in the order their leases end ([`QUEUE_SHOWN`] at most).
+        grants: Vec<SharedGrant>,
+        /// How many grants hold the key in all.
+        holders: usize,
+    },
     /// The key, or one that a lock keeps next to it, holds something that is not a lock's
     /// (another program's data): no lock can be taken there.
     Foreign {
@@ -82,23 +91,30 @@ pub enum Holding {
 }
 
 impl Holding {
-    /// `true` for a key someone holds ([`Holding::Held`] or [`Holding::Kept`]).
+    /// `true` for a key someone holds ([`Holding::Held`], [`Holding::Kept`] or
+    /// [`Holding::Shared`]).
     pub fn is_held(&self) -> bool {
-        matches!(self, Holding::Held { .. } | Holding::Kept { .. })
-    }
-
-    /// The owner, for a key someone holds.
-    pub fn owner(&self) -> Option<OwnerTag> {
         match self {
-            Holding::Held { owner, .. } | Holding::Kept { owner, .. } => Some(*owner),
-            Holding::Free | Holding::Foreign { .. } => None,
+            Holding::Held { .. } | Holding::Kept { .. } => true,
+            Holding::Shared { holders, .. } => *holders > 0,
+            Holding::Free | Holding::Foreign { .. } => false,
         }
     }
 
-    /// How long the holder's lease still runs, for a key someone holds.
+    /// The owner, for a key one owner holds (not a shared kind's: see its grants).
+    pub fn owner(&self) -> Option<OwnerTag> {
+        match self {
+            Holding::Held { owner, .. } | Holding::Kept { owner, .. } => Some(*owner),
+            Holding::Shared { .. } | Holding::Free | Holding::Foreign { .. } => None,
+        }
+    }
+
+    /// How long the holder's lease still runs, for a key someone holds; for a shared kind,
+    /// the longest lease shown (until then the key is held, unless renewed longer).
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Holding::Held { remaining, .. } | Holding::Kept { remaining, .. } => Some(*remaining),
+            Holding::Shared { grants, .. } => grants.iter().map(|grant| grant.remaining).max(),
             Holding::Free | Holding::Foreign { .. } => None,
         }
     }
@@ -111,13 +127,42 @@ impl Holding {
         }
     }
 
-    /// The grant, for a key someone holds: what [`LockAdmin::force_release_of`](crate::admin::LockAdmin::force_release_of) releases.
+    /// The grant, for a key one owner holds: what [`LockAdmin::force_release_of`](crate::admin::LockAdmin::force_release_of) releases.
+    /// A shared kind's grants each name theirs ([`SharedGrant::grant`]).
     pub fn grant(&self) -> Option<Grant> {
         let owner = self.owner()?;
         Some(Grant {
             owner,
             token: self.token(),
         })
+    }
+}
+
+/// One grant of a key that a shared kind holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedGrant {
+    /// Its owner.
+    pub owner: OwnerTag,
+    /// What it holds: [`LockKind::Read`] or [`LockKind::Write`], a permit of a
+    /// [`LockKind::Semaphore`] or a shard of a [`LockKind::Segmented`] lock, with the count its
+    /// owner asked for.
+    pub kind: LockKind,
+    /// The permit or shard it holds, for a semaphore or a segmented lock.
+    pub slot: Option<u32>,
+    /// Its fencing token; `None` once its owner released it and `min_hold_ms` keeps it.
+    pub token: Option<u64>,
+    /// How long its lease still runs.
+    pub remaining: Duration,
+}
+
+impl SharedGrant {
+    /// The grant, as [`LockAdmin::force_release_of`](crate::admin::LockAdmin::force_release_of) names it.
+    pub fn grant(&self) -> Grant {
+        Grant {
+            owner: self.owner,
+            token: self.token,
+        }
     }
 }
 

@@ -6,15 +6,14 @@
 //! never applied. A reply lost after the store applied the call (the case the runtime's
 //! resend and cleanup exist for) needs a real connection cut: see [`TcpProxy`](super::TcpProxy).
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
 use crate::backend::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
+    Release, ReleaseWatch, Turn,
 };
 
 /// A call on its way to the wrapped backend.

@@ -41,8 +41,6 @@ mod state;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,12 +52,15 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
     ReleaseWatch, Turn, refused, release_memory,
 };
-use crate::LockError;
-use crate::backend::{ForcedRelease, Grant, Holding, LockState, Waiter};
+use crate::backend::{
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
+    SharedGrant, Waiter,
+};
 use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
+use crate::{LockError, LockKind};
 
 /// One entry of a key's line, as read from the store.
 #[derive(Debug, Clone)]
@@ -747,9 +748,6 @@ impl<S: ConsensusStore> Shared<S> {
         let line = self.store.line(key).await?;
         let left = self.sight(key, &line);
         let mut state = LockState::free(key);
-        if let Some((head, left)) = line.first().zip(left.first()) {
-            state.holding = holding(head, *left);
-        }
         // Readers that hold beside the first are holders too, not waiters.
         let holders = line
             .iter()
@@ -758,6 +756,12 @@ impl<S: ConsensusStore> Shared<S> {
                 *at == 0 || entry.kind == EntryKind::Read && line[0].kind == EntryKind::Read
             })
             .count();
+        if let Some((head, head_left)) = line.first().zip(left.first()) {
+            state.holding = match head.kind {
+                EntryKind::Mutex => holding(head, *head_left),
+                EntryKind::Read | EntryKind::Write => shared_holding(&line[..holders], &left),
+            };
+        }
         let ours = lock_ignoring_poison(&self.ours).clone();
         let now = Instant::now();
         state.queue = line
@@ -882,6 +886,32 @@ fn holding(head: &Entry, left: Option<Duration>) -> Holding {
             remaining,
         },
     }
+}
+
+/// Who holds a key that the read/write `holders` (the head of its line) hold, as an operator
+/// sees it; `left` is how long each entry of the line lasts.
+fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
+    if let Some(foreign) = holders.iter().find(|entry| entry.state == State::Foreign) {
+        return holding(foreign, None);
+    }
+    let mut grants: Vec<SharedGrant> = holders
+        .iter()
+        .zip(left)
+        .map(|(entry, left)| SharedGrant {
+            owner: owner_tag(&entry.owner),
+            kind: match entry.kind {
+                EntryKind::Write => LockKind::Write,
+                EntryKind::Read | EntryKind::Mutex => LockKind::Read,
+            },
+            slot: None,
+            token: (!matches!(entry.state, State::Kept(_))).then_some(entry.token),
+            remaining: left.unwrap_or(Duration::MAX),
+        })
+        .collect();
+    grants.sort_by_key(|grant| grant.remaining);
+    let holders = grants.len();
+    grants.truncate(QUEUE_SHOWN);
+    Holding::Shared { grants, holders }
 }
 
 impl<S: ConsensusStore> LockBackend for ConsensusBackend<S> {

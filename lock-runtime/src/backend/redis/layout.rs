@@ -69,6 +69,14 @@ pub(crate) fn lock_keys(lock_key: String) -> [String; 4] {
     [lock_key, fence_key, queue_key, deadlines_key]
 }
 
+/// [`lock_keys`] and a shared kind's leases: the keys of the operator's scripts, which read
+/// a lock of any kind.
+pub(crate) fn operator_keys(lock_key: String) -> [String; 5] {
+    let leases_key = leases_key(&lock_key);
+    let [lock_key, fence_key, queue_key, deadlines_key] = lock_keys(lock_key);
+    [lock_key, fence_key, queue_key, deadlines_key, leases_key]
+}
+
 /// The keys of the waiters' queue next to `lock_key`.
 pub(crate) fn queue_keys(lock_key: &str) -> [String; 2] {
     [

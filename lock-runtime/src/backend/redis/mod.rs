@@ -9,8 +9,6 @@ mod pubsub;
 mod scripts;
 mod server;
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -27,7 +25,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     release_memory,
 };
-use crate::backend::{ForcedRelease, Grant, LockState};
+use crate::backend::{Capabilities, ForcedRelease, Grant, LockState, OperatorBackend};
 use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));

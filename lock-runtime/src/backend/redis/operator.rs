@@ -12,10 +12,10 @@ use redis::{RedisError, Value};
 use super::connection::Route;
 use super::scripts::LIBRARY;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
-use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, Waiter};
+use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, SharedGrant, Waiter};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
-use crate::{LockError, key};
+use crate::{LockError, LockKind, key};
 
 /// Keys a `SCAN` call looks at (its `COUNT`): a page of about this many, read in one
 /// pipeline, short enough not to hold the server up.
@@ -111,8 +111,8 @@ impl RedisBackend {
     }
 
     /// The keys and argument of the inspection script for `key`.
-    fn inspect_call(&self, key: &str) -> ([String; 4], String) {
-        let keys = layout::lock_keys(self.lock_key(key));
+    fn inspect_call(&self, key: &str) -> ([String; 5], String) {
+        let keys = layout::operator_keys(self.lock_key(key));
         (keys, QUEUE_SHOWN.to_string())
     }
 
@@ -179,8 +179,37 @@ fn parse_state(key: &str, reply: &Value) -> Result<LockState, LockError> {
             ..LockState::free(key)
         });
     }
-    let [state, tag, token, remaining, fence, waiters, entries @ ..] = items.as_slice() else {
+    let [
+        state,
+        tag,
+        token,
+        remaining,
+        fence,
+        waiters,
+        holders,
+        shown,
+        rest @ ..,
+    ] = items.as_slice()
+    else {
         return Err(unexpected());
+    };
+    let shown = integer(shown)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| n * 6 <= rest.len())
+        .ok_or_else(unexpected)?;
+    let (grants, entries) = rest.split_at(shown * 6);
+    let holding = match text(state).as_deref() {
+        Some("shared") => Holding::Shared {
+            grants: grants
+                .chunks(6)
+                .map(parse_shared_grant)
+                .collect::<Option<_>>()
+                .ok_or_else(unexpected)?,
+            holders: integer(holders)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(unexpected)?,
+        },
+        _ => parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?,
     };
     let queue = entries
         .chunks(3)
@@ -196,7 +225,7 @@ fn parse_state(key: &str, reply: &Value) -> Result<LockState, LockError> {
         .ok_or_else(unexpected)?;
     Ok(LockState {
         key: key.to_owned(),
-        holding: parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?,
+        holding,
         waiters: integer(waiters)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(unexpected)?,
@@ -224,6 +253,29 @@ fn parse_holding([state, tag, token, remaining]: [&Value; 4]) -> Option<Holding>
         }),
         _ => None,
     }
+}
+
+/// A shared kind's grant from the inspection script's `tag, kind, token, slot, count, ms`
+/// (see `describe_shared` in `operator.lua`).
+fn parse_shared_grant(fields: &[Value]) -> Option<SharedGrant> {
+    let [tag, kind, token, slot, count, remaining] = fields else {
+        return None;
+    };
+    let count = || text(count)?.parse().ok();
+    let kind = match text(kind)?.as_str() {
+        "r" => LockKind::Read,
+        "w" => LockKind::Write,
+        "s" => LockKind::Semaphore { permits: count()? },
+        "g" => LockKind::Segmented { shards: count()? },
+        _ => return None,
+    };
+    Some(SharedGrant {
+        owner: OwnerTag::from_hex(&text(tag)?)?,
+        kind,
+        slot: kind.count().and_then(|_| text(slot)?.parse().ok()),
+        token: text(token)?.parse().ok(),
+        remaining: positive_ms(integer(remaining)?).unwrap_or_default(),
+    })
 }
 
 /// `ms` as a duration, if it is above zero.

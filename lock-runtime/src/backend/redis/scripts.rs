@@ -97,13 +97,13 @@ const PARTS: [Part; 8] = [
     },
     Part {
         name: "inspect",
-        prelude: &[GRANT, OPERATOR],
+        prelude: &[GRANT, SHARED, OPERATOR],
         body: include_str!("lua/inspect.lua"),
         flags: "'no-writes'",
     },
     Part {
         name: "force_release",
-        prelude: &[GRANT, HAND_OFF, OPERATOR],
+        prelude: &[GRANT, HAND_OFF, SHARED, OPERATOR],
         body: include_str!("lua/force_release.lua"),
         flags: "'allow-oom'",
     },

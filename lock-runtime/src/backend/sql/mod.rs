@@ -30,8 +30,6 @@ mod postgres;
 mod session;
 mod statements;
 
-use crate::backend::Capabilities;
-use crate::backend::OperatorBackend;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -50,7 +48,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     holding_of, refused, release_memory, released_mark,
 };
-use crate::backend::{ForcedRelease, Grant, Holding, LockState};
+use crate::backend::{Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend};
 use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::ReleaseEvent;

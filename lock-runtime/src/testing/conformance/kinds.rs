@@ -8,7 +8,9 @@ use super::{
     LONG, LONG_TTL_MS, RENEWED_TTL_MS, SHORT_TTL_MS, expect_granted, expect_held,
     expect_not_acquired, release_now, renewed,
 };
+use crate::admin::Holding;
 use crate::backend::{HeldLease, Lease, Turn};
+use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockGuard, LockKind};
 
 const SEMAPHORE: LockKind = LockKind::Semaphore { permits: 3 };
@@ -517,4 +519,79 @@ pub async fn a_shared_release_is_announced_and_remembered(client: &LockClient, k
         crate::backend::Release::NotOwner,
         "nobody else's release succeeds"
     );
+}
+
+/// An operator sees the grants of a shared kind (readers, the writer, each permit and shard
+/// with its count) by owner tag, token and lease, lists the key as held, and is refused a
+/// forced release of it, which leaves the grants alone.
+pub async fn an_operator_sees_shared_grants(client: &LockClient, key: &str) {
+    let (backend, admin) = (client.backend(), client.admin());
+    let mut kinds = vec![LockKind::Read];
+    let offered = |kind: &LockKind| backend.capabilities().offers(*kind);
+    kinds.extend([SEMAPHORE, SHARDS].into_iter().filter(offered));
+    for kind in kinds {
+        let kind_key = format!("{key}:{}", kind.name());
+        let mut held = Vec::new();
+        for name in ["first", "second"] {
+            let lease = lease(&kind_key, &format!("{}-{name}", kind.name()), kind);
+            held.push(expect_granted(backend, &lease, Turn::Once, "a shared grant").await);
+        }
+        let state = admin.inspect(&kind_key).await.expect("backend answers");
+        let Holding::Shared { grants, holders } = &state.holding else {
+            panic!(
+                "a key two {} grants hold inspects as shared: {state:?}",
+                kind.name()
+            );
+        };
+        assert_eq!(*holders, 2, "{state:?}");
+        let mut seen: Vec<_> = grants
+            .iter()
+            .map(|grant| (grant.owner, grant.kind, grant.token, grant.slot))
+            .collect();
+        let mut expected: Vec<_> = held
+            .iter()
+            .map(|h| (owner_tag(&h.lease.owner), kind, Some(h.token), h.slot))
+            .collect();
+        seen.sort_unstable_by_key(|(owner, ..)| *owner);
+        expected.sort_unstable_by_key(|(owner, ..)| *owner);
+        assert_eq!(seen, expected, "each grant by tag, kind, token and slot");
+        assert!(
+            grants
+                .iter()
+                .all(|grant| grant.remaining > Duration::ZERO && grant.remaining <= LONG),
+            "{grants:?}"
+        );
+        let listed = admin
+            .list(&format!("{}*", crate::glob::escape(&kind_key)))
+            .await
+            .expect("backend answers");
+        assert_eq!(listed.len(), 1, "a shared key lists as held: {listed:?}");
+        assert!(listed[0].holding.is_held(), "{listed:?}");
+        let forced = admin.force_release(&kind_key).await;
+        assert!(
+            matches!(&forced, Err(LockError::InvalidConfig { reason }) if reason.contains("shared kind")),
+            "a forced release of a shared key is refused: {forced:?}"
+        );
+        let after = admin.inspect(&kind_key).await.expect("backend answers");
+        assert!(
+            matches!(after.holding, Holding::Shared { holders: 2, .. }),
+            "{after:?}"
+        );
+        for grant in &held {
+            release_now(backend, &grant.lease).await;
+        }
+    }
+    let writer = lease(&format!("{key}:write"), "writer", LockKind::Write);
+    let held = expect_granted(backend, &writer, Turn::Once, "a free key").await;
+    let state = admin.inspect(&writer.key).await.expect("backend answers");
+    match &state.holding {
+        Holding::Shared { grants, holders: 1 } => assert_eq!(
+            (grants[0].owner, grants[0].kind, grants[0].token),
+            (owner_tag(&writer.owner), LockKind::Write, Some(held.token)),
+        ),
+        other => panic!("a writer's key inspects as shared: {other:?}"),
+    }
+    release_now(backend, &writer).await;
+    let free = admin.inspect(&writer.key).await.expect("backend answers");
+    assert_eq!(free.holding, Holding::Free, "a released key is free");
 }

@@ -1,16 +1,28 @@
 -- What an operator sees of one lock, read without writing anything; owners are named by tag.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines
--- ARGV[1] how many queue entries to return at most (the oldest)
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
+-- KEYS[5] a shared kind's leases
+-- ARGV[1] how many queue entries and shared grants to return at most (the first)
 -- Returns {'foreign', why} when the key, or one kept next to it, holds something that is not
 -- a lock's. Otherwise {state, holder's tag, fencing token, remaining ms of the lease, the
--- fencing counter's token, live places, entries...}: state 'free' (tag and token '',
--- remaining -2), 'held' or 'kept' (see describe_holder); the counter's token '' without one;
--- then for each queue entry, oldest first: its waiter's tag, its lease in ms ('' for an entry
--- of another version's shape), and ms until its place lapses (0 or less: lapsed, and skipped
--- by the next hand-off).
+-- fencing counter's token, live places, grants, grants shown, grant fields..., entries...}:
+-- state 'free' (tag and token '', remaining -2), 'held' or 'kept' (see describe_holder), or
+-- 'shared' (tag and token '', remaining -2: the grants say who holds it); the counter's token
+-- '' without one; grants, how many grants of a shared kind hold the key (0 for a mutex), and
+-- six fields for each grant shown (see describe_shared); then for each queue entry, oldest
+-- first: its waiter's tag, its lease in ms ('' for an entry of another version's shape), and
+-- ms until its place lapses (0 or less: lapsed, and skipped by the next hand-off).
+local limit = tonumber(ARGV[1])
 local holder = redis.pcall('GET', KEYS[1])
-local foreign = foreign_holder(KEYS[1], holder)
 local now_ms = server_time()
+local foreign, holders, grants
+if type(holder) == 'table' and holder.err and redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  holders, grants = describe_shared(KEYS[1], KEYS[5], now_ms, limit)
+  if not holders then
+    foreign = grants
+  end
+else
+  foreign = foreign_holder(KEYS[1], holder)
+end
 local last
 if not foreign then
   last, foreign = read_fence(KEYS[2])
@@ -22,8 +34,17 @@ end
 if foreign then
   return {'foreign', foreign}
 end
-local reply = {'free', '', '', -2, '', 0}
-if holder then
+local reply = {'free', '', '', -2, '', 0, 0, 0}
+if grants then
+  last = latest_shared_token(KEYS[1], last)
+  -- A shared kind's keys whose grants all ended hold nothing (the next attempt drops them).
+  if holders > 0 then
+    reply[1], reply[7], reply[8] = 'shared', holders, #grants / 6
+    for _, field in ipairs(grants) do
+      table.insert(reply, field)
+    end
+  end
+elseif holder then
   reply[1], reply[2], reply[3] = describe_holder(holder)
   reply[4] = redis.call('PTTL', KEYS[1])
 end
@@ -32,7 +53,7 @@ if last > 0 then
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   reply[6] = redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now_ms), '+inf')
-  for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)) do
+  for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, limit - 1)) do
     local owner, lease_ms = string.match(entry, '^(%S+) (%d+)')
     local lapses_at = redis.call('ZSCORE', KEYS[4], entry)
     table.insert(reply, owner_tag(owner or entry))

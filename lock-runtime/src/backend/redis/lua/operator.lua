@@ -23,3 +23,41 @@ local function describe_holder(holder)
   end
   return 'held', owner_tag(holder), ''
 end
+
+-- The grants of a shared kind's keys (see shared.lua), read without writing: how many live
+-- grants hold the key, and a list of the first `limit` by lease end, each as its owner's tag,
+-- kind (r, w, s, g), token ('' once released and kept by min_hold_ms), slot, the count its
+-- owner asked for, and ms left. Or nil and why the keys are not a shared lock's.
+local function describe_shared(lock_key, leases_key, now_ms, limit)
+  if redis.call('HEXISTS', lock_key, 'f') == 0 then
+    return nil, 'it holds a hash that is not a lock\'s'
+  end
+  local leases_type = redis.call('TYPE', leases_key).ok
+  if leases_type ~= 'none' and leases_type ~= 'zset' then
+    return nil, 'its leases `' .. leases_key .. '` hold a ' .. leases_type ..
+      ', not what a lock keeps there'
+  end
+  local foreign = untimed(lock_key, 'hash') or untimed(leases_key, 'leases')
+  if foreign then
+    return nil, foreign
+  end
+  local after = '(' .. string.format('%.0f', now_ms)
+  local holders = redis.call('ZCOUNT', leases_key, after, '+inf')
+  local live = redis.call('ZRANGEBYSCORE', leases_key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  local grants = {}
+  for i = 1, #live, 2 do
+    local owner = member_owner(live[i])
+    local grant = owner and read_grant(lock_key, owner)
+    if grant then
+      local token = grant.token == 'released' and '' or grant.token
+      for _, field in ipairs({owner_tag(owner), grant.kind, token, grant.slot, grant.count,
+                              math.floor(tonumber(live[i + 1]) - now_ms)}) do
+        table.insert(grants, field)
+      end
+    else
+      -- A lease without its grant holds nothing (the next attempt drops it).
+      holders = holders - 1
+    end
+  end
+  return holders, grants
+end
