@@ -84,6 +84,11 @@ pub enum Command {
         /// Confirm that the release is owner-unchecked.
         #[arg(long)]
         force: bool,
+        /// Release only the grant of this holder (its tag, as `list` shows it): one of the
+        /// grants of a read/write lock, semaphore or segmented lock, which a key held by
+        /// several needs.
+        #[arg(long, value_name = "TAG")]
+        holder: Option<String>,
         /// Do not ask before releasing.
         #[arg(long)]
         yes: bool,

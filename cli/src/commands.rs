@@ -3,7 +3,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use fencelock::LockError;
-use fencelock::admin::{Holding, LockAdmin, ReleaseEvent};
+use fencelock::admin::{Grant, Holding, LockAdmin, ReleaseEvent, SharedGrant};
 
 use crate::args::{Cli, Command, Connection, DEFAULT_PREFIX};
 use crate::connect::{connect, is_redis};
@@ -28,7 +28,9 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::List { pattern } => list(&admin, connection, pattern, json).await,
         Command::Inspect { key } => inspect(&admin, connection, key, json).await,
-        Command::Release { key, yes, .. } => release(&admin, connection, key, *yes, json).await,
+        Command::Release {
+            key, yes, holder, ..
+        } => release(&admin, connection, key, holder.as_deref(), *yes, json).await,
         Command::Watch { key, count } => {
             note_redis_name(&admin, connection, key).await;
             watch(&admin, key, *count, json).await
@@ -141,12 +143,14 @@ async fn note_prefix(connection: &Connection, pattern: &str) {
     }
 }
 
-/// Reads the key, shows what holds it and asks (unless `yes`), then releases that grant only:
-/// one that took its place meanwhile is left alone, and the command fails saying so.
+/// Reads the key, shows what holds it and asks (unless `yes`), then releases that grant only
+/// (the one of `holder`, when given): one that took its place meanwhile is left alone, and the
+/// command fails saying so.
 async fn release(
     admin: &LockAdmin,
     connection: &Connection,
     key: &str,
+    holder: Option<&str>,
     yes: bool,
     json: bool,
 ) -> Result<(), Failure> {
@@ -160,14 +164,7 @@ async fn release(
                  there, so there is nothing to release"
             )));
         }
-        Holding::Shared { .. } => {
-            return Err(refused(format!(
-                "it is {}; a forced release ends one exclusive grant, and a shared kind's \
-                 grants end when their holders release them or their leases lapse",
-                output::holder_words(&state.holding)
-            )));
-        }
-        holding => holding.grant(),
+        holding => chosen_grant(holding, holder).map_err(refused)?,
     };
     let Some(grant) = grant else {
         let view = ReleaseView::not_held(key);
@@ -179,7 +176,7 @@ async fn release(
         return Ok(());
     };
     if !yes {
-        confirm(key, &output::release_plan(&state))?;
+        confirm(key, &output::release_plan(&state, grant))?;
     }
     let forced = admin.force_release_of(key, grant).await.map_err(failed)?;
     if !forced.released && forced.found.is_held() {
@@ -191,7 +188,39 @@ async fn release(
     }
     match json {
         true => print(&output::json(&ReleaseView::from(&forced))),
-        false => print(&output::release_outcome(&forced)),
+        false => print(&output::release_outcome(&forced, grant)),
+    }
+}
+
+/// The grant of `holding` to release: the one of `holder` (a tag), when given; else the only
+/// one. Or why there is none to pick: `holder` holds no grant there, or several grants of a
+/// shared kind hold the key and `--holder` must name one.
+fn chosen_grant(holding: &Holding, holder: Option<&str>) -> Result<Option<Grant>, String> {
+    let grants: Vec<Grant> = match holding {
+        Holding::Shared { grants, .. } => grants.iter().map(SharedGrant::grant).collect(),
+        holding => holding.grant().into_iter().collect(),
+    };
+    let Some(holder) = holder else {
+        return match grants.as_slice() {
+            [_, _, ..] => Err(format!(
+                "it is {}: a forced release ends one grant; add --holder TAG, one of {}",
+                output::holder_words(holding),
+                output::tags(&grants)
+            )),
+            grants => Ok(grants.first().copied()),
+        };
+    };
+    let named = grants
+        .iter()
+        .find(|grant| grant.owner.to_string().eq_ignore_ascii_case(holder));
+    match named {
+        Some(grant) => Ok(Some(*grant)),
+        None if grants.is_empty() => Ok(None),
+        None => Err(format!(
+            "{holder} holds no grant of it: it is {} (holders: {})",
+            output::holder_words(holding),
+            output::tags(&grants)
+        )),
     }
 }
 

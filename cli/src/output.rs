@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use fencelock::LockKind;
 use fencelock::admin::{
-    ForcedRelease, Holding, LockState, Masters, ReleaseEvent, SharedGrant, Waiter,
+    ForcedRelease, Grant, Holding, LockState, Masters, ReleaseEvent, SharedGrant, Waiter,
 };
 use serde::Serialize;
 
@@ -485,14 +485,27 @@ pub fn holder_words(holding: &Holding) -> String {
     }
 }
 
-/// What a forced release is about to do, for the confirmation.
-pub fn release_plan(state: &LockState) -> String {
-    let after = match state.next_waiter() {
-        Some(waiter) => format!("the next waiter in line, {}, gets the key", waiter.owner),
-        None => "nobody waits in line: the key becomes free".to_owned(),
+/// The owners of `grants`, by tag.
+pub fn tags(grants: &[Grant]) -> String {
+    let tags: Vec<String> = grants.iter().map(|grant| grant.owner.to_string()).collect();
+    tags.join(", ")
+}
+
+/// What a forced release of `grant` is about to do, for the confirmation.
+pub fn release_plan(state: &LockState, grant: Grant) -> String {
+    let after = match (&state.holding, state.next_waiter()) {
+        (Holding::Shared { .. }, _) => {
+            "the waiters at the head of the line join the grants left as far as they may".to_owned()
+        }
+        (_, Some(waiter)) => format!("the next waiter in line, {}, gets the key", waiter.owner),
+        (_, None) => "nobody waits in line: the key becomes free".to_owned(),
+    };
+    let ended = match state.holding {
+        Holding::Shared { .. } => format!("the grant of {}", grant.owner),
+        _ => "that grant".to_owned(),
     };
     format!(
-        "`{}` is {}.\nA forced release ends that grant without its holder knowing (its next \
+        "`{}` is {}.\nA forced release ends {ended} without its holder knowing (its next \
          renewal or release reports the lock lost); {after}; the fencing counter is kept.",
         state.key,
         holder_words(&state.holding)
@@ -504,15 +517,21 @@ pub fn not_held(key: &str) -> String {
     format!("`{key}` was not held: nothing released\n")
 }
 
-/// What a forced release did.
-pub fn release_outcome(forced: &ForcedRelease) -> String {
+/// What a forced release of `grant` did.
+pub fn release_outcome(forced: &ForcedRelease, grant: Grant) -> String {
     let holding = &forced.found;
     if !forced.released {
         return not_held(&forced.key);
     }
-    let after = match forced.announced {
-        Some(ReleaseEvent::HandedOver { to, token, .. }) => {
+    let after = match (forced.announced, holding) {
+        (Some(ReleaseEvent::HandedOver { to, token, .. }), _) => {
             format!("handed over to {to} with token {token}")
+        }
+        (_, Holding::Shared { holders, .. }) if *holders > 1 => {
+            format!(
+                "the grant of {} ended, the other grants hold on",
+                grant.owner
+            )
         }
         _ => "the key is free".to_owned(),
     };

@@ -435,9 +435,10 @@ async fn watch_prints_each_hand_off_and_release() {
 }
 
 /// A key that shared kinds hold is shown by its grants (readers, a semaphore's permits), not
-/// as foreign data; a forced release of it is refused, saying why, and leaves it held.
+/// as foreign data. A forced release of a key several grants hold needs `--holder`, and ends
+/// that grant only; of a key one grant holds, it ends that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_kinds_show_their_grants_and_are_not_released_by_force() {
+async fn shared_kinds_show_their_grants_and_a_forced_release_ends_one() {
     let server = redis_server();
     let locks = client(&server).await;
     let read = |key: &str| locks.read_lock(key).ttl_ms(60_000).give_up().acquire();
@@ -482,16 +483,58 @@ async fn shared_kinds_show_their_grants_and_are_not_released_by_force() {
         .await
         .failed_with_one_line();
     assert!(
-        line.contains("2 readers") && line.contains("shared kind"),
+        line.contains("2 readers") && line.contains("--holder"),
         "{line}"
     );
-    let state = locks.admin().inspect("report").await.unwrap();
+    let Holding::Shared { grants, .. } = locks.admin().inspect("report").await.unwrap().holding
+    else {
+        panic!("still held by both readers");
+    };
+    let ended = grants[0].clone();
+    let line = on(
+        &server,
+        &[
+            "release",
+            "report",
+            "--force",
+            "--yes",
+            "--holder",
+            "0123456789abcdef",
+        ],
+    )
+    .await
+    .failed_with_one_line();
+    assert!(line.contains("holds no grant"), "{line}");
+    let tag = ended.owner.to_string();
+    let outcome = on(
+        &server,
+        &["release", "report", "--force", "--yes", "--holder", &tag],
+    )
+    .await
+    .ok();
     assert!(
-        matches!(state.holding, Holding::Shared { holders: 2, .. }),
-        "{state:?}"
+        outcome.contains(&format!("the grant of {tag} ended")),
+        "{outcome}"
     );
-    for reader in readers {
-        reader.release().await.expect("still the reader's");
-    }
-    permit.release().await.expect("still the holder's");
+    let [first, second] = readers;
+    let (lost, kept) = match Some(first.token()) == ended.token {
+        true => (first, second),
+        false => (second, first),
+    };
+    assert!(
+        lost.release().await.unwrap_err().is_lost(),
+        "the grant named ended"
+    );
+    let outcome = on(&server, &["release", "report", "--force", "--yes"])
+        .await
+        .ok();
+    assert!(outcome.contains("the key is free"), "{outcome}");
+    assert!(
+        kept.release().await.unwrap_err().is_lost(),
+        "the one grant left ended"
+    );
+    on(&server, &["release", "pool", "--force", "--yes"])
+        .await
+        .ok();
+    assert!(permit.release().await.unwrap_err().is_lost());
 }

@@ -90,14 +90,18 @@ impl LockAdmin {
     /// release reports [`LockError::Lost`]. Reads the key first and releases only the grant
     /// it found there ([`force_release_of`](Self::force_release_of)): if another grant took
     /// its place meanwhile, nothing is released. Foreign data in the key (or next to it) is
-    /// refused with [`LockError::KeyInUse`] and left alone. A key that a shared kind holds
-    /// (readers, a writer, permits, shards) is refused with [`LockError::InvalidConfig`]: its
-    /// grants end when their holders release them or their leases lapse.
+    /// refused with [`LockError::KeyInUse`] and left alone. Of a key that a shared kind holds
+    /// (readers, a writer, permits, shards), it ends the one grant there; with several, it
+    /// ends none and says which there are ([`LockError::InvalidConfig`]): name one with
+    /// [`force_release_of`](Self::force_release_of) and [`SharedGrant::grant`].
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease, LockError> {
         let state = self.inspect(key).await?;
         match state.holding {
             Holding::Foreign { reason } => Err(LockError::key_in_use(key, reason)),
-            holding @ Holding::Shared { .. } => Err(shared_not_forced(key, &holding)),
+            Holding::Shared { grants, holders } => match grants.as_slice() {
+                [only] if holders == 1 => self.force_release_of(key, only.grant()).await,
+                _ => Err(several_grants(key, &grants, holders)),
+            },
             holding => match holding.grant() {
                 Some(grant) => self.force_release_of(key, grant).await,
                 None => Ok(ForcedRelease::not_held(key)),
@@ -106,7 +110,7 @@ impl LockAdmin {
     }
 
     /// Releases `key` by force, as [`force_release`](Self::force_release) does, if and only if
-    /// it holds `grant` (as [`Holding::grant`] gave it: that grant, or the key it keeps after
+    /// it holds `grant` (as [`Holding::grant`] or [`SharedGrant::grant`] gave it: that grant, or the key it keeps after
     /// its release by `min_hold_ms`), never one that took its place since, also of the same
     /// owner (a later grant carries a greater token). Safe to send again: once released, the
     /// key no longer holds `grant` (so a second send after a lost reply says nothing was
@@ -138,13 +142,14 @@ impl LockAdmin {
     }
 }
 
-/// Why a forced release of `key`, which a shared kind holds (`holding`), is refused.
-fn shared_not_forced(key: &str, holding: &Holding) -> LockError {
-    let longest = holding.remaining().unwrap_or_default();
+/// Why a forced release of `key`, which `holders` shared grants hold, releases none.
+fn several_grants(key: &str, grants: &[SharedGrant], holders: usize) -> LockError {
+    let owners: Vec<String> = grants.iter().map(|g| g.owner.to_string()).collect();
     LockError::invalid_config(format!(
-        "`{key}` is held by a shared kind (read/write lock, semaphore or segmented lock), \
-         whose grants a forced release does not end: they end when their holders release \
-         them or their leases lapse (the longest in {longest:?}, unless renewed)"
+        "`{key}` is held by {holders} grants of a shared kind ({}): a forced release ends \
+         one grant; name it with force_release_of(key, grant.grant()), or `--holder TAG` on \
+         the command line",
+        owners.join(", ")
     ))
 }
 

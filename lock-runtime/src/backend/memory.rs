@@ -508,26 +508,68 @@ impl State {
     /// Releases `key` if it holds `grant`, hands it to the oldest waiter in line, and says
     /// what held it and what to announce (nothing when nothing was released). No release is
     /// remembered: the holder's next renewal or release finds its lease lost.
-    fn force_release(&mut self, key: &str, grant: Grant) -> ForcedRelease {
+    fn force_release(&mut self, key: &str, grant: Grant) -> (ForcedRelease, Vec<ReleaseEvent>) {
         let now = Instant::now();
+        if !self.holders.contains_key(key) && self.live_shared(key, now).is_some() {
+            return self.force_release_shared(key, grant, now);
+        }
         let Some(holder) = self.live_holder(key, now) else {
-            return ForcedRelease::not_held(key);
+            return (ForcedRelease::not_held(key), Vec::new());
         };
         let (found, token) = (holder.holding(now), holder.token);
         if !found
             .owner()
             .is_some_and(|owner| grant.is(owner, Some(token)))
         {
-            return ForcedRelease::of(key, found);
+            return (ForcedRelease::of(key, found), Vec::new());
         }
         self.holders.remove(key);
         // A kept key's grant too, as the Redis scripts name it.
         let freed = ReleaseEvent::Released { token: Some(token) };
-        ForcedRelease {
+        let announced = self.hand_off(key, now).unwrap_or(freed);
+        let forced = ForcedRelease {
             released: true,
-            announced: Some(self.hand_off(key, now).unwrap_or(freed)),
+            announced: Some(announced),
             ..ForcedRelease::of(key, found)
+        };
+        (forced, vec![announced])
+    }
+
+    /// [`force_release`](Self::force_release) of a key that shared grants hold: ends the
+    /// grant named, and lets the head of the line join the others as far as it may.
+    fn force_release_shared(
+        &mut self,
+        key: &str,
+        grant: Grant,
+        now: Instant,
+    ) -> (ForcedRelease, Vec<ReleaseEvent>) {
+        let Some(grants) = self.live_shared(key, now) else {
+            return (ForcedRelease::not_held(key), Vec::new());
+        };
+        let found = shared_holding(grants, now);
+        let named = grants.iter().position(|held| {
+            let token = (!held.released).then_some(held.token);
+            grant.is(owner_tag(&held.owner), token)
+        });
+        let Some(at) = named else {
+            return (ForcedRelease::of(key, found), Vec::new());
+        };
+        let ended = grants.remove(at);
+        if grants.is_empty() {
+            self.shared.remove(key);
         }
+        let mut announced = self.hand_off_shared(key, now);
+        if announced.is_empty() {
+            announced.push(ReleaseEvent::Released {
+                token: Some(ended.token),
+            });
+        }
+        let forced = ForcedRelease {
+            released: true,
+            announced: announced.first().copied(),
+            ..ForcedRelease::of(key, found)
+        };
+        (forced, announced)
     }
 
     /// Releases (or, with `min_hold`, shortens) `lease` if it is the owner's, and takes the owner
@@ -784,8 +826,8 @@ impl OperatorBackend for MemoryBackend {
         key: &'a str,
         grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        let forced = self.with_state(|state| state.force_release(key, grant));
-        if let Some(event) = forced.announced {
+        let (forced, announced) = self.with_state(|state| state.force_release(key, grant));
+        for event in announced {
             self.releases.announce(key, event);
         }
         Box::pin(std::future::ready(Ok(forced)))

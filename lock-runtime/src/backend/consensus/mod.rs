@@ -748,19 +748,9 @@ impl<S: ConsensusStore> Shared<S> {
         let line = self.store.line(key).await?;
         let left = self.sight(key, &line);
         let mut state = LockState::free(key);
-        // Readers that hold beside the first are holders too, not waiters.
-        let holders = line
-            .iter()
-            .enumerate()
-            .take_while(|(at, entry)| {
-                *at == 0 || entry.kind == EntryKind::Read && line[0].kind == EntryKind::Read
-            })
-            .count();
-        if let Some((head, head_left)) = line.first().zip(left.first()) {
-            state.holding = match head.kind {
-                EntryKind::Mutex => holding(head, *head_left),
-                EntryKind::Read | EntryKind::Write => shared_holding(&line[..holders], &left),
-            };
+        let holders = holder_count(&line);
+        if !line.is_empty() {
+            state.holding = holding(&line[..holders], &left);
         }
         let ours = lock_ignoring_poison(&self.ours).clone();
         let now = Instant::now();
@@ -798,19 +788,27 @@ impl<S: ConsensusStore> Shared<S> {
     async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, LockError> {
         let line = self.store.line(key).await?;
         let left = self.sight(key, &line);
-        let Some((head, left)) = line.first().zip(left.first().copied()) else {
+        if line.is_empty() {
             return Ok(ForcedRelease::not_held(key));
+        }
+        let holders = holder_count(&line);
+        let mut forced = ForcedRelease::of(key, holding(&line[..holders], &left));
+        let token = |entry: &Entry| (!matches!(entry.state, State::Kept(_))).then_some(entry.token);
+        let named = line[..holders]
+            .iter()
+            .find(|entry| grant.is(owner_tag(&entry.owner), token(entry)));
+        let Some(ended) = named else {
+            return Ok(forced);
         };
-        let found = holding(head, left);
-        let token = (!matches!(head.state, State::Kept(_))).then_some(head.token);
-        let mut forced = ForcedRelease::of(key, found);
-        if !grant.is(owner_tag(&head.owner), token) || !self.store.remove(key, head, None).await? {
+        if !self.store.remove(key, ended, None).await? {
             return Ok(forced);
         }
         forced.released = true;
-        // The next entry holds the key now if it waited for this one (not a reader beside a
-        // reader); its client announces that when it takes it.
-        let announced = match line.get(1).filter(|next| next.kind.waits_for(head.kind)) {
+        let token = token(ended);
+        // The first entry after the holders holds the key now if the one ended held it alone
+        // (its client announces that when it takes it).
+        let next = line.get(holders).filter(|_| holders == 1);
+        let announced = match next {
             Some(next) => ReleaseEvent::HandedOver {
                 to: owner_tag(&next.owner),
                 token: next.token,
@@ -869,8 +867,31 @@ fn granted(token: u64) -> Acquire {
     Acquire::Granted { token, slot: None }
 }
 
-/// What the head of a line holds, as an operator sees it.
-fn holding(head: &Entry, left: Option<Duration>) -> Holding {
+/// How many entries at the head of a line hold the key: the first, and the readers beside a
+/// reader.
+fn holder_count(line: &[Entry]) -> usize {
+    line.iter()
+        .enumerate()
+        .take_while(|(at, entry)| {
+            *at == 0 || entry.kind == EntryKind::Read && line[0].kind == EntryKind::Read
+        })
+        .count()
+}
+
+/// Who holds a key whose `holders` (see [`holder_count`]) hold it, as an operator sees it;
+/// `left` is how long each entry of the line lasts.
+fn holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
+    match holders.first() {
+        Some(head) if head.kind == EntryKind::Mutex => {
+            entry_holding(head, left.first().copied().flatten())
+        }
+        Some(_) => shared_holding(holders, left),
+        None => Holding::Free,
+    }
+}
+
+/// What one entry at the head of a line holds, as an operator sees it.
+fn entry_holding(head: &Entry, left: Option<Duration>) -> Holding {
     let remaining = left.unwrap_or(Duration::MAX);
     match head.state {
         State::Kept(_) => Holding::Kept {
@@ -892,7 +913,7 @@ fn holding(head: &Entry, left: Option<Duration>) -> Holding {
 /// sees it; `left` is how long each entry of the line lasts.
 fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
     if let Some(foreign) = holders.iter().find(|entry| entry.state == State::Foreign) {
-        return holding(foreign, None);
+        return entry_holding(foreign, None);
     }
     let mut grants: Vec<SharedGrant> = holders
         .iter()

@@ -131,34 +131,50 @@ impl RedisBackend {
         key: &str,
         grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
-        let keys = layout::lock_keys(self.lock_key(key));
+        let keys = layout::operator_keys(self.lock_key(key));
         let channel = layout::release_channel(&keys[0]);
         let (owner, token) = (grant.owner.to_string(), grant.token.map(|t| t.to_string()));
         let token = token.as_deref().unwrap_or_default();
-        let args = [channel.as_str(), self.publish_command(), &owner, token];
+        let hand_over = if self.hands_over { "1" } else { "0" };
+        let shown = QUEUE_SHOWN.to_string();
+        let args = [
+            channel.as_str(),
+            self.publish_command(),
+            &owner,
+            token,
+            hand_over,
+            &shown,
+        ];
         let reply = self.run(&LIBRARY.force_release, &keys, &args, key).await?;
         let unexpected = || unexpected(key, "forced release", &reply);
         let Value::Array(items) = &reply else {
             return Err(unexpected());
         };
-        match items.as_slice() {
-            [status] if integer(status) == Some(0) => Ok(ForcedRelease::not_held(key)),
-            [status, why] if integer(status) == Some(2) => Err(LockError::key_in_use(
-                key,
-                text(why).ok_or_else(unexpected)?,
-            )),
+        let (status, found, rest) = match items.as_slice() {
+            [status] if integer(status) == Some(0) => return Ok(ForcedRelease::not_held(key)),
+            [status, why] if integer(status) == Some(2) => {
+                let why = text(why).ok_or_else(unexpected)?;
+                return Err(LockError::key_in_use(key, why));
+            }
+            [status, state, holders, shown, rest @ ..]
+                if text(state).as_deref() == Some("shared") =>
+            {
+                let (found, rest) = parse_shared(holders, shown, rest).ok_or_else(unexpected)?;
+                (status, found, rest)
+            }
             [status, state, tag, token, remaining, rest @ ..] => {
                 let found = parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
-                match (integer(status), rest) {
-                    (Some(3), []) => Ok(ForcedRelease::of(key, found)),
-                    (Some(1), [message]) => Ok(ForcedRelease {
-                        released: true,
-                        announced: text(message).map(|m| parse_announcement(&m)),
-                        ..ForcedRelease::of(key, found)
-                    }),
-                    _ => Err(unexpected()),
-                }
+                (status, found, rest)
             }
+            _ => return Err(unexpected()),
+        };
+        match (integer(status), rest) {
+            (Some(3), []) => Ok(ForcedRelease::of(key, found)),
+            (Some(1), [message]) => Ok(ForcedRelease {
+                released: true,
+                announced: text(message).map(|m| parse_announcement(&m)),
+                ..ForcedRelease::of(key, found)
+            }),
             _ => Err(unexpected()),
         }
     }
@@ -193,23 +209,12 @@ fn parse_state(key: &str, reply: &Value) -> Result<LockState, LockError> {
     else {
         return Err(unexpected());
     };
-    let shown = integer(shown)
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|n| n * 6 <= rest.len())
-        .ok_or_else(unexpected)?;
-    let (grants, entries) = rest.split_at(shown * 6);
-    let holding = match text(state).as_deref() {
-        Some("shared") => Holding::Shared {
-            grants: grants
-                .chunks(6)
-                .map(parse_shared_grant)
-                .collect::<Option<_>>()
-                .ok_or_else(unexpected)?,
-            holders: integer(holders)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(unexpected)?,
-        },
-        _ => parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?,
+    let (holding, entries) = match text(state).as_deref() {
+        Some("shared") => parse_shared(holders, shown, rest).ok_or_else(unexpected)?,
+        _ => {
+            let holding = parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
+            (holding, rest)
+        }
     };
     let queue = entries
         .chunks(3)
@@ -253,6 +258,26 @@ fn parse_holding([state, tag, token, remaining]: [&Value; 4]) -> Option<Holding>
         }),
         _ => None,
     }
+}
+
+/// What a shared kind's grants hold, from the scripts' `holders, shown` and the grants that
+/// `rest` starts with (see `describe_shared` in `operator.lua`); and what follows them.
+fn parse_shared<'v>(
+    holders: &Value,
+    shown: &Value,
+    rest: &'v [Value],
+) -> Option<(Holding, &'v [Value])> {
+    let count = |value| integer(value).and_then(|n| usize::try_from(n).ok());
+    let shown = count(shown).filter(|n| n * 6 <= rest.len())?;
+    let (grants, after) = rest.split_at(shown * 6);
+    let holding = Holding::Shared {
+        grants: grants
+            .chunks(6)
+            .map(parse_shared_grant)
+            .collect::<Option<_>>()?,
+        holders: count(holders)?,
+    };
+    Some((holding, after))
 }
 
 /// A shared kind's grant from the inspection script's `tag, kind, token, slot, count, ms`

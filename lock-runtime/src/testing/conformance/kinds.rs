@@ -8,7 +8,7 @@ use super::{
     LONG, LONG_TTL_MS, RENEWED_TTL_MS, SHORT_TTL_MS, expect_granted, expect_held,
     expect_not_acquired, release_now, renewed,
 };
-use crate::admin::Holding;
+use crate::admin::{Holding, ReleaseEvent};
 use crate::backend::{HeldLease, Lease, Turn};
 use crate::release_hub::owner_tag;
 use crate::{LockClient, LockError, LockGuard, LockKind};
@@ -522,9 +522,12 @@ pub async fn a_shared_release_is_announced_and_remembered(client: &LockClient, k
 }
 
 /// An operator sees the grants of a shared kind (readers, the writer, each permit and shard
-/// with its count) by owner tag, token and lease, lists the key as held, and is refused a
-/// forced release of it, which leaves the grants alone.
-pub async fn an_operator_sees_shared_grants(client: &LockClient, key: &str) {
+/// with its count) by owner tag, token and lease, and lists the key as held. A forced release
+/// of the key is refused while several grants hold it (naming them); one of a grant named
+/// ends that grant only (its renewal finds it lost, sent again it ends nothing), and of the
+/// one grant left, the key's, which goes to a writer waiting in line where releases hand
+/// keys over.
+pub async fn an_operator_sees_and_ends_shared_grants(client: &LockClient, key: &str) {
     let (backend, admin) = (client.backend(), client.admin());
     let mut kinds = vec![LockKind::Read];
     let offered = |kind: &LockKind| backend.capabilities().offers(*kind);
@@ -569,17 +572,34 @@ pub async fn an_operator_sees_shared_grants(client: &LockClient, key: &str) {
         assert!(listed[0].holding.is_held(), "{listed:?}");
         let forced = admin.force_release(&kind_key).await;
         assert!(
-            matches!(&forced, Err(LockError::InvalidConfig { reason }) if reason.contains("shared kind")),
-            "a forced release of a shared key is refused: {forced:?}"
+            matches!(&forced, Err(LockError::InvalidConfig { reason })
+                if reason.contains(&owner_tag(&held[0].lease.owner).to_string())),
+            "a forced release of a key several grants hold names them: {forced:?}"
         );
-        let after = admin.inspect(&kind_key).await.expect("backend answers");
+        let first = grants
+            .iter()
+            .find(|grant| grant.owner == owner_tag(&held[0].lease.owner))
+            .expect("shown");
+        let forced = admin.force_release_of(&kind_key, first.grant()).await;
+        let forced = forced.expect("backend answers");
+        assert!(forced.released, "{forced:?}");
         assert!(
-            matches!(after.holding, Holding::Shared { holders: 2, .. }),
-            "{after:?}"
+            matches!(forced.found, Holding::Shared { holders: 2, .. }),
+            "{forced:?}"
         );
-        for grant in &held {
-            release_now(backend, &grant.lease).await;
-        }
+        let extended = renewed(backend.extend(&held).await);
+        assert_eq!(extended, [false, true], "only the grant named ended");
+        let again = admin.force_release_of(&kind_key, first.grant()).await;
+        assert!(!again.expect("backend answers").released, "ended once");
+        let last = admin
+            .force_release(&kind_key)
+            .await
+            .expect("backend answers");
+        assert!(last.released, "the one grant left: {last:?}");
+        let after = admin.inspect(&kind_key).await.expect("backend answers");
+        assert_eq!(after.holding, Holding::Free, "{after:?}");
+        let extended = renewed(backend.extend(&held[1..]).await);
+        assert_eq!(extended, [false], "the last grant ended too");
     }
     let writer = lease(&format!("{key}:write"), "writer", LockKind::Write);
     let held = expect_granted(backend, &writer, Turn::Once, "a free key").await;
@@ -594,4 +614,30 @@ pub async fn an_operator_sees_shared_grants(client: &LockClient, key: &str) {
     release_now(backend, &writer).await;
     let free = admin.inspect(&writer.key).await.expect("backend answers");
     assert_eq!(free.holding, Holding::Free, "a released key is free");
+    if !backend.capabilities().hands_off {
+        return;
+    }
+    let handed_key = format!("{key}:handed");
+    let reader = lease(&handed_key, "reader", LockKind::Read);
+    expect_granted(backend, &reader, Turn::Once, "a free key").await;
+    let writer = lease(&handed_key, "waiting-writer", LockKind::Write);
+    expect_held(backend, &writer, Turn::InLine(LONG), "a reader holds it").await;
+    let forced = admin
+        .force_release(&handed_key)
+        .await
+        .expect("backend answers");
+    match forced.announced {
+        Some(ReleaseEvent::HandedOver { to, .. }) => {
+            assert_eq!(to, owner_tag(&writer.owner), "{forced:?}")
+        }
+        other => panic!("the waiting writer gets the key: {other:?}"),
+    }
+    let state = admin.inspect(&handed_key).await.expect("backend answers");
+    match &state.holding {
+        Holding::Shared { grants, holders: 1 } => {
+            assert_eq!(grants[0].owner, owner_tag(&writer.owner), "{state:?}")
+        }
+        other => panic!("the writer holds the key: {other:?}"),
+    }
+    release_now(backend, &writer).await;
 }

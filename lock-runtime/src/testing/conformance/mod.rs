@@ -8,10 +8,10 @@ pub use kinds::{
     a_kind_not_offered_is_refused, a_release_hands_over_to_the_readers_at_the_head,
     a_semaphore_lets_in_its_permits, a_shared_min_hold_keeps_the_grant,
     a_shared_release_is_announced_and_remembered, a_waiting_writer_goes_before_later_readers,
-    an_expired_permit_comes_back, an_operator_sees_shared_grants, kinds_do_not_mix_on_one_key,
-    kinds_not_offered_are_refused, readers_share_and_a_writer_excludes,
-    shards_are_exclusive_and_named, shared_grants_are_renewed_owner_checked,
-    the_smallest_count_inside_wins,
+    an_expired_permit_comes_back, an_operator_sees_and_ends_shared_grants,
+    kinds_do_not_mix_on_one_key, kinds_not_offered_are_refused,
+    readers_share_and_a_writer_excludes, shards_are_exclusive_and_named,
+    shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
 };
 
 use std::sync::Arc;
@@ -137,7 +137,10 @@ pub const RULES: &[Rule] = &[
     rule!(an_expired_permit_comes_back, kinds::offers_semaphores),
     rule!(a_shared_min_hold_keeps_the_grant, kinds::offers_semaphores),
     rule!(shards_are_exclusive_and_named, kinds::offers_shards),
-    rule!(an_operator_sees_shared_grants, kinds::offers_read_write),
+    rule!(
+        an_operator_sees_and_ends_shared_grants,
+        kinds::offers_read_write
+    ),
     rule!(kinds_do_not_mix_on_one_key),
     rule!(shared_grants_are_renewed_owner_checked),
 ];

@@ -6,15 +6,76 @@
 -- lease lost. Foreign data in the lock key is not touched; nor is another grant (one that took
 -- the key since the operator looked, also the same owner's, whose token is greater; or the one
 -- a first run of this script handed it to).
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines
+-- A shared kind's key (see shared.lua) has one grant ended the same way: the one the tag and
+-- token name, among the live grants; the waiters at the head join the others as far as they
+-- may, as after a release.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
+-- KEYS[5] a shared kind's leases
 -- ARGV[1] the channel of the key's releases, ARGV[2] `PUBLISH`, or `SPUBLISH` on a Redis
 -- Cluster, ARGV[3] the tag of the grant's owner (see owner_tag), ARGV[4] its fencing token, or
--- '' when it names none (a key kept after its release: the owner names it)
+-- '' when it names none (a key kept after its release: the owner names it), ARGV[5] '1' to
+-- hand a shared key to its waiters, '0' on a master of Redlock (as shared_release.lua),
+-- ARGV[6] how many shared grants to describe at most
 -- Returns {0} when nobody holds the key; {2, why} when it holds something that is not a
--- lock's; {3, state, holder's tag, fencing token, remaining ms of its lease} when it holds
--- another grant (nothing changed); else {1, state, tag, token, remaining ms, the message
--- published} (see describe_holder and announce_release).
+-- lock's; {3, what holds it} when it holds another grant (nothing changed); else {1, what
+-- held it, the first message published}. What holds a mutex: state, holder's tag, fencing
+-- token, remaining ms of its lease (see describe_holder and announce_release); a shared key:
+-- 'shared', how many grants, how many shown, and the grants (see describe_shared).
+
+-- Ends the shared grant named, if the key holds it.
+local function force_release_shared()
+  local now_ms, now_us = server_time()
+  local foreign = open_shared(KEYS[1], KEYS[5], now_ms)
+  if foreign then
+    return {2, foreign}
+  end
+  local holders, grants = describe_shared(KEYS[1], KEYS[5], now_ms, tonumber(ARGV[6]))
+  if not holders then
+    return {2, grants}
+  end
+  if holders == 0 then
+    return {0}
+  end
+  local found = {'shared', holders, #grants / 6}
+  for _, field in ipairs(grants) do
+    table.insert(found, field)
+  end
+  local named, member
+  for _, live in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. string.format('%.0f', now_ms), '+inf')) do
+    local owner = member_owner(live)
+    if owner and owner_tag(owner) == ARGV[3] then
+      named, member = read_grant(KEYS[1], owner), live
+      break
+    end
+  end
+  local later = named and named.token ~= 'released' and ARGV[4] ~= '' and
+    tonumber(named.token) > tonumber(ARGV[4])
+  if not named or later then
+    table.insert(found, 1, 3)
+    return found
+  end
+  remove_grant(KEYS[1], KEYS[5], named, member, now_ms)
+  local announced = {}
+  if ARGV[5] == '1' then
+    announced = hand_off_shared(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], now_ms, now_us)
+  end
+  if #announced == 0 then
+    local token = named.token ~= 'released' and named.token or
+      string.format('%.0f', latest_shared_token(KEYS[1], read_fence(KEYS[2]) or 0))
+    announced = {'released ' .. token}
+  end
+  for _, message in ipairs(announced) do
+    redis.pcall(ARGV[2], ARGV[1], message)
+  end
+  table.insert(found, 1, 1)
+  table.insert(found, announced[1])
+  return found
+end
+
 local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' and holder.err and redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  return force_release_shared()
+end
 local foreign = foreign_holder(KEYS[1], holder)
 if foreign then
   return {2, foreign}
