@@ -50,12 +50,13 @@
 #![deny(missing_docs)]
 
 pub use fencelock_macros::{lock, redis_lock};
+#[allow(deprecated)]
+pub use fencelock_runtime::LockClientBuilder;
 pub use fencelock_runtime::{
-    Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient,
-    LockClientBuilder, LockError, LockGuard, LockKind, LockOptions, LockRequest, LossCause,
-    MAX_KEY_LEN, MAX_PERMITS, MAX_SHARDS, MAX_TTL_MS, OnLost, OpenBuilder, RenewalStats,
-    WithSources, admin, backend, current_shard, current_token, escape_into, is_lost, lost, open,
-    telemetry, with_client,
+    Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient, LockError,
+    LockGuard, LockKind, LockOptions, LockRequest, LossCause, MAX_KEY_LEN, MAX_PERMITS, MAX_SHARDS,
+    MAX_TTL_MS, OnLost, OpenBuilder, RedisClientBuilder, RenewalStats, WithSources, admin, backend,
+    current_shard, current_token, escape_into, is_lost, lost, open, telemetry, with_client,
 };
 
 /// The builder of an etcd client ([`LockClient::etcd_builder`]).

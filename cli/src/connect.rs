@@ -1,7 +1,7 @@
 //! The client for the store the options name.
 
 use fencelock::open::Store;
-use fencelock::{LockClient, LockClientBuilder, LockError};
+use fencelock::{LockClient, LockError, RedisClientBuilder};
 
 use crate::args::{Connection, DEFAULT_PREFIX, DEFAULT_TABLE};
 use crate::failure::Failure;
@@ -104,7 +104,7 @@ fn no_such_table(connection: &Connection, error: LockError) -> Failure {
     }
 }
 
-fn topology(connection: &Connection) -> Result<LockClientBuilder, Failure> {
+fn topology(connection: &Connection) -> Result<RedisClientBuilder, Failure> {
     let urls = &connection.urls;
     let refused = |why: &str| Err(Failure::message("cannot connect", why.to_owned()));
     if connection.table.is_some() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
-use crate::backend::{BoxFuture, LockBackend};
+use crate::backend::{BoxFuture, LockBackend, Timeouts};
 use crate::background::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockKind, LockRequest};
@@ -34,14 +34,14 @@ struct ClientInner {
 
 impl LockClient {
     /// Connects to Redis at `url` (`redis://` or `rediss://`) with the default settings of
-    /// [`LockClientBuilder`].
+    /// [`RedisClientBuilder`].
     pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         LockClient::builder(url).connect().await
     }
 
     /// A builder for a Redis client with a key prefix and timeouts.
-    pub fn builder(url: &str) -> LockClientBuilder {
-        LockClientBuilder::new(Topology::Single(url.to_owned()), RedisSettings::default())
+    pub fn builder(url: &str) -> RedisClientBuilder {
+        RedisClientBuilder::new(Topology::Single(url.to_owned()), RedisSettings::default())
     }
 
     /// Connects to independent Redis masters (Redlock, usually 3 or 5) with the default
@@ -66,12 +66,12 @@ impl LockClient {
 
     /// A builder for a Redis Cluster client, with the options of [`LockClient::builder`]
     /// (a TLS root certificate is refused: it is not applied to cluster nodes yet).
-    pub fn cluster_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
+    pub fn cluster_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> RedisClientBuilder {
         let urls = urls
             .into_iter()
             .map(|url| url.as_ref().to_owned())
             .collect();
-        LockClientBuilder::new(Topology::Cluster(urls), RedisSettings::default())
+        RedisClientBuilder::new(Topology::Cluster(urls), RedisSettings::default())
     }
 
     /// Connects to the master of `service` through its Sentinels (`sentinel_urls`, e.g.
@@ -95,7 +95,7 @@ impl LockClient {
     pub fn sentinel_builder(
         sentinel_urls: impl IntoIterator<Item = impl AsRef<str>>,
         service_name: &str,
-    ) -> LockClientBuilder {
+    ) -> RedisClientBuilder {
         let sentinels = sentinel_urls
             .into_iter()
             .map(|url| url.as_ref().to_owned())
@@ -104,24 +104,23 @@ impl LockClient {
             sentinels,
             service: service_name.to_owned(),
         };
-        LockClientBuilder::new(topology, RedisSettings::default())
+        RedisClientBuilder::new(topology, RedisSettings::default())
     }
 
     /// A builder for a Redlock client, with the options of [`LockClient::builder`], applied
     /// to every master. The response timeout is also how long any call waits for one master
     /// (default [`DEFAULT_NODE_TIMEOUT`], shorter than a single server's, and so is the
     /// connect timeout): a slow or unreachable minority costs a call at most that.
-    pub fn redlock_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> LockClientBuilder {
+    pub fn redlock_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> RedisClientBuilder {
         let settings = RedisSettings {
-            connect_timeout: DEFAULT_NODE_TIMEOUT,
-            response_timeout: DEFAULT_NODE_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT),
             ..RedisSettings::default()
         };
         let urls = urls
             .into_iter()
             .map(|url| url.as_ref().to_owned())
             .collect();
-        LockClientBuilder::new(Topology::Redlock(urls), settings)
+        RedisClientBuilder::new(Topology::Redlock(urls), settings)
     }
 
     /// A client whose locks live in this process's memory: the same semantics as Redis
@@ -309,10 +308,12 @@ enum Topology {
     },
 }
 
-/// Settings of a Redis [`LockClient`], for every topology.
+/// A builder of a Redis [`LockClient`], for every topology (one server, Sentinel, Cluster,
+/// Redlock): from [`LockClient::builder`] and the topologies' builders. Its settings are a
+/// [`RedisSettings`] (key prefix, [`Timeouts`]) and the client's own options.
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `.connect().await`"]
-pub struct LockClientBuilder {
+pub struct RedisClientBuilder {
     topology: Topology,
     settings: RedisSettings,
     release_notifications: bool,
@@ -321,7 +322,7 @@ pub struct LockClientBuilder {
 }
 
 // The URL may carry a password: Debug output leaves it out.
-impl std::fmt::Debug for LockClientBuilder {
+impl std::fmt::Debug for RedisClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let servers = match &self.topology {
             Topology::Single(_) => 1,
@@ -331,18 +332,24 @@ impl std::fmt::Debug for LockClientBuilder {
                 sentinels: urls, ..
             } => urls.len(),
         };
-        f.debug_struct("LockClientBuilder")
+        f.debug_struct("RedisClientBuilder")
             .field("servers", &servers)
             .field("prefix", &self.settings.prefix)
-            .field("connect_timeout", &self.settings.connect_timeout)
-            .field("response_timeout", &self.settings.response_timeout)
+            .field("timeouts", &self.settings.timeouts)
             .finish_non_exhaustive()
     }
 }
 
-impl LockClientBuilder {
+/// The former name of [`RedisClientBuilder`].
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `RedisClientBuilder`: it builds Redis clients"
+)]
+pub type LockClientBuilder = RedisClientBuilder;
+
+impl RedisClientBuilder {
     fn new(topology: Topology, settings: RedisSettings) -> Self {
-        LockClientBuilder {
+        RedisClientBuilder {
             topology,
             settings,
             release_notifications: true,
@@ -366,16 +373,22 @@ impl LockClientBuilder {
         self
     }
 
+    /// Every setting of the backend at once: the key prefix and the timeouts.
+    pub fn settings(mut self, settings: RedisSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// How long opening a connection may take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.connect_timeout = timeout;
+        self.settings.timeouts.connect = timeout;
         self
     }
 
     /// How long a reply may take before the command counts as failed (default 2 s). A
     /// timed-out acquire may still have been applied; the client then deletes it again.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.response_timeout = timeout;
+        self.settings.timeouts.response = timeout;
         self
     }
 

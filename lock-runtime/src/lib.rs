@@ -56,7 +56,9 @@ pub use backend::consensus::zookeeper::ZooKeeperClientBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use backend::sql::SqlClientBuilder;
 pub use body_scope::{current_shard, current_token, is_lost, lost};
-pub use client::{LockClient, LockClientBuilder};
+#[allow(deprecated)]
+pub use client::LockClientBuilder;
+pub use client::{LockClient, RedisClientBuilder};
 pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use crate::error::redacted_url;
-use crate::{LockClient, LockClientBuilder, LockError};
+use crate::{LockClient, LockError, RedisClientBuilder};
 
 /// The stores a URL can name, by scheme (see the [module](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +224,7 @@ impl OpenBuilder {
     }
 
     /// Whether a Redis server that may evict keys is accepted (default: no; see
-    /// [`LockClientBuilder::allow_eviction`](crate::LockClientBuilder::allow_eviction)). No
+    /// [`RedisClientBuilder::allow_eviction`](crate::RedisClientBuilder::allow_eviction)). No
     /// effect on the stores that never evict.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = Some(allow);
@@ -323,18 +323,18 @@ impl OpenBuilder {
         let builder = set(
             builder,
             &self.allow_eviction,
-            LockClientBuilder::allow_eviction,
+            RedisClientBuilder::allow_eviction,
         );
-        let builder = set(builder, &self.key_prefix, LockClientBuilder::key_prefix);
+        let builder = set(builder, &self.key_prefix, RedisClientBuilder::key_prefix);
         let builder = set(
             builder,
             &self.connect_timeout,
-            LockClientBuilder::connect_timeout,
+            RedisClientBuilder::connect_timeout,
         );
         let builder = set(
             builder,
             &self.response_timeout,
-            LockClientBuilder::response_timeout,
+            RedisClientBuilder::response_timeout,
         );
         builder.connect().await
     }

@@ -401,7 +401,7 @@ async fn subscribing_through_a_proxy()
     let proxy =
         Arc::new(TcpProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).unwrap());
     let mut settings = RedisSettings::default();
-    settings.response_timeout = Duration::from_secs(60);
+    settings.timeouts.response = Duration::from_secs(60);
     let backend = Arc::new(RedisBackend::connect(&proxy.url(), settings).await.unwrap());
     // Only confirmations travel through the proxy from now on (the command connection stays
     // idle).

@@ -27,6 +27,7 @@ pub(crate) mod sharing;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
 pub(crate) mod state;
+mod timeouts;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -39,6 +40,7 @@ use tokio::time::Instant;
 pub use self::state::{
     ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
+pub use self::timeouts::Timeouts;
 pub use crate::release_hub::ReleaseWatch;
 use crate::release_hub::owner_tag;
 use crate::{LockError, LockKind};

@@ -103,7 +103,7 @@ impl RedlockBackend {
         clients: Vec<redis::Client>,
         settings: RedisSettings,
     ) -> Result<Self, LockError> {
-        let node_timeout = settings.response_timeout;
+        let node_timeout = settings.timeouts.response;
         let masters = clients
             .into_iter()
             .map(|client| RedisBackend::redlock_master(client, settings.clone()))

@@ -24,7 +24,7 @@ use etcd_client::{
 
 use super::state::{EntryKind, State};
 use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
-use crate::backend::BoxFuture;
+use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
@@ -36,14 +36,40 @@ pub const DEFAULT_PREFIX: &str = "fencelock";
 /// its minimum, about 2 s by default).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
-/// A builder of an etcd client ([`LockClient::etcd_builder`]).
+/// How long connecting, and a call, may take unless configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where an etcd client keeps its locks and how long it waits:
+/// [`EtcdClientBuilder::settings`] takes them at once. Start from [`EtcdSettings::default`]
+/// and change the fields you need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdSettings {
+    /// The prefix of every lock's keys (default [`DEFAULT_PREFIX`]).
+    pub prefix: String,
+    /// The TTL of the client's lease (default [`DEFAULT_LEASE_TTL`], whole seconds).
+    pub lease_ttl: Duration,
+    /// How long connecting may take, and a call waits for its answer (both
+    /// [`DEFAULT_TIMEOUT`] by default).
+    pub timeouts: Timeouts,
+}
+
+impl Default for EtcdSettings {
+    fn default() -> Self {
+        EtcdSettings {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
+        }
+    }
+}
+
+/// A builder of an etcd client ([`LockClient::etcd_builder`]): its [`EtcdSettings`], and
+/// the user to authenticate as.
 #[derive(Clone)]
 pub struct EtcdClientBuilder {
     endpoints: Vec<String>,
-    prefix: String,
-    lease_ttl: Duration,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    settings: EtcdSettings,
     user: Option<(String, String)>,
 }
 
@@ -52,19 +78,22 @@ impl std::fmt::Debug for EtcdClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdClientBuilder")
             .field("endpoints", &self.endpoints)
-            .field("prefix", &self.prefix)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
+            .field("settings", &self.settings)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .finish()
     }
 }
 
 impl EtcdClientBuilder {
+    /// Every setting at once (the user apart).
+    pub fn settings(mut self, settings: EtcdSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// The prefix of every lock's keys (default [`DEFAULT_PREFIX`]): `<prefix>/<key>/<owner>`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.settings.prefix = prefix.into();
         self
     }
 
@@ -72,19 +101,19 @@ impl EtcdClientBuilder {
     /// whose client etcd does not hear from for this long loses its locks, and no lease
     /// counts longer.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
+        self.settings.lease_ttl = ttl;
         self
     }
 
-    /// How long connecting may take (default 5 s).
+    /// How long connecting may take (default [`DEFAULT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.timeouts.connect = timeout;
         self
     }
 
-    /// How long a call may wait for its answer (default 5 s).
+    /// How long a call may wait for its answer (default [`DEFAULT_TIMEOUT`]).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.timeouts.response = timeout;
         self
     }
 
@@ -96,18 +125,20 @@ impl EtcdClientBuilder {
 
     /// Connects and grants the client's lease.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        let bad_prefix = self.prefix.is_empty() || self.prefix.ends_with('/');
+        let prefix = &self.settings.prefix;
+        let bad_prefix = prefix.is_empty() || prefix.ends_with('/');
         if bad_prefix || self.endpoints.is_empty() {
             return Err(LockError::invalid_config(format!(
                 "an etcd client needs endpoints (e.g. [\"http://127.0.0.1:2379\"]) and a \
                  prefix without a trailing slash (e.g. \"{DEFAULT_PREFIX}\"); got {:?} and {:?}",
-                self.endpoints, self.prefix
+                self.endpoints, prefix
             )));
         }
         let background = Background::Driver;
         let builder = self.clone();
         let connecting = background.spawn(async move { builder.client().await })?;
-        let client = match tokio::time::timeout(self.connect_timeout * 2, connecting).await {
+        let connect_timeout = self.settings.timeouts.connect;
+        let client = match tokio::time::timeout(connect_timeout * 2, connecting).await {
             Ok(Ok(client)) => client?,
             Ok(Err(_)) | Err(_) => return Err(self.connect_error(None)),
         };
@@ -130,8 +161,8 @@ impl EtcdClientBuilder {
 
     async fn client(&self) -> Result<Client, LockError> {
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            .with_timeout(self.response_timeout)
+            .with_connect_timeout(self.settings.timeouts.connect)
+            .with_timeout(self.settings.timeouts.response)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
         if let Some((user, password)) = &self.user {
             options = options.with_user(user.clone(), password.clone());
@@ -180,10 +211,7 @@ impl LockClient {
                 .into_iter()
                 .map(|e| e.as_ref().to_owned())
                 .collect(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            lease_ttl: DEFAULT_LEASE_TTL,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(5),
+            settings: EtcdSettings::default(),
             user: None,
         }
     }
@@ -239,7 +267,7 @@ impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
             .field("endpoints", &self.builder.endpoints)
-            .field("prefix", &self.builder.prefix)
+            .field("prefix", &self.builder.settings.prefix)
             .finish_non_exhaustive()
     }
 }
@@ -275,7 +303,8 @@ impl EtcdStore {
         if ended {
             tracing::warn!(target: "fencelock", endpoints = ?self.builder.endpoints, "the etcd lease ended, and with it every lock it held; granting a new one");
         }
-        let ttl = i64::try_from(self.builder.lease_ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let ttl =
+            i64::try_from(self.builder.settings.lease_ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let mut client = self.client.clone();
         let granted = client.lease_grant(ttl, None).await;
         let granted = granted.map_err(|error| self.error(None, "cannot grant a lease", error))?;
@@ -301,7 +330,7 @@ impl EtcdStore {
     }
 
     fn directory(&self, key: &str) -> String {
-        format!("{}/{}/", self.builder.prefix, node_name(key))
+        format!("{}/{}/", self.builder.settings.prefix, node_name(key))
     }
 
     fn entry(&self, kv: &etcd_client::KeyValue, directory: &str, session: u64) -> Option<Entry> {
@@ -514,7 +543,7 @@ impl ConsensusStore for EtcdStore {
 
     fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>> {
         Box::pin(async move {
-            let prefix = format!("{}/", self.builder.prefix);
+            let prefix = format!("{}/", self.builder.settings.prefix);
             let options = GetOptions::new().with_prefix().with_keys_only();
             let mut client = self.client.clone();
             let read = client.get(prefix.clone(), Some(options)).await;
@@ -535,8 +564,10 @@ impl ConsensusStore for EtcdStore {
     fn refresh(&self) -> BoxFuture<'_, Result<(), LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
-            let kept =
-                tokio::time::timeout(self.builder.response_timeout, session.keep(&self.client));
+            let kept = tokio::time::timeout(
+                self.builder.settings.timeouts.response,
+                session.keep(&self.client),
+            );
             match kept.await {
                 Ok(Ok(true)) => Ok(()),
                 Ok(Ok(false)) => Err(LockError::backend(
@@ -560,6 +591,6 @@ impl ConsensusStore for EtcdStore {
 
     fn session_timeout(&self) -> Duration {
         self.current()
-            .map_or(self.builder.lease_ttl, |session| session.ttl)
+            .map_or(self.builder.settings.lease_ttl, |session| session.ttl)
     }
 }

@@ -14,7 +14,7 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, 
 
 use super::state::{EntryKind, State};
 use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
-use crate::backend::BoxFuture;
+use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
@@ -26,20 +26,53 @@ pub const DEFAULT_ROOT: &str = "/fencelock";
 /// it: 2 to 20 ticks by default, 4 s to 40 s).
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A builder of a ZooKeeper client ([`LockClient::zookeeper_builder`]).
+/// How long connecting may take unless configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a ZooKeeper client keeps its locks and how long it waits:
+/// [`ZooKeeperClientBuilder::settings`] takes them at once. Start from
+/// [`ZooKeeperSettings::default`] and change the fields you need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ZooKeeperSettings {
+    /// The node under which every lock lives (default [`DEFAULT_ROOT`]).
+    pub root: String,
+    /// The session timeout to ask for (default [`DEFAULT_SESSION_TIMEOUT`]).
+    pub session_timeout: Duration,
+    /// How long connecting may take (default [`DEFAULT_CONNECT_TIMEOUT`]). The response
+    /// timeout is not used: a call waits as long as the session lasts, and fails with it.
+    pub timeouts: Timeouts,
+}
+
+impl Default for ZooKeeperSettings {
+    fn default() -> Self {
+        ZooKeeperSettings {
+            root: DEFAULT_ROOT.to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT),
+        }
+    }
+}
+
+/// A builder of a ZooKeeper client ([`LockClient::zookeeper_builder`]): its
+/// [`ZooKeeperSettings`].
 #[derive(Debug, Clone)]
 pub struct ZooKeeperClientBuilder {
     connect_string: String,
-    root: String,
-    session_timeout: Duration,
-    connect_timeout: Duration,
+    settings: ZooKeeperSettings,
 }
 
 impl ZooKeeperClientBuilder {
+    /// Every setting at once.
+    pub fn settings(mut self, settings: ZooKeeperSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// The node under which every lock lives (default [`DEFAULT_ROOT`]): an absolute path,
     /// created if missing.
     pub fn root(mut self, root: impl Into<String>) -> Self {
-        self.root = root.into();
+        self.settings.root = root.into();
         self
     }
 
@@ -47,23 +80,24 @@ impl ZooKeeperClientBuilder {
     /// may grant another within its bounds). A holder whose client the ensemble does not
     /// hear from for this long loses its locks, and no lease counts longer.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.settings.session_timeout = timeout;
         self
     }
 
-    /// How long connecting may take (default 5 s).
+    /// How long connecting may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.timeouts.connect = timeout;
         self
     }
 
     /// Connects, and creates the root node if missing.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        if !self.root.starts_with('/') || self.root.ends_with('/') || self.root.contains("//") {
+        let root = &self.settings.root;
+        if !root.starts_with('/') || root.ends_with('/') || root.contains("//") {
             return Err(LockError::invalid_config(format!(
                 "the ZooKeeper root {:?} is not a node path: write an absolute path without a \
                  trailing slash, e.g. \"{DEFAULT_ROOT}\"",
-                self.root
+                root
             )));
         }
         let background = Background::Driver;
@@ -75,7 +109,10 @@ impl ZooKeeperClientBuilder {
         };
         let session = store.session().await?;
         let root = ZooKeeperStore::directory_options();
-        let created = session.client.mkdir(&store.builder.root, &root).await;
+        let created = session
+            .client
+            .mkdir(&store.builder.settings.root, &root)
+            .await;
         created.map_err(|error| store.error(None, "cannot create the root node", error))?;
         let backend = ConsensusBackend::new(store, background.clone());
         Ok(LockClient::with_background(
@@ -90,17 +127,18 @@ impl ZooKeeperClientBuilder {
     /// at growing pauses, until the connect timeout (as Curator's retry policy rides over
     /// it); anything else fails at once.
     async fn open(&self, background: &Background) -> Result<Session, LockError> {
-        let give_up_at = tokio::time::Instant::now() + self.connect_timeout;
+        let connect_timeout = self.settings.timeouts.connect;
+        let give_up_at = tokio::time::Instant::now() + connect_timeout;
         let mut pause = FIRST_CONNECT_PAUSE;
         let client = loop {
             let connector = Client::connector()
-                .with_session_timeout(self.session_timeout)
-                .with_connection_timeout(self.connect_timeout)
+                .with_session_timeout(self.settings.session_timeout)
+                .with_connection_timeout(connect_timeout)
                 .with_fail_eagerly();
             let connect_string = self.connect_string.clone();
             let connecting =
                 background.spawn(async move { connector.connect(&connect_string).await })?;
-            let connected = tokio::time::timeout(self.connect_timeout * 2, connecting).await;
+            let connected = tokio::time::timeout(connect_timeout * 2, connecting).await;
             let error = match connected {
                 Ok(Ok(Ok(client))) => break client,
                 Ok(Ok(Err(error))) => error,
@@ -158,9 +196,7 @@ impl LockClient {
     pub fn zookeeper_builder(connect_string: &str) -> ZooKeeperClientBuilder {
         ZooKeeperClientBuilder {
             connect_string: connect_string.to_owned(),
-            root: DEFAULT_ROOT.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: Duration::from_secs(5),
+            settings: ZooKeeperSettings::default(),
         }
     }
 }
@@ -184,7 +220,7 @@ impl std::fmt::Debug for ZooKeeperStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZooKeeperStore")
             .field("at", &self.builder.connect_string)
-            .field("root", &self.builder.root)
+            .field("root", &self.builder.settings.root)
             .finish_non_exhaustive()
     }
 }
@@ -227,7 +263,7 @@ impl ZooKeeperStore {
     }
 
     fn directory(&self, key: &str) -> String {
-        format!("{}/{}", self.builder.root, node_name(key))
+        format!("{}/{}", self.builder.settings.root, node_name(key))
     }
 
     fn entry(
@@ -421,7 +457,10 @@ impl ConsensusStore for ZooKeeperStore {
     fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
-            let names = session.client.list_children(&self.builder.root).await;
+            let names = session
+                .client
+                .list_children(&self.builder.settings.root)
+                .await;
             let names = names.map_err(|error| self.error(None, "cannot list the locks", error))?;
             Ok(names.iter().filter_map(|name| key_of(name)).collect())
         })

@@ -25,7 +25,7 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     release_memory,
 };
-use crate::backend::{Capabilities, ForcedRelease, Grant, LockState, OperatorBackend};
+use crate::backend::{Capabilities, ForcedRelease, Grant, LockState, OperatorBackend, Timeouts};
 use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -55,27 +55,24 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// let mut settings = RedisSettings::default();
 /// settings.prefix = "billing-lock:".to_owned();
-/// settings.response_timeout = Duration::from_millis(500);
-/// assert_eq!(settings.connect_timeout, Duration::from_secs(2));
+/// settings.timeouts.response = Duration::from_millis(500);
+/// assert_eq!(settings.timeouts.connect, Duration::from_secs(2));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisSettings {
     /// Text put before every lock key (default [`DEFAULT_PREFIX`]); no braces.
     pub prefix: String,
-    /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub connect_timeout: Duration,
-    /// How long a reply may take before the command counts as failed (default
-    /// [`DEFAULT_RESPONSE_TIMEOUT`]).
-    pub response_timeout: Duration,
+    /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]), and a
+    /// reply before the command counts as failed (default [`DEFAULT_RESPONSE_TIMEOUT`]).
+    pub timeouts: Timeouts,
 }
 
 impl Default for RedisSettings {
     fn default() -> Self {
         RedisSettings {
             prefix: DEFAULT_PREFIX.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT),
         }
     }
 }
@@ -143,7 +140,7 @@ impl RedisBackend {
         service: &str,
         settings: RedisSettings,
     ) -> Result<Self, LockError> {
-        let server = Server::sentinel(sentinels, service, settings.connect_timeout);
+        let server = Server::sentinel(sentinels, service, settings.timeouts.connect);
         let backend = RedisBackend::unchecked(server, settings)?;
         backend.check_reachable().await?;
         Ok(backend)
@@ -157,13 +154,14 @@ impl RedisBackend {
         if urls.iter().any(|url| url.starts_with("rediss://")) {
             check_tls_ready()?;
         }
-        let link = ClusterLink::connect(urls, settings.connect_timeout, settings.response_timeout)
-            .await
-            .map_err(|e| backend_error(None, "cannot connect to the Redis Cluster", e))?;
+        let link =
+            ClusterLink::connect(urls, settings.timeouts.connect, settings.timeouts.response)
+                .await
+                .map_err(|e| backend_error(None, "cannot connect to the Redis Cluster", e))?;
         let backend = RedisBackend {
             link: Link::Cluster(link),
             prefix: settings.prefix,
-            response_timeout: settings.response_timeout,
+            response_timeout: settings.timeouts.response,
             hands_over: true,
             caller: Caller::new(),
         };
@@ -173,14 +171,11 @@ impl RedisBackend {
 
     /// A backend on `server` that has not talked to it yet (it connects on first use).
     fn unchecked(server: Server, settings: RedisSettings) -> Result<Self, LockError> {
-        let RedisSettings {
-            prefix,
-            connect_timeout,
-            response_timeout,
-        } = settings;
+        let RedisSettings { prefix, timeouts } = settings;
         layout::check_prefix(&prefix)?;
+        let response_timeout = timeouts.response;
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
+            .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(response_timeout));
         Ok(RedisBackend {
             link: Link::Server {
@@ -297,7 +292,7 @@ impl RedisBackend {
             Some(policy) => Err(LockError::invalid_config(format!(
                 "the server's maxmemory-policy is {policy}: under memory pressure it can evict \
                  held locks; set `maxmemory-policy noeviction` (or use a separate Redis for \
-                 locks), or accept the risk with `LockClientBuilder::allow_eviction(true)`"
+                 locks), or accept the risk with `RedisClientBuilder::allow_eviction(true)`"
             ))),
             None => Ok(()),
         }

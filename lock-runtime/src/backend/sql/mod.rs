@@ -48,7 +48,9 @@ use super::{
     Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
     holding_of, refused, release_memory, released_mark,
 };
-use crate::backend::{Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend};
+use crate::backend::{
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, Timeouts,
+};
 use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::ReleaseEvent;
@@ -863,17 +865,41 @@ impl OperatorBackend for SqlBackend {
     }
 }
 
-/// A builder for a PostgreSQL or MySQL client: the lock table's name, the pool's size,
-/// timeouts. From [`LockClient::postgres_builder`] or [`LockClient::mysql_builder`].
+/// How a SQL client keeps its locks and how long it waits: [`SqlClientBuilder::settings`]
+/// takes them at once. Start from [`SqlSettings::default`] and change the fields you need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqlSettings {
+    /// The lock table's name (default [`DEFAULT_TABLE`]); see [`SqlClientBuilder::table`].
+    pub table: String,
+    /// The connection pool's size (default [`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: u32,
+    /// Whether connecting creates the tables when they are missing (default `true`).
+    pub create_tables: bool,
+    /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]), and one
+    /// call, retries of lost races included (default [`DEFAULT_RESPONSE_TIMEOUT`]).
+    pub timeouts: Timeouts,
+}
+
+impl Default for SqlSettings {
+    fn default() -> Self {
+        SqlSettings {
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            create_tables: true,
+            timeouts: Timeouts::new(DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT),
+        }
+    }
+}
+
+/// A builder for a PostgreSQL or MySQL client: its [`SqlSettings`] (the lock table's name,
+/// the pool's size, timeouts). From [`LockClient::postgres_builder`] or
+/// [`LockClient::mysql_builder`].
 #[derive(Clone)]
 pub struct SqlClientBuilder {
     dialect: Dialect,
     url: String,
-    table: String,
-    max_connections: u32,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    create_tables: bool,
+    settings: SqlSettings,
 }
 
 // The URL's password stays out of Debug output.
@@ -882,11 +908,7 @@ impl std::fmt::Debug for SqlClientBuilder {
         f.debug_struct("SqlClientBuilder")
             .field("database", &self.dialect.name())
             .field("url", &redacted(&self.url))
-            .field("table", &self.table)
-            .field("max_connections", &self.max_connections)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .field("create_tables", &self.create_tables)
+            .field("settings", &self.settings)
             .finish()
     }
 }
@@ -913,38 +935,40 @@ impl SqlClientBuilder {
         SqlClientBuilder {
             dialect,
             url: url.to_owned(),
-            table: DEFAULT_TABLE.to_owned(),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            create_tables: true,
+            settings: SqlSettings::default(),
         }
+    }
+
+    /// Every setting at once.
+    pub fn settings(mut self, settings: SqlSettings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// The lock table's name (default [`DEFAULT_TABLE`]); the fence and release tables are
     /// named after it, with `_fences` and `_releases`. Lowercase ASCII letters, digits and `_`, starting with a letter or
     /// `_`, at most 48 bytes; the table lives in the connection's default schema (database).
     pub fn table(mut self, name: impl Into<String>) -> Self {
-        self.table = name.into();
+        self.settings.table = name.into();
         self
     }
 
     /// The connection pool's size (default [`DEFAULT_MAX_CONNECTIONS`]).
     pub fn max_connections(mut self, connections: u32) -> Self {
-        self.max_connections = connections;
+        self.settings.max_connections = connections;
         self
     }
 
     /// How long opening a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.timeouts.connect = timeout;
         self
     }
 
     /// How long one call may take, retries of lost races included (default
     /// [`DEFAULT_RESPONSE_TIMEOUT`]); past it, the call fails with [`LockError::Backend`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.timeouts.response = timeout;
         self
     }
 
@@ -952,14 +976,14 @@ impl SqlClientBuilder {
     /// (default `true`; it needs the CREATE privilege). With `false`, create them beforehand
     /// with [`schema`](Self::schema)'s statements, say in a migration.
     pub fn create_tables(mut self, create: bool) -> Self {
-        self.create_tables = create;
+        self.settings.create_tables = create;
         self
     }
 
     /// The statements that create the tables (each idempotent), in order: for a migration.
     pub fn schema(&self) -> Result<Vec<String>, LockError> {
-        check_table_name(&self.table)?;
-        let statements = Statements::new(self.dialect, &self.table);
+        check_table_name(&self.settings.table)?;
+        let statements = Statements::new(self.dialect, &self.settings.table);
         Ok(statements.schema)
     }
 
@@ -967,19 +991,20 @@ impl SqlClientBuilder {
     /// an error here), creates the tables if they are missing and allowed to, and returns
     /// the client.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        check_table_name(&self.table)?;
-        if self.max_connections == 0 {
+        let settings = &self.settings;
+        check_table_name(&settings.table)?;
+        if settings.max_connections == 0 {
             return Err(LockError::invalid_config(
                 "`max_connections` is 0: a pool needs at least one connection",
             ));
         }
-        let statements = Statements::new(self.dialect, &self.table);
+        let statements = Statements::new(self.dialect, &settings.table);
         let at = redacted(&self.url);
         let pool = match self.dialect {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::pool(&self).await,
+            Dialect::Postgres => postgres::pool(&self.url, settings).await,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::pool(&self).await,
+            Dialect::MySql => mysql::pool(&self.url, settings).await,
             #[allow(unreachable_patterns)]
             _ => {
                 return Err(LockError::invalid_config(
@@ -989,7 +1014,7 @@ impl SqlClientBuilder {
         };
         let pool = pool.map_err(|error| backend_error(&statements, &at, None, error))?;
         #[cfg(feature = "postgres")]
-        let listener = pool.listener(channel(&self.table), self.response_timeout);
+        let listener = pool.listener(channel(&settings.table), settings.timeouts.response);
         // Waiters subscribe where releases are announced (PostgreSQL), else poll.
         #[cfg(feature = "postgres")]
         let notifies = listener.is_some();
@@ -999,19 +1024,19 @@ impl SqlClientBuilder {
             statements,
             sessions: pool.sessions,
             at,
-            release_memory: release_memory(self.response_timeout),
+            release_memory: release_memory(settings.timeouts.response),
             #[cfg(feature = "mysql")]
             forgetting: AtomicBool::new(false),
         };
         let backend = SqlBackend {
             store: Arc::new(store),
-            calls: Calls::new(self.response_timeout),
+            calls: Calls::new(settings.timeouts.response),
             #[cfg(feature = "postgres")]
             listener,
         };
         // On the background runtime, as every call: a connection the pool opens belongs to the runtime
         // it was opened on.
-        let (store, create) = (backend.store.clone(), self.create_tables);
+        let (store, create) = (backend.store.clone(), settings.create_tables);
         let ensuring = |retry_until| async move { store.ensure_tables(create, retry_until).await };
         backend.calls.run(None, ensuring).await?;
         Ok(LockClient::with_background(
@@ -1151,5 +1176,26 @@ mod tests {
             let error = check_table_name(bad).unwrap_err().to_string();
             assert!(error.contains("lowercase ASCII"), "{bad}: {error}");
         }
+    }
+
+    /// A settings value replaces every setting; the shorthands change one of them.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn settings_are_taken_whole_and_shorthands_change_one() {
+        let settings = SqlSettings {
+            table: "billing_locks".to_owned(),
+            ..SqlSettings::default()
+        };
+        let builder = LockClient::postgres_builder("postgres://u:secret@db/app")
+            .table("replaced")
+            .settings(settings.clone());
+        assert_eq!(builder.settings, settings);
+        let schema = builder.schema().unwrap().join("\n");
+        assert!(schema.contains("billing_locks_fences"), "{schema}");
+        let builder = builder.response_timeout(Duration::from_millis(250));
+        assert_eq!(builder.settings.timeouts.response, Duration::from_millis(250));
+        assert_eq!(builder.settings.timeouts.connect, DEFAULT_CONNECT_TIMEOUT);
+        let shown = format!("{builder:?}");
+        assert!(shown.contains("billing_locks") && !shown.contains("secret"), "{shown}");
     }
 }

@@ -6,17 +6,18 @@ use std::sync::Arc;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{Connection, Executor};
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_background};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlSettings, connecting, on_background};
 
 /// Opens the pool on the background runtime, once a first connection succeeded. Each connection waits for
 /// a row lock at most [`LOCK_WAIT`] and, on MariaDB, is ended by the server after
 /// [`IDLE_IN_TRANSACTION`] idle inside a transaction (MySQL has no such setting).
-pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
-    let options = MySqlConnectOptions::from_str(&settings.url)?;
-    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+pub(super) async fn pool(url: &str, settings: &SqlSettings) -> Result<Pool, sqlx::Error> {
+    let options = MySqlConnectOptions::from_str(url)?;
+    let (connect_timeout, response_timeout) =
+        (settings.timeouts.connect, settings.timeouts.response);
     let pool_options = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
-        .acquire_timeout(settings.connect_timeout)
+        .acquire_timeout(settings.timeouts.connect)
         .test_before_acquire(false);
     let pool = on_background(async move {
         // One connection of its own first: the pool would retry until its timeout and

@@ -18,7 +18,7 @@ use sqlx::{Connection, Executor, PgPool};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlClientBuilder, connecting, on_background};
+use super::{IDLE_IN_TRANSACTION, LOCK_WAIT, Pool, SqlSettings, connecting, on_background};
 use crate::LockError;
 use crate::backend::ReleaseWatch;
 use crate::background::Background;
@@ -30,8 +30,8 @@ use crate::release_hub::{ReleaseHub, parse_announcement};
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// Opens the pool on the background runtime, once a first connection succeeded.
-pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Error> {
-    let options = PgConnectOptions::from_str(&settings.url)?
+pub(super) async fn pool(url: &str, settings: &SqlSettings) -> Result<Pool, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?
         // Names the table, so that an operator tells the clients of each table apart.
         .application_name(&format!("fencelock {}", settings.table))
         .options([
@@ -39,17 +39,17 @@ pub(super) async fn pool(settings: &SqlClientBuilder) -> Result<Pool, sqlx::Erro
             // No statement outlives a call's task (see `Calls`).
             (
                 "statement_timeout",
-                settings.response_timeout.as_millis().to_string(),
+                settings.timeouts.response.as_millis().to_string(),
             ),
             (
                 "idle_in_transaction_session_timeout",
                 IDLE_IN_TRANSACTION.as_millis().to_string(),
             ),
         ]);
-    let connect_timeout = settings.connect_timeout;
+    let connect_timeout = settings.timeouts.connect;
     let pool_options = PgPoolOptions::new()
         .max_connections(settings.max_connections)
-        .acquire_timeout(settings.connect_timeout)
+        .acquire_timeout(settings.timeouts.connect)
         .test_before_acquire(false);
     let (pool, listens) = on_background(async move {
         // One connection of its own first: the pool would retry until its timeout and
