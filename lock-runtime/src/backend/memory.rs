@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
-    ReleaseWatch, Turn, holding_of, refused, release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, Release, ReleaseMemory,
+    ReleaseWatch, Turn, holding_of, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
@@ -729,114 +729,98 @@ impl std::fmt::Debug for MemoryBackend {
     }
 }
 
-impl LockBackend for MemoryBackend {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+// The calls of every lock (see `LockBackend`): answered at once.
+impl AsyncBackend for MemoryBackend {
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         if lease.replicas > 0 {
-            return refused(
+            return Err(LockError::invalid_config(
                 "`min_replicas` needs a Redis master with replicas; the memory backend has \
                  none: remove `min_replicas` here",
-            );
+            ));
         }
-        let result = self.with_state(|state| state.acquire(lease, turn));
-        Box::pin(std::future::ready(result))
+        self.with_state(|state| state.acquire(lease, turn))
     }
 
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
         // In process, every release is announced as it happens: nothing to confirm.
         let (watch, subscribed) = self.releases.watch(key);
         let _ = subscribed.set(());
-        Box::pin(std::future::ready(Ok(watch)))
+        Ok(watch)
     }
 
-    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         self.releases.watch_subscribed(key)
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn offers(&self) -> Capabilities {
         Capabilities::EVERY_KIND
     }
 
-    fn extend<'a>(
-        &'a self,
-        held: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
-        let result = self.with_state(|state| {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
+        Ok(self.with_state(|state| {
             let extended = held.iter().map(|h| Extended::found(state.extend(h)));
             extended.collect()
-        });
-        Box::pin(std::future::ready(Ok(result)))
+        }))
     }
 
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        min_hold: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
         let (result, announce) = self.with_state(|state| state.release(lease, min_hold));
         for event in announce {
             self.releases.announce(&lease.key, event);
         }
-        Box::pin(std::future::ready(Ok(result)))
+        Ok(result)
     }
 
-    fn operator(&self) -> Option<&dyn OperatorBackend> {
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
 }
 
-impl OperatorBackend for MemoryBackend {
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        let listed = Glob::parse(pattern).map(|glob| {
-            let now = Instant::now();
-            self.with_state(|state| {
-                let live_shared = state
-                    .shared
-                    .iter()
-                    .filter(|(_, grants)| grants.iter().any(|grant| grant.expires_at > now));
-                let keys: Vec<String> = state
-                    .holders
-                    .iter()
-                    .filter(|(_, holder)| holder.expires_at > now)
-                    .map(|(key, _)| key)
-                    .chain(live_shared.map(|(key, _)| key))
-                    .filter(|key| glob.matches(key))
-                    .cloned()
-                    .collect();
-                keys.iter().map(|key| state.lock_state(key, now)).collect()
-            })
-        });
-        Box::pin(std::future::ready(listed))
-    }
-
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+// An operator's calls (see `OperatorBackend`).
+impl AsyncOperator for MemoryBackend {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let glob = Glob::parse(pattern)?;
         let now = Instant::now();
-        let state = self.with_state(|state| state.lock_state(key, now));
-        Box::pin(std::future::ready(Ok(state)))
+        Ok(self.with_state(|state| {
+            let live_shared = state
+                .shared
+                .iter()
+                .filter(|(_, grants)| grants.iter().any(|grant| grant.expires_at > now));
+            let keys: Vec<String> = state
+                .holders
+                .iter()
+                .filter(|(_, holder)| holder.expires_at > now)
+                .map(|(key, _)| key)
+                .chain(live_shared.map(|(key, _)| key))
+                .filter(|key| glob.matches(key))
+                .cloned()
+                .collect();
+            keys.iter().map(|key| state.lock_state(key, now)).collect()
+        }))
     }
 
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+        let now = Instant::now();
+        Ok(self.with_state(|state| state.lock_state(key, now)))
+    }
+
+    async fn force_release_held(
+        &self,
+        key: &str,
         grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+    ) -> Result<ForcedRelease, LockError> {
         let (forced, announced) = self.with_state(|state| state.force_release(key, grant));
         for event in announced {
             self.releases.announce(key, event);
         }
-        Box::pin(std::future::ready(Ok(forced)))
+        Ok(forced)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::LockBackend;
 
     fn lease(owner: &str, ttl_ms: u64) -> Lease {
         Lease {

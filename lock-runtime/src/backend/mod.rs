@@ -21,6 +21,7 @@ pub mod consensus;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod late_replies;
 pub mod memory;
+mod native;
 pub mod redis;
 pub mod redlock;
 pub(crate) mod sharing;
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(crate) use self::native::{AsyncBackend, AsyncOperator};
 pub use self::state::{
     ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
@@ -462,13 +464,6 @@ pub(crate) fn not_offered(what: &str) -> LockError {
         "this backend does not offer {what}: the Redis (one server, Sentinel, Cluster), \
          Redlock, SQL, ZooKeeper, etcd and memory backends do"
     ))
-}
-
-/// A call refused before anything is sent: [`LockError::InvalidConfig`] for `reason`.
-pub(crate) fn refused<'a, T: Send + 'a>(
-    reason: impl Into<String>,
-) -> BoxFuture<'a, Result<T, LockError>> {
-    Box::pin(std::future::ready(Err(LockError::invalid_config(reason))))
 }
 
 #[cfg(test)]

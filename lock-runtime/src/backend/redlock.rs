@@ -49,7 +49,8 @@ use futures_util::future::join_all;
 
 use super::redis::{Proposal, RedisBackend, RedisSettings};
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
+    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, LockBackend, Release,
+    ReleaseWatch, Turn,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, Masters, OperatorBackend, QUEUE_SHOWN,
@@ -253,29 +254,6 @@ fn validity(ttl: Duration, started: Instant) -> Option<Duration> {
 
 // Acquire.
 impl RedlockBackend {
-    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
-        let turn = turn_on_masters(lease.kind, turn)?;
-        let started = Instant::now();
-        // One proposal for every master: masters whose counters agree grant the same token,
-        // and the write-back is needed only where one is behind or ahead; masters whose
-        // grants agree grant the same permit or shard.
-        let proposal = Proposal {
-            floor: Some(clock_us()),
-            start: lease.kind.count().map_or(0, random::below),
-        };
-        let replies = self
-            .on_every_master(|m| m.acquire_as_proposed(lease, turn, proposal))
-            .await;
-        let (slot, agreeing) = largest_agreement(&replies);
-        let token = self.settle_token(lease, &agreeing, started).await;
-        let kept = if token.is_some() { &agreeing[..] } else { &[] };
-        self.give_back_unkept(lease, &replies, kept).await;
-        match token {
-            Some(token) => Ok(Acquire::Granted { token, slot }),
-            None => self.refusal(lease, replies),
-        }
-    }
-
     /// Makes the grants of `agreeing` carry one token, the greatest granted, and returns it;
     /// `None` when they are fewer than a majority, or fewer than a majority carry it in time.
     async fn settle_token(
@@ -403,152 +381,8 @@ fn is_key_in_use(error: &LockError) -> bool {
     matches!(error, LockError::KeyInUse { .. })
 }
 
-// Renewal, release and notifications.
+// The operator's view: each lock merged over the masters.
 impl RedlockBackend {
-    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
-        let replies = self.on_every_master(|m| m.extend(held)).await;
-        let answers = self.majority_answered(None, "renewing leases failed", replies)?;
-        let unanswered = self.masters.len() - answers.len();
-        let decided = |i: usize, lease: &HeldLease| {
-            let on = |found: fn(&Extended) -> bool| {
-                let told = answers.iter().filter_map(|(_, extended)| extended.get(i));
-                told.filter(|extended| found(extended)).count()
-            };
-            let renewed = on(|e| matches!(e, Extended::Renewed));
-            let unknown = unanswered + on(|e| matches!(e, Extended::Unknown(_)));
-            if renewed >= self.quorum() {
-                Extended::Renewed
-            } else if renewed + unknown < self.quorum() {
-                Extended::Lost
-            } else {
-                // The masters that did not answer (or could not tell) decide: asked again.
-                Extended::Unknown(LockError::backend(
-                    Some(&lease.lease.key),
-                    format!(
-                        "renewing failed: {renewed} of {} masters renewed the lease and \
-                         {unknown} did not answer or could not tell, so whether a majority \
-                         holds it is unknown",
-                        self.masters.len()
-                    ),
-                    None,
-                ))
-            }
-        };
-        Ok(held
-            .iter()
-            .enumerate()
-            .map(|(i, lease)| decided(i, lease))
-            .collect())
-    }
-
-    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
-        let replies = self.on_every_master(|m| m.release(lease, min_hold)).await;
-        let released = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Release::Released)))
-            .count();
-        // A master that could not tell (or did not answer) may have held it.
-        let unknown = replies
-            .iter()
-            .filter(|r| !matches!(r, Ok(Release::Released | Release::NotOwner)))
-            .count();
-        let first_failure = replies.into_iter().find_map(Result::err);
-        if released >= self.quorum() {
-            Ok(Release::Released)
-        } else if released + unknown < self.quorum() {
-            Ok(Release::NotOwner)
-        } else {
-            // The masters that did not answer decide whether a majority still held it.
-            Err(LockError::backend(
-                Some(&lease.key),
-                format!(
-                    "releasing failed: {released} of {} masters released and {unknown} did \
-                     not answer or could not tell, so whether a majority held the lease is \
-                     unknown",
-                    self.masters.len()
-                ),
-                first_failure.map(|e| Arc::new(e) as _),
-            ))
-        }
-    }
-
-    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
-        let watches = self.on_every_master(|m| m.subscribe(key)).await;
-        let subscribed = self.majority_answered(Some(key), "subscribing failed", watches)?;
-        Ok(ReleaseWatch::any_of(
-            subscribed.into_iter().map(|(_, watch)| watch),
-        ))
-    }
-
-    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
-        let watches: Vec<ReleaseWatch> = self
-            .masters
-            .iter()
-            .filter_map(|m| m.watch_if_subscribed(key))
-            .collect();
-        (watches.len() >= self.quorum()).then(|| ReleaseWatch::any_of(watches))
-    }
-}
-
-// The operator's view: every master asked, each lock merged over them.
-impl RedlockBackend {
-    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
-        let replies = self.on_every_master(|m| m.list_locks(pattern)).await;
-        let answers = self.majority_answered(None, "listing locks failed", replies)?;
-        let answered = answers.len();
-        let mut by_key: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
-        for state in answers.into_iter().flat_map(|(_, states)| states) {
-            by_key.entry(state.key.clone()).or_default().push(state);
-        }
-        Ok(by_key
-            .into_iter()
-            .map(|(key, states)| self.merge(&key, states, answered))
-            .collect())
-    }
-
-    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
-        let replies = self.on_every_master(|m| m.inspect_lock(key)).await;
-        let answers = self.majority_answered(Some(key), "inspecting failed", replies)?;
-        let answered = answers.len();
-        let states = answers.into_iter().map(|(_, state)| state).collect();
-        Ok(self.merge(key, states, answered))
-    }
-
-    async fn force_release_held(
-        &self,
-        key: &str,
-        grant: Grant,
-    ) -> Result<ForcedRelease, LockError> {
-        let replies = self.on_every_master(|m| m.force_release(key, grant)).await;
-        let answers = self.majority_answered(Some(key), "releasing by force failed", replies)?;
-        let answered = answers.len();
-        let released_on = answers.iter().filter(|(_, forced)| forced.released).count();
-        // What was released, where anything was; else what holds the key.
-        let found = answers
-            .iter()
-            .filter(|(_, forced)| forced.released || released_on == 0)
-            .map(|(_, forced)| &forced.found);
-        let (found, _) = self.merge_holdings(found, answered);
-        // Masters keep no line: each announces that the key is free (waiters hear one).
-        let announced = answers
-            .iter()
-            .filter_map(|(_, forced)| forced.announced)
-            .max_by_key(|event| match event {
-                ReleaseEvent::Released { token } => *token,
-                _ => None,
-            });
-        Ok(ForcedRelease {
-            released: released_on > 0,
-            announced,
-            masters: Some(Masters {
-                holding: released_on,
-                answered,
-                of: self.masters.len(),
-            }),
-            ..ForcedRelease::of(key, found)
-        })
-    }
-
     /// One lock's state over the masters that answered (`states`: those on which the key
     /// holds anything; the others hold nothing there).
     fn merge(&self, key: &str, states: Vec<LockState>, answered: usize) -> LockState {
@@ -669,64 +503,180 @@ impl RedlockBackend {
     }
 }
 
-impl LockBackend for RedlockBackend {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        Box::pin(self.try_acquire(lease, turn))
+// The calls of every lock (see `LockBackend`).
+impl AsyncBackend for RedlockBackend {
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        let turn = turn_on_masters(lease.kind, turn)?;
+        let started = Instant::now();
+        // One proposal for every master: masters whose counters agree grant the same token,
+        // and the write-back is needed only where one is behind or ahead; masters whose
+        // grants agree grant the same permit or shard.
+        let proposal = Proposal {
+            floor: Some(clock_us()),
+            start: lease.kind.count().map_or(0, random::below),
+        };
+        let replies = self
+            .on_every_master(|m| m.acquire_as_proposed(lease, turn, proposal))
+            .await;
+        let (slot, agreeing) = largest_agreement(&replies);
+        let token = self.settle_token(lease, &agreeing, started).await;
+        let kept = if token.is_some() { &agreeing[..] } else { &[] };
+        self.give_back_unkept(lease, &replies, kept).await;
+        match token {
+            Some(token) => Ok(Acquire::Granted { token, slot }),
+            None => self.refusal(lease, replies),
+        }
     }
 
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
-        Box::pin(self.watch_releases(key))
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
+        let watches = self.on_every_master(|m| m.subscribe(key)).await;
+        let subscribed = self.majority_answered(Some(key), "subscribing failed", watches)?;
+        Ok(ReleaseWatch::any_of(
+            subscribed.into_iter().map(|(_, watch)| watch),
+        ))
     }
 
-    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
-        self.watch_subscribed(key)
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        let watches: Vec<ReleaseWatch> = self
+            .masters
+            .iter()
+            .filter_map(|m| m.watch_if_subscribed(key))
+            .collect();
+        (watches.len() >= self.quorum()).then(|| ReleaseWatch::any_of(watches))
     }
 
-    fn extend<'a>(
-        &'a self,
-        held: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
-        Box::pin(self.extend_grants(held))
-    }
-
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        min_hold: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.release_grant(lease, min_hold))
-    }
-
-    fn capabilities(&self) -> Capabilities {
+    fn offers(&self) -> Capabilities {
         Capabilities::EVERY_KIND.with_hands_off(false)
     }
 
-    fn operator(&self) -> Option<&dyn OperatorBackend> {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
+        let replies = self.on_every_master(|m| m.extend(held)).await;
+        let answers = self.majority_answered(None, "renewing leases failed", replies)?;
+        let unanswered = self.masters.len() - answers.len();
+        let decided = |i: usize, lease: &HeldLease| {
+            let on = |found: fn(&Extended) -> bool| {
+                let told = answers.iter().filter_map(|(_, extended)| extended.get(i));
+                told.filter(|extended| found(extended)).count()
+            };
+            let renewed = on(|e| matches!(e, Extended::Renewed));
+            let unknown = unanswered + on(|e| matches!(e, Extended::Unknown(_)));
+            if renewed >= self.quorum() {
+                Extended::Renewed
+            } else if renewed + unknown < self.quorum() {
+                Extended::Lost
+            } else {
+                // The masters that did not answer (or could not tell) decide: asked again.
+                Extended::Unknown(LockError::backend(
+                    Some(&lease.lease.key),
+                    format!(
+                        "renewing failed: {renewed} of {} masters renewed the lease and \
+                         {unknown} did not answer or could not tell, so whether a majority \
+                         holds it is unknown",
+                        self.masters.len()
+                    ),
+                    None,
+                ))
+            }
+        };
+        Ok(held
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| decided(i, lease))
+            .collect())
+    }
+
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
+        let replies = self.on_every_master(|m| m.release(lease, min_hold)).await;
+        let released = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Release::Released)))
+            .count();
+        // A master that could not tell (or did not answer) may have held it.
+        let unknown = replies
+            .iter()
+            .filter(|r| !matches!(r, Ok(Release::Released | Release::NotOwner)))
+            .count();
+        let first_failure = replies.into_iter().find_map(Result::err);
+        if released >= self.quorum() {
+            Ok(Release::Released)
+        } else if released + unknown < self.quorum() {
+            Ok(Release::NotOwner)
+        } else {
+            // The masters that did not answer decide whether a majority still held it.
+            Err(LockError::backend(
+                Some(&lease.key),
+                format!(
+                    "releasing failed: {released} of {} masters released and {unknown} did \
+                     not answer or could not tell, so whether a majority held the lease is \
+                     unknown",
+                    self.masters.len()
+                ),
+                first_failure.map(|e| Arc::new(e) as _),
+            ))
+        }
+    }
+
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
 }
 
-impl OperatorBackend for RedlockBackend {
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        Box::pin(self.list_held(pattern))
+// An operator's calls (see `OperatorBackend`): every master asked, each lock merged over them.
+impl AsyncOperator for RedlockBackend {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let replies = self.on_every_master(|m| m.list_locks(pattern)).await;
+        let answers = self.majority_answered(None, "listing locks failed", replies)?;
+        let answered = answers.len();
+        let mut by_key: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
+        for state in answers.into_iter().flat_map(|(_, states)| states) {
+            by_key.entry(state.key.clone()).or_default().push(state);
+        }
+        Ok(by_key
+            .into_iter()
+            .map(|(key, states)| self.merge(&key, states, answered))
+            .collect())
     }
 
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        Box::pin(self.inspect_held(key))
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+        let replies = self.on_every_master(|m| m.inspect_lock(key)).await;
+        let answers = self.majority_answered(Some(key), "inspecting failed", replies)?;
+        let answered = answers.len();
+        let states = answers.into_iter().map(|(_, state)| state).collect();
+        Ok(self.merge(key, states, answered))
     }
 
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
+    async fn force_release_held(
+        &self,
+        key: &str,
         grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key, grant))
+    ) -> Result<ForcedRelease, LockError> {
+        let replies = self.on_every_master(|m| m.force_release(key, grant)).await;
+        let answers = self.majority_answered(Some(key), "releasing by force failed", replies)?;
+        let answered = answers.len();
+        let released_on = answers.iter().filter(|(_, forced)| forced.released).count();
+        // What was released, where anything was; else what holds the key.
+        let found = answers
+            .iter()
+            .filter(|(_, forced)| forced.released || released_on == 0)
+            .map(|(_, forced)| &forced.found);
+        let (found, _) = self.merge_holdings(found, answered);
+        // Masters keep no line: each announces that the key is free (waiters hear one).
+        let announced = answers
+            .iter()
+            .filter_map(|(_, forced)| forced.announced)
+            .max_by_key(|event| match event {
+                ReleaseEvent::Released { token } => *token,
+                _ => None,
+            });
+        Ok(ForcedRelease {
+            released: released_on > 0,
+            announced,
+            masters: Some(Masters {
+                holding: released_on,
+                answered,
+                of: self.masters.len(),
+            }),
+            ..ForcedRelease::of(key, found)
+        })
     }
 }

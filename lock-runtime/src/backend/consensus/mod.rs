@@ -49,8 +49,8 @@ use tokio::time::Instant;
 
 use self::state::{EntryKind, State};
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseMemory,
-    ReleaseWatch, Turn, refused, release_memory,
+    Acquire, AsyncBackend, AsyncOperator, BoxFuture, Extended, HeldLease, Lease, Release,
+    ReleaseMemory, ReleaseWatch, Turn, release_memory,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
@@ -935,43 +935,37 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
     Holding::Shared { grants, holders }
 }
 
-impl<S: ConsensusStore> LockBackend for ConsensusBackend<S> {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+// The calls of every lock (see `LockBackend`); each keeps the session alive.
+impl<S: ConsensusStore> AsyncBackend for ConsensusBackend<S> {
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         if lease.replicas > 0 {
-            return refused(
+            return Err(LockError::invalid_config(
                 "min_replicas is for Redis replicas: a consensus store writes every grant to a \
                  majority already; remove min_replicas",
-            );
+            ));
         }
-        Box::pin(async move {
-            let (acquired, refreshed) = tokio::join!(
-                self.shared.acquire(lease, turn),
-                self.shared.store.refresh()
-            );
-            // Both answers count from this attempt: a grant's lease, and a place in line
-            // that a release may hand the key to later. Either needs the session kept
-            // alive from here.
-            let acquired = acquired?;
-            refreshed.map(|()| acquired)
-        })
+        let (acquired, refreshed) = tokio::join!(
+            self.shared.acquire(lease, turn),
+            self.shared.store.refresh()
+        );
+        // Both answers count from this attempt: a grant's lease, and a place in line that a
+        // release may hand the key to later. Either needs the session kept alive from here.
+        let acquired = acquired?;
+        refreshed.map(|()| acquired)
     }
 
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
         // Waiters' own watches announce: nothing to set up in the store.
         let (watch, subscribed) = self.shared.hub.watch(key);
         let _ = subscribed.set(());
-        Box::pin(std::future::ready(Ok(watch)))
+        Ok(watch)
     }
 
-    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         self.shared.hub.watch_subscribed(key)
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn offers(&self) -> Capabilities {
         let session = Some(self.shared.store.session_timeout());
         // Readers and writers are entries of their kind in the line; permits and shards
         // have no line of theirs.
@@ -981,69 +975,56 @@ impl<S: ConsensusStore> LockBackend for ConsensusBackend<S> {
             .with_longest_lease(session)
     }
 
-    fn extend<'a>(
-        &'a self,
-        held: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
-        Box::pin(async move {
-            let extending = held.iter().map(|held| self.shared.extend_one(held));
-            let (extended, refreshed) = tokio::join!(
-                futures_util::future::join_all(extending),
-                self.shared.store.refresh()
-            );
-            refreshed?;
-            // A lease whose entry could not be written is unknown alone.
-            let answers = extended.into_iter().map(|extended| match extended {
-                Ok(found) => Extended::found(found),
-                Err(error) => Extended::Unknown(error),
-            });
-            Ok(answers.collect())
-        })
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
+        let extending = held.iter().map(|held| self.shared.extend_one(held));
+        let (extended, refreshed) = tokio::join!(
+            futures_util::future::join_all(extending),
+            self.shared.store.refresh()
+        );
+        refreshed?;
+        // A lease whose entry could not be written is unknown alone.
+        let answers = extended.into_iter().map(|extended| match extended {
+            Ok(found) => Extended::found(found),
+            Err(error) => Extended::Unknown(error),
+        });
+        Ok(answers.collect())
     }
 
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        min_hold: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.shared.release(lease, min_hold))
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
+        self.shared.release(lease, min_hold).await
     }
 
-    fn operator(&self) -> Option<&dyn OperatorBackend> {
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
 }
 
-impl<S: ConsensusStore> OperatorBackend for ConsensusBackend<S> {
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        Box::pin(async move {
-            let glob = Glob::parse(pattern)?;
-            let mut locks = Vec::new();
-            for key in self.shared.store.keys().await? {
-                if glob.matches(&key) {
-                    let state = self.shared.inspect(&key).await?;
-                    if state.holding != Holding::Free || !state.queue.is_empty() {
-                        locks.push(state);
-                    }
+// An operator's calls (see `OperatorBackend`).
+impl<S: ConsensusStore> AsyncOperator for ConsensusBackend<S> {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let glob = Glob::parse(pattern)?;
+        let mut locks = Vec::new();
+        for key in self.shared.store.keys().await? {
+            if glob.matches(&key) {
+                let state = self.shared.inspect(&key).await?;
+                if state.holding != Holding::Free || !state.queue.is_empty() {
+                    locks.push(state);
                 }
             }
-            Ok(locks)
-        })
+        }
+        Ok(locks)
     }
 
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        Box::pin(self.shared.inspect(key))
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+        self.shared.inspect(key).await
     }
 
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
+    async fn force_release_held(
+        &self,
+        key: &str,
         grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.shared.force_release(key, grant))
+    ) -> Result<ForcedRelease, LockError> {
+        self.shared.force_release(key, grant).await
     }
 }
 

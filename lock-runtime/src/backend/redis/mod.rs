@@ -22,10 +22,9 @@ use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
-    release_memory,
+    Acquire, AsyncBackend, Extended, HeldLease, Lease, Release, ReleaseWatch, Turn, release_memory,
 };
-use crate::backend::{Capabilities, ForcedRelease, Grant, LockState, OperatorBackend, Timeouts};
+use crate::backend::{Capabilities, OperatorBackend, Timeouts};
 use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -405,15 +404,6 @@ pub(crate) struct Proposal {
 
 // Acquire.
 impl RedisBackend {
-    /// One acquire attempt.
-    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
-        let proposal = Proposal {
-            floor: None,
-            start: lease.kind.count().map_or(0, random::below),
-        };
-        self.acquire_as_proposed(lease, turn, proposal).await
-    }
-
     /// One acquire attempt as `proposal` says (Redlock's client gives every master the same
     /// one, and groups the masters by the permit or shard each granted).
     pub(crate) async fn acquire_as_proposed(
@@ -534,37 +524,6 @@ impl RedisBackend {
 
 // Renewal: extends batched into script calls and pipelines.
 impl RedisBackend {
-    /// Extends every grant in `held`, in pipelines of script calls.
-    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
-        let connection = match &self.link {
-            Link::Server { connection, .. } => connection,
-            Link::Cluster(cluster) => return self.extend_on_cluster(cluster, held).await,
-        };
-        let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
-        let mut extended = Vec::with_capacity(held.len());
-        let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
-        let mut done = 0;
-        while done < calls.len() {
-            let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
-            match self.extend_pipeline(connection, group).await {
-                Ok(replies) => {
-                    let found = replies.into_iter().flatten();
-                    extended.extend(found.map(|reply| Extended::found(reply == 1)));
-                    done += group.len();
-                }
-                // A large pipeline that timed out is split and sent again: every extend
-                // is owner-checked, so repeating one is harmless.
-                Err(error) if error.is_timeout() && calls_per_pipeline > 1 => {
-                    calls_per_pipeline /= 2;
-                }
-                Err(error) => {
-                    return Err(backend_error(None, "renewing leases failed", error));
-                }
-            }
-        }
-        Ok(extended)
-    }
-
     /// One pipeline of extend script calls.
     async fn extend_pipeline(
         &self,
@@ -642,26 +601,6 @@ impl RedisBackend {
     }
 }
 
-// Release.
-impl RedisBackend {
-    /// Deletes (or, with `min_hold`, shortens) `lease`'s grant if it is still the owner's.
-    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
-        let (keys, args) = self.release_call(lease, min_hold);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let script = if lease.kind.is_shared() {
-            &LIBRARY.shared_release
-        } else {
-            &LIBRARY.release
-        };
-        let reply = self.run(script, &keys, &args, &lease.key).await?;
-        match integer(&reply) {
-            Some(1) => Ok(Release::Released),
-            Some(0 | -1) => Ok(Release::NotOwner),
-            _ => Err(unexpected(&lease.key, "release", &reply)),
-        }
-    }
-}
-
 // Redlock's write-back of the fencing token chosen across masters.
 impl RedisBackend {
     /// Makes `lease`'s grant (a mutex's key, or a shared kind's grant in its hash), which this
@@ -690,6 +629,7 @@ impl RedisBackend {
     }
 }
 
+// Release.
 impl RedisBackend {
     /// The keys and arguments of the release script of `lease`'s kind, keeping the key (or
     /// the shared grant) `min_hold`.
@@ -755,18 +695,6 @@ impl RedisBackend {
         let lock_key = self.lock_key(&lease.key);
         let leases_key = layout::leases_key(&lock_key);
         [lock_key, leases_key]
-    }
-}
-
-// Release notifications.
-impl RedisBackend {
-    /// A watch of `key`'s release channel.
-    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
-        let channel = layout::release_channel(&self.lock_key(key));
-        match &self.link {
-            Link::Server { notifier, .. } => notifier.subscribe(&channel).await,
-            Link::Cluster(cluster) => cluster.subscribe(&channel).await,
-        }
     }
 }
 
@@ -938,20 +866,27 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
     }
 }
 
-impl LockBackend for RedisBackend {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
-        Box::pin(self.try_acquire(lease, turn))
+// The calls of every lock (see `LockBackend`).
+impl AsyncBackend for RedisBackend {
+    /// One acquire attempt.
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
+        let proposal = Proposal {
+            floor: None,
+            start: lease.kind.count().map_or(0, random::below),
+        };
+        self.acquire_as_proposed(lease, turn, proposal).await
     }
 
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
-        Box::pin(self.watch_releases(key))
+    /// A watch of `key`'s release channel.
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
+        let channel = layout::release_channel(&self.lock_key(key));
+        match &self.link {
+            Link::Server { notifier, .. } => notifier.subscribe(&channel).await,
+            Link::Cluster(cluster) => cluster.subscribe(&channel).await,
+        }
     }
 
-    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         let channel = layout::release_channel(&self.lock_key(key));
         match &self.link {
             Link::Server { notifier, .. } => notifier.watch_if_subscribed(&channel),
@@ -959,48 +894,60 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn offers(&self) -> Capabilities {
         Capabilities::EVERY_KIND
     }
 
-    fn extend<'a>(
-        &'a self,
-        held: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
-        Box::pin(self.extend_grants(held))
+    /// Extends every grant in `held`, in pipelines of script calls.
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
+        let connection = match &self.link {
+            Link::Server { connection, .. } => connection,
+            Link::Cluster(cluster) => return self.extend_on_cluster(cluster, held).await,
+        };
+        let calls: Vec<&[HeldLease]> = held.chunks(EXTEND_KEYS_PER_CALL).collect();
+        let mut extended = Vec::with_capacity(held.len());
+        let mut calls_per_pipeline = EXTEND_CALLS_PER_PIPELINE;
+        let mut done = 0;
+        while done < calls.len() {
+            let group = &calls[done..calls.len().min(done + calls_per_pipeline)];
+            match self.extend_pipeline(connection, group).await {
+                Ok(replies) => {
+                    let found = replies.into_iter().flatten();
+                    extended.extend(found.map(|reply| Extended::found(reply == 1)));
+                    done += group.len();
+                }
+                // A large pipeline that timed out is split and sent again: every extend
+                // is owner-checked, so repeating one is harmless.
+                Err(error) if error.is_timeout() && calls_per_pipeline > 1 => {
+                    calls_per_pipeline /= 2;
+                }
+                Err(error) => {
+                    return Err(backend_error(None, "renewing leases failed", error));
+                }
+            }
+        }
+        Ok(extended)
     }
 
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        min_hold: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
-        Box::pin(self.release_grant(lease, min_hold))
+    /// Deletes (or, with `min_hold`, shortens) `lease`'s grant if it is still the owner's.
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
+        let (keys, args) = self.release_call(lease, min_hold);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let script = if lease.kind.is_shared() {
+            &LIBRARY.shared_release
+        } else {
+            &LIBRARY.release
+        };
+        let reply = self.run(script, &keys, &args, &lease.key).await?;
+        match integer(&reply) {
+            Some(1) => Ok(Release::Released),
+            Some(0 | -1) => Ok(Release::NotOwner),
+            _ => Err(unexpected(&lease.key, "release", &reply)),
+        }
     }
 
-    fn operator(&self) -> Option<&dyn OperatorBackend> {
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
-    }
-}
-
-impl OperatorBackend for RedisBackend {
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        Box::pin(self.list_held(pattern))
-    }
-
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
-        Box::pin(self.inspect_held(key))
-    }
-
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
-        grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
-        Box::pin(self.force_release_held(key, grant))
     }
 }
 

@@ -12,7 +12,9 @@ use redis::{RedisError, Value};
 use super::connection::Route;
 use super::scripts::LIBRARY;
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
-use crate::backend::{ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, SharedGrant, Waiter};
+use crate::backend::{
+    AsyncOperator, ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, SharedGrant, Waiter,
+};
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
 use crate::{LockError, LockKind, key};
@@ -21,9 +23,10 @@ use crate::{LockError, LockKind, key};
 /// pipeline, short enough not to hold the server up.
 const SCAN_COUNT: usize = 1_000;
 
-impl RedisBackend {
+// An operator's calls (see `OperatorBackend`).
+impl AsyncOperator for RedisBackend {
     /// The held locks whose key matches `pattern`.
-    pub(super) async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
         let glob = Glob::parse(pattern)?;
         let mut replies = Vec::new();
         match &self.link {
@@ -64,60 +67,8 @@ impl RedisBackend {
         Ok(held.into_values().collect())
     }
 
-    /// Walks the keys of one server (or cluster node) that may be locks matching `glob`, and
-    /// reads each page's locks with the inspection script in one pipeline; adds each lock key
-    /// with its script's reply to `replies`.
-    async fn read_matching(
-        &self,
-        node: &mut impl ConnectionLike,
-        glob: &Glob,
-        replies: &mut Vec<(String, Value)>,
-    ) -> Result<(), RedisError> {
-        let scan_pattern = layout::scan_pattern(&self.prefix, glob);
-        let mut cursor = 0_u64;
-        loop {
-            let (next, redis_keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&scan_pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query_async(node)
-                .await?;
-            let keys: Vec<String> = redis_keys
-                .into_iter()
-                .filter_map(|redis_key| String::from_utf8(redis_key).ok())
-                .filter_map(|redis_key| layout::key_of(&self.prefix, &redis_key))
-                // A key no request could name (control characters, too long) is no lock of
-                // this library, and must not reach an operator's terminal.
-                .filter(|key| key::validate(key).is_ok() && glob.matches(key))
-                .collect();
-            if !keys.is_empty() {
-                let (inspect, source) = LIBRARY.inspect.eval();
-                let mut pipeline = redis::pipe();
-                pipeline.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-                for key in &keys {
-                    let (lock_keys, args) = self.inspect_call(key);
-                    pipeline.invoke_script(&invocation(inspect, &lock_keys, &[args.as_str()]));
-                }
-                let page: Vec<Value> = pipeline.query_async(node).await?;
-                replies.extend(keys.into_iter().zip(page));
-            }
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
-        }
-    }
-
-    /// The keys and argument of the inspection script for `key`.
-    fn inspect_call(&self, key: &str) -> ([String; 5], String) {
-        let keys = layout::operator_keys(self.lock_key(key));
-        (keys, QUEUE_SHOWN.to_string())
-    }
-
     /// What `key` holds now.
-    pub(super) async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
         let (keys, args) = self.inspect_call(key);
         let reply = self
             .run(&LIBRARY.inspect, &keys, &[args.as_str()], key)
@@ -126,7 +77,7 @@ impl RedisBackend {
     }
 
     /// Releases `key` if it holds `grant` (`force_release.lua`).
-    pub(super) async fn force_release_held(
+    async fn force_release_held(
         &self,
         key: &str,
         grant: Grant,
@@ -177,6 +128,60 @@ impl RedisBackend {
             }),
             _ => Err(unexpected()),
         }
+    }
+}
+
+impl RedisBackend {
+    /// Walks the keys of one server (or cluster node) that may be locks matching `glob`, and
+    /// reads each page's locks with the inspection script in one pipeline; adds each lock key
+    /// with its script's reply to `replies`.
+    async fn read_matching(
+        &self,
+        node: &mut impl ConnectionLike,
+        glob: &Glob,
+        replies: &mut Vec<(String, Value)>,
+    ) -> Result<(), RedisError> {
+        let scan_pattern = layout::scan_pattern(&self.prefix, glob);
+        let mut cursor = 0_u64;
+        loop {
+            let (next, redis_keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&scan_pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(node)
+                .await?;
+            let keys: Vec<String> = redis_keys
+                .into_iter()
+                .filter_map(|redis_key| String::from_utf8(redis_key).ok())
+                .filter_map(|redis_key| layout::key_of(&self.prefix, &redis_key))
+                // A key no request could name (control characters, too long) is no lock of
+                // this library, and must not reach an operator's terminal.
+                .filter(|key| key::validate(key).is_ok() && glob.matches(key))
+                .collect();
+            if !keys.is_empty() {
+                let (inspect, source) = LIBRARY.inspect.eval();
+                let mut pipeline = redis::pipe();
+                pipeline.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+                for key in &keys {
+                    let (lock_keys, args) = self.inspect_call(key);
+                    pipeline.invoke_script(&invocation(inspect, &lock_keys, &[args.as_str()]));
+                }
+                let page: Vec<Value> = pipeline.query_async(node).await?;
+                replies.extend(keys.into_iter().zip(page));
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// The keys and argument of the inspection script for `key`.
+    fn inspect_call(&self, key: &str) -> ([String; 5], String) {
+        let keys = layout::operator_keys(self.lock_key(key));
+        (keys, QUEUE_SHOWN.to_string())
     }
 }
 

@@ -45,8 +45,8 @@ use self::session::{Param, Session, Sessions, Transaction, Value};
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Extending, Releasing, Statements};
 use super::{
-    Acquire, BoxFuture, Extended, HeldLease, Lease, LockBackend, Release, ReleaseWatch, Turn,
-    holding_of, refused, release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, Release, ReleaseWatch, Turn,
+    holding_of, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, Timeouts,
@@ -728,11 +728,7 @@ impl Store {
 
 impl SqlBackend {
     /// Runs `op` against the store on the background runtime, settled and retried (see [`Calls`]).
-    fn call<'a, T, F, Fut>(
-        &'a self,
-        key: Option<&'a str>,
-        op: F,
-    ) -> BoxFuture<'a, Result<T, LockError>>
+    async fn call<T, F, Fut>(&self, key: Option<&str>, op: F) -> Result<T, LockError>
     where
         T: Send + 'static,
         F: Fn(Arc<Store>) -> Fut + Send + Sync + 'static,
@@ -740,53 +736,52 @@ impl SqlBackend {
     {
         let store = self.store.clone();
         let owned_key = key.map(str::to_owned);
-        Box::pin(self.calls.run(key, move |retry_until| async move {
+        let call = move |retry_until| async move {
             let key = owned_key.as_deref();
             store.retrying(key, retry_until, || op(store.clone())).await
-        }))
+        };
+        self.calls.run(key, call).await
     }
 }
 
-impl LockBackend for SqlBackend {
-    fn acquire<'a>(
-        &'a self,
-        lease: &'a Lease,
-        turn: Turn,
-    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+// The calls of every lock (see `LockBackend`), each a transaction run by `call`.
+impl AsyncBackend for SqlBackend {
+    async fn try_acquire(&self, lease: &Lease, turn: Turn) -> Result<Acquire, LockError> {
         if lease.replicas > 0 {
-            return refused(
+            return Err(LockError::invalid_config(
                 "`min_replicas` needs a Redis master with replicas; the SQL backends count \
                  none (the database's own replication settings decide what a commit waits \
                  for): remove `min_replicas` here",
-            );
+            ));
         }
         if let Turn::Fair(_) = turn {
-            return refused(
+            return Err(LockError::invalid_config(
                 "fair mode needs a line of waiters, which the SQL backends do not keep (a \
                  release wakes the waiters, and they compete): drop `fair`, or use Redis or \
                  the memory backend",
-            );
+            ));
         }
         let owned = lease.clone();
         self.call(Some(&lease.key), move |store| {
             let lease = owned.clone();
             async move { store.acquire(&lease).await }
         })
+        .await
     }
 
-    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+    async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
         #[cfg(feature = "postgres")]
         if let Some(listener) = &self.listener {
-            return Box::pin(listener.subscribe(key));
+            return listener.subscribe(key).await;
         }
         let _ = key;
-        refused(
+        Err(LockError::invalid_config(
             "MySQL announces no releases: its waiters poll every `sleep_ms` (with jitter); \
              PostgreSQL, Redis and the memory backend announce them",
-        )
+        ))
     }
 
-    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
         #[cfg(feature = "postgres")]
         if let Some(listener) = &self.listener {
             return listener.watch_if_subscribed(key);
@@ -795,26 +790,20 @@ impl LockBackend for SqlBackend {
         None
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn offers(&self) -> Capabilities {
         Capabilities::MUTEX.with_hands_off(false)
     }
 
-    fn extend<'a>(
-        &'a self,
-        held: &'a [HeldLease],
-    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
+    async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
         let held = held.to_vec();
         self.call(None, move |store| {
             let held = held.clone();
             async move { store.extend(&held).await }
         })
+        .await
     }
 
-    fn release<'a>(
-        &'a self,
-        lease: &'a Lease,
-        min_hold: Duration,
-    ) -> BoxFuture<'a, Result<Release, LockError>> {
+    async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
         let owned = lease.clone();
         let tried = AtomicBool::new(false);
         self.call(Some(&lease.key), move |store| {
@@ -822,46 +811,45 @@ impl LockBackend for SqlBackend {
             let retried = tried.swap(true, Ordering::Relaxed);
             async move { store.release(&lease, min_hold, retried).await }
         })
+        .await
     }
 
-    fn operator(&self) -> Option<&dyn OperatorBackend> {
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
 }
 
-impl OperatorBackend for SqlBackend {
-    fn list_locks<'a>(
-        &'a self,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
-        let glob = match Glob::parse(pattern) {
-            Ok(glob) => Arc::new(glob),
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
+// An operator's calls (see `OperatorBackend`).
+impl AsyncOperator for SqlBackend {
+    async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
+        let glob = Arc::new(Glob::parse(pattern)?);
         self.call(None, move |store| {
             let glob = glob.clone();
             async move { store.list(&glob).await }
         })
+        .await
     }
 
-    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+    async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
         let owned = key.to_owned();
         self.call(Some(key), move |store| {
             let key = owned.clone();
             async move { store.inspect(&key).await }
         })
+        .await
     }
 
-    fn force_release<'a>(
-        &'a self,
-        key: &'a str,
+    async fn force_release_held(
+        &self,
+        key: &str,
         grant: Grant,
-    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+    ) -> Result<ForcedRelease, LockError> {
         let owned = key.to_owned();
         self.call(Some(key), move |store| {
             let key = owned.clone();
             async move { store.force_release(&key, grant).await }
         })
+        .await
     }
 }
 
@@ -1193,9 +1181,15 @@ mod tests {
         let schema = builder.schema().unwrap().join("\n");
         assert!(schema.contains("billing_locks_fences"), "{schema}");
         let builder = builder.response_timeout(Duration::from_millis(250));
-        assert_eq!(builder.settings.timeouts.response, Duration::from_millis(250));
+        assert_eq!(
+            builder.settings.timeouts.response,
+            Duration::from_millis(250)
+        );
         assert_eq!(builder.settings.timeouts.connect, DEFAULT_CONNECT_TIMEOUT);
         let shown = format!("{builder:?}");
-        assert!(shown.contains("billing_locks") && !shown.contains("secret"), "{shown}");
+        assert!(
+            shown.contains("billing_locks") && !shown.contains("secret"),
+            "{shown}"
+        );
     }
 }

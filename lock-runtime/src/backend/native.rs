@@ -1,0 +1,139 @@
+//! The backends of this crate, written with `async fn`s: [`LockBackend`] and
+//! [`OperatorBackend`] box their futures here, once, for every one of them (a trait object's
+//! methods cannot return `impl Future`). A backend outside the crate implements the boxed
+//! traits itself.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{
+    Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
+    LockBackend, LockState, OperatorBackend, Release, ReleaseWatch, Turn,
+};
+use crate::LockError;
+
+/// [`LockBackend`], with `async fn`s; each method is that trait's of the same meaning.
+pub(crate) trait AsyncBackend: Send + Sync + std::fmt::Debug + 'static {
+    /// [`LockBackend::acquire`].
+    fn try_acquire(
+        &self,
+        lease: &Lease,
+        turn: Turn,
+    ) -> impl Future<Output = Result<Acquire, LockError>> + Send;
+
+    /// [`LockBackend::subscribe`].
+    fn watch_releases(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<ReleaseWatch, LockError>> + Send;
+
+    /// [`LockBackend::watch_if_subscribed`].
+    fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        let _ = key;
+        None
+    }
+
+    /// [`LockBackend::capabilities`].
+    fn offers(&self) -> Capabilities {
+        Capabilities::MUTEX
+    }
+
+    /// [`LockBackend::extend`].
+    fn extend_grants(
+        &self,
+        held: &[HeldLease],
+    ) -> impl Future<Output = Result<Vec<Extended>, LockError>> + Send;
+
+    /// [`LockBackend::release`].
+    fn release_grant(
+        &self,
+        lease: &Lease,
+        min_hold: Duration,
+    ) -> impl Future<Output = Result<Release, LockError>> + Send;
+
+    /// [`LockBackend::operator`].
+    fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
+        None
+    }
+}
+
+/// [`OperatorBackend`], with `async fn`s; each method is that trait's of the same meaning.
+pub(crate) trait AsyncOperator: Send + Sync {
+    /// [`OperatorBackend::list_locks`].
+    fn list_held(
+        &self,
+        pattern: &str,
+    ) -> impl Future<Output = Result<Vec<LockState>, LockError>> + Send;
+
+    /// [`OperatorBackend::inspect_lock`].
+    fn inspect_held(&self, key: &str) -> impl Future<Output = Result<LockState, LockError>> + Send;
+
+    /// [`OperatorBackend::force_release`].
+    fn force_release_held(
+        &self,
+        key: &str,
+        grant: Grant,
+    ) -> impl Future<Output = Result<ForcedRelease, LockError>> + Send;
+}
+
+impl<B: AsyncBackend> LockBackend for B {
+    fn acquire<'a>(
+        &'a self,
+        lease: &'a Lease,
+        turn: Turn,
+    ) -> BoxFuture<'a, Result<Acquire, LockError>> {
+        Box::pin(self.try_acquire(lease, turn))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ReleaseWatch, LockError>> {
+        Box::pin(self.watch_releases(key))
+    }
+
+    fn watch_if_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
+        self.watch_subscribed(key)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.offers()
+    }
+
+    fn extend<'a>(
+        &'a self,
+        held: &'a [HeldLease],
+    ) -> BoxFuture<'a, Result<Vec<Extended>, LockError>> {
+        Box::pin(self.extend_grants(held))
+    }
+
+    fn release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        min_hold: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(self.release_grant(lease, min_hold))
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        self.operator_calls()
+    }
+}
+
+impl<O: AsyncOperator> OperatorBackend for O {
+    fn list_locks<'a>(
+        &'a self,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LockState>, LockError>> {
+        Box::pin(self.list_held(pattern))
+    }
+
+    fn inspect_lock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_held(key))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+        grant: Grant,
+    ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
+        Box::pin(self.force_release_held(key, grant))
+    }
+}
