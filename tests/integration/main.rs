@@ -1,30 +1,17 @@
 //! The integration tests, one binary: each module starts its own private `redis-server`
-//! processes (or uses the memory backend), so the modules share nothing but `support`.
-//! `global_client` (a process-wide client), `simulation`, `telemetry` (a global subscriber and
-//! metrics recorder) and `ui` are binaries of their own.
+//! processes (or database, ZooKeeper and etcd servers, or uses the memory backend), so the
+//! modules share nothing but `support`. They are grouped so that a test's name says where it
+//! runs: `redis::` on one Redis server (Redis-only behaviour: scripts, pub/sub, ACLs, key
+//! layout), `topologies::` on several (Cluster, Sentinel, Redlock), `stores::` on the other
+//! stores and `open(url)`, `features::` on any store (the attribute, runtimes, timing with
+//! the paused clock), and `readme` the documents' examples. What every store must do is the
+//! conformance suite (`tests/conformance.rs`). `global_client` (a process-wide client),
+//! `simulation`, `telemetry` (a global subscriber and metrics recorder) and `ui` are binaries
+//! of their own.
 
-mod admin;
-mod attribute;
-mod cluster;
-#[cfg(all(feature = "zookeeper", feature = "etcd"))]
-mod consensus;
-mod hand_off;
-mod kinds;
-mod late_grants;
-mod lease_redis;
-mod lease_timing;
-mod multiprocess;
-mod open;
+mod features;
 mod readme;
-mod redlock;
-mod runtime_redis;
-mod runtimes;
-mod security;
-mod sentinel;
-mod shared_foreign;
-mod shared_random;
-mod shared_redlock;
-mod shared_ttl;
-mod sql;
+mod redis;
+mod stores;
 mod support;
-mod waiting;
+mod topologies;

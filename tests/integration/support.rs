@@ -1,10 +1,12 @@
 //! Shared helpers of the integration tests.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fencelock::testing::RedisServer;
-use fencelock::{LockClient, LockError, redis_lock};
+use fencelock::testing::history::{Section, monotonic_ns};
+use fencelock::{LockClient, LockError, LockGuard, LockKind, redis_lock};
 use redis::AsyncCommands;
 
 pub fn redis_server() -> RedisServer {
@@ -137,7 +139,7 @@ pub async fn increment(
 }
 
 /// Runs this test binary again as a child process for the ignored test `test` alone
-/// (its full name, e.g. `multiprocess::counter_worker`), with the environment variable
+/// (its full name, e.g. `features::multiprocess::counter_worker`), with the environment variable
 /// `var` set to `value`.
 pub fn spawn_test_process(test: &str, var: &str, value: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
@@ -183,4 +185,67 @@ pub async fn record_section(
         exited_ns: monotonic_ns(),
     };
     sections.lock().unwrap().push(section);
+}
+
+/// The critical sections of a run, as the tasks record them.
+pub type Sections = Mutex<Vec<Section>>;
+
+/// Runs a critical section of `body` under `guard`, entered at `entered_ns` (after the
+/// grant), and records it under `key` (the guard's key, or a shard's), left before the
+/// release.
+pub async fn record(
+    sections: &Sections,
+    (task, key): (u32, String),
+    guard: &LockGuard,
+    entered_ns: u64,
+    body: Duration,
+) {
+    tokio::time::sleep(body).await;
+    let section = Section {
+        process: std::process::id(),
+        task,
+        key,
+        token: guard.token(),
+        entered_ns,
+        exited_ns: monotonic_ns(),
+    };
+    sections.lock().unwrap().push(section);
+}
+
+/// `tasks` tasks, each taking the lock `kind` of `key` `rounds` times (waiting as long as it
+/// takes) and holding it for `body`; returns the sections, each recorded under `label` of
+/// its guard.
+pub async fn run_tasks(
+    locks: &LockClient,
+    key: &str,
+    kind: LockKind,
+    tasks: u32,
+    rounds: u32,
+    body: Duration,
+    label: fn(&LockGuard) -> String,
+) -> Vec<Section> {
+    let sections = std::sync::Arc::new(Sections::default());
+    let workers: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (locks, key, sections) = (locks.clone(), key.to_owned(), sections.clone());
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let request = locks.request(&key, kind).wait_ms(30_000).sleep_ms(50);
+                    let guard = request.acquire().await.unwrap();
+                    let entered_ns = monotonic_ns();
+                    record(&sections, (task, label(&guard)), &guard, entered_ns, body).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    std::mem::take(&mut *sections.lock().unwrap())
+}
+
+/// A section's key: its guard's.
+pub fn guard_key(guard: &LockGuard) -> String {
+    guard.key().to_owned()
 }

@@ -117,9 +117,9 @@ async fn raise_of_the_only_lease_leaves_it_without_ttl() {
     };
     let script = redis::Script::new(&format!(
         "{}\n{}\n{}",
-        include_str!("../../lock-runtime/src/backend/redis/lua/grant.lua"),
-        include_str!("../../lock-runtime/src/backend/redis/lua/shared.lua"),
-        include_str!("../../lock-runtime/src/backend/redis/lua/raise.lua"),
+        include_str!("../../../lock-runtime/src/backend/redis/lua/grant.lua"),
+        include_str!("../../../lock-runtime/src/backend/redis/lua/shared.lua"),
+        include_str!("../../../lock-runtime/src/backend/redis/lua/raise.lua"),
     ));
     let mut conn = inspector(&server).await;
     let raised: i64 = script

@@ -2,7 +2,6 @@
 //! recorded histories: who was inside, when, under which fencing token.
 
 use std::io::{BufRead, BufReader};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use fencelock::backend::memory::MemoryBackend;
@@ -13,68 +12,9 @@ use fencelock::testing::history::{
 };
 use fencelock::{LockClient, LockGuard, LockKind};
 
-use crate::support::{self, client, eventually, inspector, redis_server};
-
-type Sections = Mutex<Vec<Section>>;
-
-/// Runs a critical section of `body` under `guard`, entered at `entered_ns` (after the
-/// grant), and records it under `key` (the guard's key, or a shard's), left before the
-/// release.
-async fn record(
-    sections: &Sections,
-    (task, key): (u32, String),
-    guard: &LockGuard,
-    entered_ns: u64,
-    body: Duration,
-) {
-    tokio::time::sleep(body).await;
-    let section = Section {
-        process: std::process::id(),
-        task,
-        key,
-        token: guard.token(),
-        entered_ns,
-        exited_ns: monotonic_ns(),
-    };
-    sections.lock().unwrap().push(section);
-}
-
-/// `tasks` tasks, each taking the lock `kind` of `key` `rounds` times (waiting as long as it
-/// takes) and holding it for `body`; returns the sections, each recorded under `label` of
-/// its guard.
-pub(crate) async fn run_tasks(
-    locks: &LockClient,
-    key: &str,
-    kind: LockKind,
-    tasks: u32,
-    rounds: u32,
-    body: Duration,
-    label: fn(&LockGuard) -> String,
-) -> Vec<Section> {
-    let sections = std::sync::Arc::new(Sections::default());
-    let workers: Vec<_> = (0..tasks)
-        .map(|task| {
-            let (locks, key, sections) = (locks.clone(), key.to_owned(), sections.clone());
-            tokio::spawn(async move {
-                for _ in 0..rounds {
-                    let request = locks.request(&key, kind).wait_ms(30_000).sleep_ms(50);
-                    let guard = request.acquire().await.unwrap();
-                    let entered_ns = monotonic_ns();
-                    record(&sections, (task, label(&guard)), &guard, entered_ns, body).await;
-                    guard.release().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    std::mem::take(&mut *sections.lock().unwrap())
-}
-
-pub(crate) fn guard_key(guard: &LockGuard) -> String {
-    guard.key().to_owned()
-}
+use crate::support::{
+    self, Sections, client, eventually, guard_key, inspector, record, redis_server, run_tasks,
+};
 
 fn shard_key(guard: &LockGuard) -> String {
     format!(
@@ -215,7 +155,8 @@ async fn permit_holder() {
 async fn a_killed_holders_permit_comes_back_after_its_ttl() {
     let server = redis_server();
     let locks = client(&server).await;
-    let mut holder = support::spawn_test_process("kinds::permit_holder", HOLDER_URL, &server.url());
+    let mut holder =
+        support::spawn_test_process("redis::kinds::permit_holder", HOLDER_URL, &server.url());
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     let held = lines
         .by_ref()

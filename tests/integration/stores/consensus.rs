@@ -548,7 +548,7 @@ async fn readers_share_and_writers_exclude_on_recorded_histories() {
     use fencelock::LockKind;
     use fencelock::testing::history::{check_read_write, most_inside};
 
-    use crate::kinds::{guard_key, run_tasks};
+    use crate::support::{guard_key, run_tasks};
 
     for kind in KINDS {
         let store = Store::start(kind, 1);

@@ -103,7 +103,7 @@ async fn processes_never_overlap_and_tokens_increase() {
                     database.table(),
                     history.display()
                 );
-                spawn_test_process("sql::history_worker", WORKER, &setting)
+                spawn_test_process("stores::sql::history_worker", WORKER, &setting)
             })
             .collect();
         for worker in workers {

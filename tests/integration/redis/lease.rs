@@ -36,7 +36,7 @@ async fn contender() {
 /// Holds `long-job` with a 500 ms lease while a second process tries to take it for 2.5 s.
 #[redis_lock(key = "long-job", ttl_ms = 500)]
 async fn long_job(url: String) -> Result<String, LockError> {
-    let contender = support::spawn_test_process("lease_redis::contender", CONTENDER_URL, &url);
+    let contender = support::spawn_test_process("redis::lease::contender", CONTENDER_URL, &url);
     let report = tokio::task::spawn_blocking(move || support::test_process_output(contender))
         .await
         .unwrap();

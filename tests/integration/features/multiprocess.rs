@@ -11,7 +11,7 @@ const TASKS_PER_PROCESS: usize = 50;
 const WORKER_URL: &str = "FENCELOCK_WORKER_URL";
 
 /// One child process's share: run only when the parent test starts this binary with
-/// `--ignored --exact multiprocess::counter_worker`.
+/// `--ignored --exact features::multiprocess::counter_worker`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of four_processes_increment_the_counter_exactly_two_hundred_times"]
 async fn counter_worker() {
@@ -41,7 +41,11 @@ async fn four_processes_increment_the_counter_exactly_two_hundred_times() {
     let mut redis = support::inspector(&server).await;
     let workers: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            support::spawn_test_process("multiprocess::counter_worker", WORKER_URL, &server.url())
+            support::spawn_test_process(
+                "features::multiprocess::counter_worker",
+                WORKER_URL,
+                &server.url(),
+            )
         })
         .collect();
     for worker in workers {

@@ -12,10 +12,10 @@ use redis::AsyncCommands;
 
 use crate::support::{inspector, redis_server};
 
-const GRANT: &str = include_str!("../../lock-runtime/src/backend/redis/lua/grant.lua");
-const SHARED: &str = include_str!("../../lock-runtime/src/backend/redis/lua/shared.lua");
-const RAISE: &str = include_str!("../../lock-runtime/src/backend/redis/lua/raise.lua");
-const GIVE_BACK: &str = include_str!("../../lock-runtime/src/backend/redis/lua/give_back.lua");
+const GRANT: &str = include_str!("../../../lock-runtime/src/backend/redis/lua/grant.lua");
+const SHARED: &str = include_str!("../../../lock-runtime/src/backend/redis/lua/shared.lua");
+const RAISE: &str = include_str!("../../../lock-runtime/src/backend/redis/lua/raise.lua");
+const GIVE_BACK: &str = include_str!("../../../lock-runtime/src/backend/redis/lua/give_back.lua");
 
 const SNAPSHOT: &str = r#"
 local t = redis.call('TIME')

@@ -1,0 +1,8 @@
+//! What does not depend on the store: the attribute, both tokio runtimes, late grants,
+//! renewal timing on the paused clock, and several OS processes.
+
+mod attribute;
+mod late_grants;
+mod lease_timing;
+mod multiprocess;
+mod runtimes;
