@@ -425,10 +425,13 @@ impl RedlockBackend {
             answered,
             of: self.masters.len(),
         };
-        if holdings
+        // Shared grants are shown unless a mutex's owner holds the key on more masters (the
+        // kinds conflict only where another program mixed them).
+        let shared_on = holdings
             .clone()
-            .any(|h| matches!(h, Holding::Shared { .. }))
-        {
+            .filter(|h| matches!(h, Holding::Shared { .. }))
+            .count();
+        if shared_on > 0 && top.as_ref().is_none_or(|held| held.len() <= shared_on) {
             let (shared, fewest) = self.merge_shared(holdings);
             return (shared, masters(fewest));
         }

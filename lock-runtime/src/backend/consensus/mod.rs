@@ -807,7 +807,10 @@ impl<S: ConsensusStore> Shared<S> {
         let token = token(ended);
         // The first entry after the holders holds the key now if the one ended held it alone
         // (its client announces that when it takes it).
-        let next = line.get(holders).filter(|_| holders == 1);
+        // Only a waiter takes it (not a foreign entry, nor a kept one).
+        let next = line
+            .get(holders)
+            .filter(|next| holders == 1 && matches!(next.state, State::Waiting { .. }));
         let announced = match next {
             Some(next) => ReleaseEvent::HandedOver {
                 to: owner_tag(&next.owner),

@@ -29,6 +29,10 @@ local function force_release_shared()
   if foreign then
     return {2, foreign}
   end
+  -- open_shared dropped what was left of a pair whose other key had expired: nothing held it.
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return {0}
+  end
   local holders, grants = describe_shared(KEYS[1], KEYS[5], now_ms, tonumber(ARGV[6]))
   if not holders then
     return {2, grants}

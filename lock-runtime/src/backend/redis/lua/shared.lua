@@ -36,7 +36,7 @@ local function read_grant(lock_key, owner)
     return nil
   end
   local kind, token, slot, count = string.match(value, '^([rwsg]) (%w+) (%d+) (%d+)$')
-  if not kind then
+  if not kind or (token ~= 'released' and not string.match(token, '^%d+$')) then
     return nil
   end
   return {owner = owner, kind = kind, token = token, slot = slot, count = count}
