@@ -3,7 +3,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use fencelock::LockError;
-use fencelock::admin::{Grant, Holding, LockAdmin, ReleaseEvent, SharedGrant};
+use fencelock::admin::{Grant, Holding, LockAdmin, ReleaseEvent};
 
 use crate::args::{Cli, Command, Connection, DEFAULT_PREFIX};
 use crate::connect::{connect, is_redis};
@@ -196,10 +196,7 @@ async fn release(
 /// one. Or why there is none to pick: `holder` holds no grant there, or several grants of a
 /// shared kind hold the key and `--holder` must name one.
 fn chosen_grant(holding: &Holding, holder: Option<&str>) -> Result<Option<Grant>, String> {
-    let grants: Vec<Grant> = match holding {
-        Holding::Shared { grants, .. } => grants.iter().map(SharedGrant::grant).collect(),
-        holding => holding.grant().into_iter().collect(),
-    };
+    let grants = holding.grants();
     let Some(holder) = holder else {
         return match grants.as_slice() {
             [_, _, ..] => Err(format!(

@@ -93,14 +93,14 @@ impl LockAdmin {
     /// refused with [`LockError::KeyInUse`] and left alone. Of a key that a shared kind holds
     /// (readers, a writer, permits, shards), it ends the one grant there; with several, it
     /// ends none and says which there are ([`LockError::InvalidConfig`]): name one with
-    /// [`force_release_of`](Self::force_release_of) and [`SharedGrant::grant`].
+    /// [`force_release_of`](Self::force_release_of) and a grant of [`Holding::grants`].
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease, LockError> {
         let state = self.inspect(key).await?;
         match state.holding {
             Holding::Foreign { reason } => Err(LockError::key_in_use(key, reason)),
-            Holding::Shared { grants, holders } => match grants.as_slice() {
-                [only] if holders == 1 => self.force_release_of(key, only.grant()).await,
-                _ => Err(several_grants(key, &grants, holders)),
+            ref holding @ Holding::Shared { holders, .. } => match holding.grants()[..] {
+                [only] if holders == 1 => self.force_release_of(key, only).await,
+                ref several => Err(several_grants(key, several, holders)),
             },
             holding => match holding.grant() {
                 Some(grant) => self.force_release_of(key, grant).await,
@@ -110,8 +110,8 @@ impl LockAdmin {
     }
 
     /// Releases `key` by force, as [`force_release`](Self::force_release) does, if and only if
-    /// it holds `grant` (as [`Holding::grant`] or [`SharedGrant::grant`] gave it: that grant, or the key it keeps after
-    /// its release by `min_hold_ms`), never one that took its place since, also of the same
+    /// it holds `grant` (as [`Holding::grants`] gave it: that grant, or the key it keeps
+    /// after its release by `min_hold_ms`), never one that took its place since, also of the same
     /// owner (a later grant carries a greater token). Safe to send again: once released, the
     /// key no longer holds `grant` (so a second send after a lost reply says nothing was
     /// released; [`inspect`](Self::inspect) tells what holds the key). Unlike
@@ -143,7 +143,7 @@ impl LockAdmin {
 }
 
 /// Why a forced release of `key`, which `holders` shared grants hold, releases none.
-fn several_grants(key: &str, grants: &[SharedGrant], holders: usize) -> LockError {
+fn several_grants(key: &str, grants: &[Grant], holders: usize) -> LockError {
     let owners: Vec<String> = grants.iter().map(|g| g.owner.to_string()).collect();
     LockError::invalid_config(format!(
         "`{key}` is held by {holders} grants of a shared kind ({}): a forced release ends \

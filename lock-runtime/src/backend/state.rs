@@ -127,6 +127,15 @@ impl Holding {
         }
     }
 
+    /// Every grant shown: the one grant of a key one owner holds, or a shared kind's (see
+    /// [`SharedGrant::grant`]); none for a free key or foreign data.
+    pub fn grants(&self) -> Vec<Grant> {
+        match self {
+            Holding::Shared { grants, .. } => grants.iter().map(SharedGrant::grant).collect(),
+            holding => holding.grant().into_iter().collect(),
+        }
+    }
+
     /// The grant, for a key one owner holds: what [`LockAdmin::force_release_of`](crate::admin::LockAdmin::force_release_of) releases.
     /// A shared kind's grants each name theirs ([`SharedGrant::grant`]).
     pub fn grant(&self) -> Option<Grant> {
