@@ -3,7 +3,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use fencelock::LockError;
-use fencelock::admin::{Grant, Holding, LockAdmin, ReleaseEvent};
+use fencelock::admin::{Grant, Holding, LockAdmin, OwnerTag, ReleaseEvent};
 
 use crate::args::{Cli, Command, Connection, DEFAULT_PREFIX};
 use crate::connect::{connect, is_redis};
@@ -194,7 +194,8 @@ async fn release(
 
 /// The grant of `holding` to release: the one of `holder` (a tag), when given; else the only
 /// one. Or why there is none to pick: `holder` holds no grant there, or several grants of a
-/// shared kind hold the key and `--holder` must name one.
+/// shared kind hold the key and `--holder` must name one. A tag among grants not shown (more
+/// than an inspection shows) names whichever grant its owner holds.
 fn chosen_grant(holding: &Holding, holder: Option<&str>) -> Result<Option<Grant>, String> {
     let grants = holding.grants();
     let Some(holder) = holder else {
@@ -210,9 +211,13 @@ fn chosen_grant(holding: &Holding, holder: Option<&str>) -> Result<Option<Grant>
     let named = grants
         .iter()
         .find(|grant| grant.owner.to_string().eq_ignore_ascii_case(holder));
+    let unshown = matches!(holding, Holding::Shared { holders, .. } if *holders > grants.len());
     match named {
         Some(grant) => Ok(Some(*grant)),
         None if grants.is_empty() => Ok(None),
+        None if unshown => OwnerTag::parse(holder)
+            .map(|owner| Some(Grant::of_owner(owner)))
+            .ok_or_else(|| format!("`{holder}` is not a holder's tag: 16 hex digits")),
         None => Err(format!(
             "{holder} holds no grant of it: it is {} (holders: {})",
             output::holder_words(holding),

@@ -128,9 +128,9 @@ impl From<&Holding> for HoldingView {
             _ => "free",
         };
         let (holders, grants) = match holding {
-            Holding::Shared { grants, holders } => {
-                (Some(*holders), grants.iter().map(GrantView::from).collect())
-            }
+            Holding::Shared {
+                grants, holders, ..
+            } => (Some(*holders), grants.iter().map(GrantView::from).collect()),
             _ => (None, Vec::new()),
         };
         HoldingView {
@@ -288,7 +288,9 @@ fn token_cell(holding: &Holding) -> String {
 /// The holder column: the owner's tag, or who a shared kind's grants are.
 fn holder_cell(holding: &Holding) -> String {
     match holding {
-        Holding::Shared { grants, holders } => shared_words(grants, *holders),
+        Holding::Shared {
+            grants, holders, ..
+        } => shared_words(grants, *holders),
         holding => or_dash(holding.owner()),
     }
 }
@@ -297,13 +299,17 @@ fn holder_cell(holding: &Holding) -> String {
 /// shards`.
 fn shared_words(grants: &[SharedGrant], holders: usize) -> String {
     let plural = |one: &str| format!("{one}{}", if holders == 1 { "" } else { "s" });
-    let count = grants.iter().filter_map(|grant| grant.kind.count()).min();
+    let counts = || grants.iter().filter_map(|grant| grant.kind.count());
     match grants.first().map(|grant| (grant.kind, grant.owner)) {
         Some((LockKind::Write, owner)) => format!("writer {owner}"),
         Some((LockKind::Read, _)) => format!("{holders} {}", plural("reader")),
-        Some((LockKind::Semaphore { .. }, _)) => format!("{holders} of {} permits", or_dash(count)),
+        // The smallest count asked for is how many permits there are; the largest, how many
+        // shards (a request for fewer takes one below its count).
+        Some((LockKind::Semaphore { .. }, _)) => {
+            format!("{holders} of {} permits", or_dash(counts().min()))
+        }
         Some((LockKind::Segmented { .. }, _)) => {
-            format!("{holders} of {} shards", or_dash(count))
+            format!("{holders} of {} shards", or_dash(counts().max()))
         }
         _ => format!("{holders} {}", plural("grant")),
     }
@@ -399,7 +405,9 @@ pub fn lock_details(state: &LockState) -> String {
     let described = match holding {
         Holding::Held { .. } => "held".to_owned(),
         Holding::Kept { .. } => "released, kept taken by min_hold_ms".to_owned(),
-        Holding::Shared { grants, holders } => {
+        Holding::Shared {
+            grants, holders, ..
+        } => {
             format!("shared: {}", shared_words(grants, *holders))
         }
         Holding::Foreign { reason } => format!("foreign data: {reason}"),
@@ -426,7 +434,10 @@ pub fn lock_details(state: &LockState) -> String {
         .iter()
         .map(|(name, value)| format!("{:9}{value}\n", format!("{name}:")))
         .collect();
-    if let Holding::Shared { grants, holders } = holding {
+    if let Holding::Shared {
+        grants, holders, ..
+    } = holding
+    {
         text.push_str(&format!("grants:  {holders}\n"));
         for grant in grants {
             let count = or_dash(grant.kind.count());
@@ -473,7 +484,9 @@ pub fn holder_words(holding: &Holding) -> String {
         Holding::Kept { owner, .. } => {
             format!("released by {owner} and kept by min_hold_ms ({left} left)")
         }
-        Holding::Shared { grants, holders } => format!(
+        Holding::Shared {
+            grants, holders, ..
+        } => format!(
             "held by {} ({left} left on the longest lease)",
             shared_words(grants, *holders)
         ),

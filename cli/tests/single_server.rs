@@ -450,6 +450,9 @@ async fn shared_kinds_show_their_grants_and_a_forced_release_ends_one() {
         .acquire()
         .await
         .unwrap();
+    // A request for fewer shards takes one below its count: the lock has the most asked for.
+    let shard = |shards| locks.segmented("stock", shards).ttl_ms(60_000).acquire();
+    let _shards = [shard(2).await.unwrap(), shard(8).await.unwrap()];
 
     let table = on(&server, &["list"]).await.ok();
     let row = |key: &str| {
@@ -459,6 +462,7 @@ async fn shared_kinds_show_their_grants_and_a_forced_release_ends_one() {
     };
     assert!(row("pool").contains("1 of 5 permits"), "{table}");
     assert!(row("report").contains("2 readers"), "{table}");
+    assert!(row("stock").contains("2 of 8 shards"), "{table}");
     assert!(!table.contains("foreign"), "{table}");
 
     let details = on(&server, &["inspect", "report"]).await.ok();
@@ -506,16 +510,7 @@ async fn shared_kinds_show_their_grants_and_a_forced_release_ends_one() {
     .failed_with_one_line();
     assert!(line.contains("holds no grant"), "{line}");
     let tag = ended.owner.to_string();
-    let outcome = on(
-        &server,
-        &["release", "report", "--force", "--yes", "--holder", &tag],
-    )
-    .await
-    .ok();
-    assert!(
-        outcome.contains(&format!("the grant of {tag} ended")),
-        "{outcome}"
-    );
+    force_release_of_holder(&server, "report", &tag).await;
     let [first, second] = readers;
     let (lost, kept) = match Some(first.token()) == ended.token {
         true => (first, second),
@@ -537,4 +532,55 @@ async fn shared_kinds_show_their_grants_and_a_forced_release_ends_one() {
         .await
         .ok();
     assert!(permit.release().await.unwrap_err().is_lost());
+}
+
+/// More grants than an inspection shows (100, those whose leases end first): the TTL is the
+/// longest lease of all of them, and a grant not shown is still ended by its holder's tag.
+#[tokio::test]
+async fn grants_beyond_those_shown_count_and_are_named_by_tag() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let read = |ttl_ms| locks.read_lock("report").ttl_ms(ttl_ms).give_up().acquire();
+    let longest = read(600_000).await.unwrap();
+    let Holding::Shared { grants, .. } = locks.admin().inspect("report").await.unwrap().holding
+    else {
+        panic!("one reader holds it");
+    };
+    let tag = grants[0].owner.to_string();
+    let mut others = Vec::new();
+    for _ in 0..101 {
+        others.push(read(60_000).await.unwrap());
+    }
+
+    let listed = on(&server, &["--json", "list"]).await.json();
+    let report = lock(&listed, "report");
+    assert_eq!(report["holders"], 102, "{report}");
+    let shown = report["grants"].as_array().unwrap();
+    assert_eq!(shown.len(), 100, "{report}");
+    assert!(shown.iter().all(|grant| grant["holder"] != tag), "{report}");
+    let ttl_ms = report["ttl_ms"].as_u64().unwrap();
+    assert!(ttl_ms > 60_000, "the longest lease, not shown: {report}");
+
+    force_release_of_holder(&server, "report", &tag).await;
+    assert!(longest.release().await.unwrap_err().is_lost());
+    let state = locks.admin().inspect("report").await.unwrap();
+    assert!(
+        matches!(state.holding, Holding::Shared { holders: 101, .. }),
+        "the others hold it: {state:?}"
+    );
+    drop(others);
+}
+
+/// Ends the grant of `tag` on `key` with the CLI, and checks that it says so.
+async fn force_release_of_holder(server: &fencelock::testing::RedisServer, key: &str, tag: &str) {
+    let outcome = on(
+        server,
+        &["release", key, "--force", "--yes", "--holder", tag],
+    )
+    .await
+    .ok();
+    assert!(
+        outcome.contains(&format!("the grant of {tag} ended")),
+        "{outcome}"
+    );
 }

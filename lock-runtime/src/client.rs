@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisSettings, open};
-use crate::backend::redlock::{DEFAULT_NODE_TIMEOUT, RedlockBackend};
-use crate::backend::{BoxFuture, LockBackend, Timeouts};
+use crate::backend::redlock::RedlockBackend;
+use crate::backend::{BoxFuture, LockBackend};
 use crate::background::Background;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockKind, LockRequest};
@@ -109,18 +109,14 @@ impl LockClient {
 
     /// A builder for a Redlock client, with the options of [`LockClient::builder`], applied
     /// to every master. The response timeout is also how long any call waits for one master
-    /// (default [`DEFAULT_NODE_TIMEOUT`], shorter than a single server's, and so is the
+    /// (default [`DEFAULT_NODE_TIMEOUT`](crate::backend::redlock::DEFAULT_NODE_TIMEOUT), shorter than a single server's, and so is the
     /// connect timeout): a slow or unreachable minority costs a call at most that.
     pub fn redlock_builder(urls: impl IntoIterator<Item = impl AsRef<str>>) -> RedisClientBuilder {
-        let settings = RedisSettings {
-            timeouts: Timeouts::new(DEFAULT_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT),
-            ..RedisSettings::default()
-        };
         let urls = urls
             .into_iter()
             .map(|url| url.as_ref().to_owned())
             .collect();
-        RedisClientBuilder::new(Topology::Redlock(urls), settings)
+        RedisClientBuilder::new(Topology::Redlock(urls), RedisSettings::redlock())
     }
 
     /// A client whose locks live in this process's memory: the same semantics as Redis
@@ -310,7 +306,7 @@ enum Topology {
 
 /// A builder of a Redis [`LockClient`], for every topology (one server, Sentinel, Cluster,
 /// Redlock): from [`LockClient::builder`] and the topologies' builders. Its settings are a
-/// [`RedisSettings`] (key prefix, [`Timeouts`]) and the client's own options.
+/// [`RedisSettings`] (key prefix, [`Timeouts`](crate::backend::Timeouts)) and the client's own options.
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct RedisClientBuilder {
@@ -373,7 +369,9 @@ impl RedisClientBuilder {
         self
     }
 
-    /// Every setting of the backend at once: the key prefix and the timeouts.
+    /// Every setting of the backend at once: the key prefix and the timeouts. On a Redlock
+    /// builder, start from [`RedisSettings::redlock`]: [`RedisSettings::default`] gives each
+    /// master a single server's 2 s.
     pub fn settings(mut self, settings: RedisSettings) -> Self {
         self.settings = settings;
         self

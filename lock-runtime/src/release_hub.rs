@@ -217,6 +217,20 @@ impl std::fmt::Debug for OwnerTag {
 }
 
 impl OwnerTag {
+    /// The tag shown as `text` (16 hex digits, either case), as an operator types it.
+    ///
+    /// ```
+    /// use fencelock::admin::OwnerTag;
+    ///
+    /// let tag = OwnerTag::parse("0123456789ABCDEF").unwrap();
+    /// assert_eq!(tag.to_string(), "0123456789abcdef");
+    /// assert_eq!(OwnerTag::parse("0123"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<OwnerTag> {
+        let digits = text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit());
+        digits.then(|| OwnerTag::from_hex(text)).flatten()
+    }
+
     /// The tag of a hex SHA-1 digest (its first 16 digits), as the scripts send it.
     pub(crate) fn from_hex(hex_digest: &str) -> Option<OwnerTag> {
         u64::from_str_radix(hex_digest.get(..16)?, 16)

@@ -692,10 +692,12 @@ fn shared_holding(grants: &[SharedHolder], now: Instant) -> Holding {
         })
         .collect();
     shown.sort_by_key(|grant| grant.remaining);
+    let longest = shown.last().map_or(Duration::ZERO, |grant| grant.remaining);
     shown.truncate(QUEUE_SHOWN);
     Holding::Shared {
         grants: shown,
         holders: grants.len(),
+        longest,
     }
 }
 

@@ -497,10 +497,14 @@ impl RedlockBackend {
         grants.sort_by_key(|(grant, _)| grant.remaining);
         let fewest = grants.iter().map(|(_, on)| *on).min().unwrap_or(0);
         let holders = grants.len();
+        let longest = grants
+            .last()
+            .map_or(Duration::ZERO, |(grant, _)| grant.remaining);
         let grants = grants.into_iter().map(|(grant, _)| grant).take(QUEUE_SHOWN);
         let shared = Holding::Shared {
             grants: grants.collect(),
             holders,
+            longest,
         };
         (shared, fewest)
     }

@@ -81,6 +81,9 @@ pub enum Holding {
         grants: Vec<SharedGrant>,
         /// How many grants hold the key in all.
         holders: usize,
+        /// How long the longest lease of all the grants (shown or not) still runs: until then
+        /// the key is held, unless its grants are renewed.
+        longest: Duration,
     },
     /// The key, or one that a lock keeps next to it, holds something that is not a lock's
     /// (another program's data): no lock can be taken there.
@@ -110,11 +113,11 @@ impl Holding {
     }
 
     /// How long the holder's lease still runs, for a key someone holds; for a shared kind,
-    /// the longest lease shown (until then the key is held, unless renewed longer).
+    /// the longest of its grants' leases (until then the key is held, unless renewed).
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Holding::Held { remaining, .. } | Holding::Kept { remaining, .. } => Some(*remaining),
-            Holding::Shared { grants, .. } => grants.iter().map(|grant| grant.remaining).max(),
+            Holding::Shared { longest, .. } => Some(*longest),
             Holding::Free | Holding::Foreign { .. } => None,
         }
     }
@@ -188,6 +191,12 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// Whichever grant of the key `owner` holds, with no token to compare: for naming a grant
+    /// an inspection did not show (beyond [`QUEUE_SHOWN`]) by its owner's tag alone.
+    pub fn of_owner(owner: OwnerTag) -> Grant {
+        Grant { owner, token: None }
+    }
+
     /// Whether a key holding `owner`'s grant with `token` holds this grant: the same owner,
     /// and no later grant (a token not above this one's, or none to compare).
     pub(crate) fn is(&self, owner: OwnerTag, token: Option<u64>) -> bool {

@@ -2,7 +2,7 @@
 //! backend's: foreign data, keys kept by `min_hold_ms`, lapsed places. What every backend
 //! shows is in the conformance suite.
 
-use fencelock::admin::Holding;
+use fencelock::admin::{Grant, Holding};
 use fencelock::testing::{RedisCluster, RedisServer};
 use fencelock::{LockClient, LockError};
 use redis::AsyncCommands;
@@ -210,4 +210,66 @@ async fn redis_and_memory_list_the_same_keys_for_a_pattern() {
         let memory = keys(in_memory.admin().list(pattern).await.unwrap());
         assert_eq!(redis, memory, "{pattern}");
     }
+}
+
+/// A reader of `report`, and its grant as inspection shows it.
+async fn reader_and_its_grant(locks: &LockClient) -> (fencelock::LockGuard, Grant) {
+    let reader = locks.read_lock("report").ttl_ms(60_000).acquire().await;
+    let state = locks.admin().inspect("report").await.unwrap();
+    let grants = state.holding.grants();
+    assert_eq!(grants.len(), 1, "the reader holds it: {state:?}");
+    (reader.unwrap(), grants[0])
+}
+
+/// Reads a reader's key by hand: its hash field `o:<owner>` and that owner token.
+async fn reader_field(redis: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    let fields: Vec<String> = redis.hkeys(key).await.unwrap();
+    let field = fields.into_iter().find(|field| field.starts_with("o:"));
+    field.expect("the reader's grant")
+}
+
+/// A shared key's grant whose token is not a number (another program's write) holds nothing:
+/// inspection answers, and a forced release naming its owner ends nothing instead of failing
+/// its script.
+#[tokio::test]
+async fn a_shared_grant_of_another_shape_holds_nothing() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let (reader, grant) = reader_and_its_grant(&locks).await;
+    let mut redis = inspector(&server).await;
+    let field = reader_field(&mut redis, "lock:{report}").await;
+    let _: () = redis
+        .hset("lock:{report}", &field, "r abc 0 0")
+        .await
+        .unwrap();
+    let owner = &field["o:".len()..];
+    let member = format!("{owner}:abc");
+    let _: () = redis
+        .zadd("lock:{report}:leases", member, u64::MAX / 2)
+        .await
+        .unwrap();
+
+    let state = locks.admin().inspect("report").await.unwrap();
+    assert!(!state.holding.is_held(), "{state:?}");
+    let admin = locks.admin();
+    let forced = admin.force_release_of("report", grant).await.unwrap();
+    assert!(!forced.released, "{forced:?}");
+    drop(reader);
+}
+
+/// What is left of a shared key whose leases expired before its hash: a forced release finds
+/// nothing held (the key is free, as inspection says), not foreign data.
+#[tokio::test]
+async fn a_forced_release_of_an_expired_pair_finds_it_free() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let (reader, grant) = reader_and_its_grant(&locks).await;
+    let mut redis = inspector(&server).await;
+    let _: () = redis.del("lock:{report}:leases").await.unwrap();
+
+    let admin = locks.admin();
+    let forced = admin.force_release_of("report", grant).await.unwrap();
+    assert!(!forced.released, "{forced:?}");
+    assert_eq!(forced.found, Holding::Free, "{forced:?}");
+    drop(reader);
 }

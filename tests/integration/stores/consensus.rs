@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use fencelock::admin::ReleaseEvent;
 use fencelock::testing::{EtcdCluster, TcpProxy, ZooKeeperEnsemble};
 use fencelock::{LockClient, LockError, LossCause};
 
@@ -294,6 +295,46 @@ async fn foreign_data_in_a_line_is_named_and_nothing_is_left_behind() {
             "{kind}: {state:?}"
         );
     }
+}
+
+/// A forced release of the only holder announces a hand-off only to a waiter: data that
+/// another program put behind the holder in the line is no waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_hands_the_key_to_no_foreign_entry() {
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let client = store.client(None, SESSION).await;
+        let guard = client.lock("handed").acquire().await.expect("held");
+        match &store {
+            Store::ZooKeeper(ensemble) => ensemble
+                .create_node("/fencelock/handed/intruder", b"not a lock")
+                .await
+                .expect("created"),
+            Store::Etcd(cluster) => cluster
+                .put("fencelock/handed/intruder", b"not a lock")
+                .await
+                .expect("put"),
+        }
+        let grant = grant_of(&client, "handed").await;
+        let admin = client.admin();
+        let forced = admin
+            .force_release_of("handed", grant)
+            .await
+            .expect("answers");
+        assert!(forced.released, "{kind}: {forced:?}");
+        assert!(
+            matches!(forced.announced, Some(ReleaseEvent::Released { .. })),
+            "{kind}: {forced:?}"
+        );
+        drop(guard);
+    }
+}
+
+/// The grant that holds `key` now, as an inspection shows it.
+async fn grant_of(client: &LockClient, key: &str) -> fencelock::admin::Grant {
+    let state = client.admin().inspect(key).await.expect("inspects");
+    let grant = state.holding.grant();
+    grant.unwrap_or_else(|| panic!("one grant holds {key}: {state:?}"))
 }
 
 fn backend_message(result: Result<LockClient, LockError>) -> String {

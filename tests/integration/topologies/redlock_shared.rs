@@ -147,3 +147,27 @@ async fn raise_of_the_only_lease_leaves_it_without_ttl() {
         "after the only reader's lease ended: {outcome:?}; lock:{{solo}}:leases PTTL {leases_ttl}"
     );
 }
+
+/// A mutex held on a majority of the masters shows as held, with its masters, though a
+/// minority holds shared grants of the key (another program mixed kinds there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_on_a_majority_is_shown_over_shared_grants_on_a_minority() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| redis_server()).collect();
+    for master in &masters[..2] {
+        let minute = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
+        let mut redis = inspector(master).await;
+        let _: () = redis
+            .set_options("lock:{k}", "y-owner:7", minute)
+            .await
+            .unwrap();
+    }
+    let third = LockClient::connect(&masters[2].url()).await.unwrap();
+    let _reader = third.read_lock("k").ttl_ms(60_000).acquire().await.unwrap();
+
+    let locks = LockClient::redlock(masters.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let state = locks.admin().inspect("k").await.unwrap();
+    assert_eq!(state.holding.token(), Some(7), "{state:?}");
+    assert_eq!(state.masters.map(|m| m.holding), Some(2), "{state:?}");
+}

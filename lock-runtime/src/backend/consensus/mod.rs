@@ -934,8 +934,15 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
         .collect();
     grants.sort_by_key(|grant| grant.remaining);
     let holders = grants.len();
+    let longest = grants
+        .last()
+        .map_or(Duration::ZERO, |grant| grant.remaining);
     grants.truncate(QUEUE_SHOWN);
-    Holding::Shared { grants, holders }
+    Holding::Shared {
+        grants,
+        holders,
+        longest,
+    }
 }
 
 // The calls of every lock (see `LockBackend`); each keeps the session alive.

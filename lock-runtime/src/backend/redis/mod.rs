@@ -76,6 +76,31 @@ impl Default for RedisSettings {
     }
 }
 
+impl RedisSettings {
+    /// The defaults of a Redlock client: each master gets
+    /// [`DEFAULT_NODE_TIMEOUT`](crate::backend::redlock::DEFAULT_NODE_TIMEOUT) to connect and to
+    /// answer, so that a slow minority costs a call little. Start from these, not from
+    /// [`RedisSettings::default`], when giving a Redlock builder its settings.
+    ///
+    /// ```
+    /// use fencelock::backend::redis::RedisSettings;
+    /// use fencelock::backend::redlock::DEFAULT_NODE_TIMEOUT;
+    ///
+    /// let mut settings = RedisSettings::redlock();
+    /// settings.prefix = "billing-lock:".to_owned();
+    /// assert_eq!(settings.timeouts.response, DEFAULT_NODE_TIMEOUT);
+    /// let builder = fencelock::LockClient::redlock_builder(["redis://127.0.0.1:6379"]);
+    /// let _ = builder.settings(settings);
+    /// ```
+    pub fn redlock() -> Self {
+        let node = crate::backend::redlock::DEFAULT_NODE_TIMEOUT;
+        RedisSettings {
+            timeouts: Timeouts::new(node, node),
+            ..RedisSettings::default()
+        }
+    }
+}
+
 /// Locks in Redis: one server (standalone, a primary, or the master behind Sentinel), or a
 /// Redis Cluster.
 pub struct RedisBackend {

@@ -107,10 +107,11 @@ impl AsyncOperator for RedisBackend {
                 let why = text(why).ok_or_else(unexpected)?;
                 return Err(LockError::key_in_use(key, why));
             }
-            [status, state, holders, shown, rest @ ..]
+            [status, state, holders, shown, longest, rest @ ..]
                 if text(state).as_deref() == Some("shared") =>
             {
-                let (found, rest) = parse_shared(holders, shown, rest).ok_or_else(unexpected)?;
+                let (found, rest) =
+                    parse_shared([holders, shown, longest], rest).ok_or_else(unexpected)?;
                 (status, found, rest)
             }
             [status, state, tag, token, remaining, rest @ ..] => {
@@ -215,7 +216,7 @@ fn parse_state(key: &str, reply: &Value) -> Result<LockState, LockError> {
         return Err(unexpected());
     };
     let (holding, entries) = match text(state).as_deref() {
-        Some("shared") => parse_shared(holders, shown, rest).ok_or_else(unexpected)?,
+        Some("shared") => parse_shared([holders, shown, remaining], rest).ok_or_else(unexpected)?,
         _ => {
             let holding = parse_holding([state, tag, token, remaining]).ok_or_else(unexpected)?;
             (holding, rest)
@@ -265,11 +266,11 @@ fn parse_holding([state, tag, token, remaining]: [&Value; 4]) -> Option<Holding>
     }
 }
 
-/// What a shared kind's grants hold, from the scripts' `holders, shown` and the grants that
-/// `rest` starts with (see `describe_shared` in `operator.lua`); and what follows them.
+/// What a shared kind's grants hold, from the scripts' `holders, shown, longest lease ms` and
+/// the grants that `rest` starts with (see `describe_shared` in `operator.lua`); and what
+/// follows them.
 fn parse_shared<'v>(
-    holders: &Value,
-    shown: &Value,
+    [holders, shown, longest]: [&Value; 3],
     rest: &'v [Value],
 ) -> Option<(Holding, &'v [Value])> {
     let count = |value| integer(value).and_then(|n| usize::try_from(n).ok());
@@ -281,6 +282,7 @@ fn parse_shared<'v>(
             .map(parse_shared_grant)
             .collect::<Option<_>>()?,
         holders: count(holders)?,
+        longest: positive_ms(integer(longest)?).unwrap_or(Duration::ZERO),
     };
     Some((holding, after))
 }

@@ -540,7 +540,10 @@ pub async fn an_operator_sees_and_ends_shared_grants(client: &LockClient, key: &
             held.push(expect_granted(backend, &lease, Turn::Once, "a shared grant").await);
         }
         let state = admin.inspect(&kind_key).await.expect("backend answers");
-        let Holding::Shared { grants, holders } = &state.holding else {
+        let Holding::Shared {
+            grants, holders, ..
+        } = &state.holding
+        else {
             panic!(
                 "a key two {} grants hold inspects as shared: {state:?}",
                 kind.name()
@@ -605,7 +608,9 @@ pub async fn an_operator_sees_and_ends_shared_grants(client: &LockClient, key: &
     let held = expect_granted(backend, &writer, Turn::Once, "a free key").await;
     let state = admin.inspect(&writer.key).await.expect("backend answers");
     match &state.holding {
-        Holding::Shared { grants, holders: 1 } => assert_eq!(
+        Holding::Shared {
+            grants, holders: 1, ..
+        } => assert_eq!(
             (grants[0].owner, grants[0].kind, grants[0].token),
             (owner_tag(&writer.owner), LockKind::Write, Some(held.token)),
         ),
@@ -634,7 +639,9 @@ pub async fn an_operator_sees_and_ends_shared_grants(client: &LockClient, key: &
     }
     let state = admin.inspect(&handed_key).await.expect("backend answers");
     match &state.holding {
-        Holding::Shared { grants, holders: 1 } => {
+        Holding::Shared {
+            grants, holders: 1, ..
+        } => {
             assert_eq!(grants[0].owner, owner_tag(&writer.owner), "{state:?}")
         }
         other => panic!("the writer holds the key: {other:?}"),

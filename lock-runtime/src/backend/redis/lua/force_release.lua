@@ -20,7 +20,8 @@
 -- lock's; {3, what holds it} when it holds another grant (nothing changed); else {1, what
 -- held it, the first message published}. What holds a mutex: state, holder's tag, fencing
 -- token, remaining ms of its lease (see describe_holder and announce_release); a shared key:
--- 'shared', how many grants, how many shown, and the grants (see describe_shared).
+-- 'shared', how many grants, how many shown, the longest lease's ms, and the grants (see
+-- describe_shared).
 
 -- Ends the shared grant named, if the key holds it.
 local function force_release_shared()
@@ -33,14 +34,14 @@ local function force_release_shared()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     return {0}
   end
-  local holders, grants = describe_shared(KEYS[1], KEYS[5], now_ms, tonumber(ARGV[6]))
+  local holders, grants, longest = describe_shared(KEYS[1], KEYS[5], now_ms, tonumber(ARGV[6]))
   if not holders then
     return {2, grants}
   end
   if holders == 0 then
     return {0}
   end
-  local found = {'shared', holders, #grants / 6}
+  local found = {'shared', holders, #grants / 6, longest}
   for _, field in ipairs(grants) do
     table.insert(found, field)
   end

@@ -6,7 +6,8 @@
 -- a lock's. Otherwise {state, holder's tag, fencing token, remaining ms of the lease, the
 -- fencing counter's token, live places, grants, grants shown, grant fields..., entries...}:
 -- state 'free' (tag and token '', remaining -2), 'held' or 'kept' (see describe_holder), or
--- 'shared' (tag and token '', remaining -2: the grants say who holds it); the counter's token
+-- 'shared' (tag and token '', remaining the longest lease's: the grants say who holds it); the
+-- counter's token
 -- '' without one; grants, how many grants of a shared kind hold the key (0 for a mutex), and
 -- six fields for each grant shown (see describe_shared); then for each queue entry, oldest
 -- first: its waiter's tag, its lease in ms ('' for an entry of another version's shape), and
@@ -14,9 +15,9 @@
 local limit = tonumber(ARGV[1])
 local holder = redis.pcall('GET', KEYS[1])
 local now_ms = server_time()
-local foreign, holders, grants
+local foreign, holders, grants, longest
 if type(holder) == 'table' and holder.err and redis.call('TYPE', KEYS[1]).ok == 'hash' then
-  holders, grants = describe_shared(KEYS[1], KEYS[5], now_ms, limit)
+  holders, grants, longest = describe_shared(KEYS[1], KEYS[5], now_ms, limit)
   if not holders then
     foreign = grants
   end
@@ -39,7 +40,7 @@ if grants then
   last = latest_shared_token(KEYS[1], last)
   -- A shared kind's keys whose grants all ended hold nothing (the next attempt drops them).
   if holders > 0 then
-    reply[1], reply[7], reply[8] = 'shared', holders, #grants / 6
+    reply[1], reply[4], reply[7], reply[8] = 'shared', longest, holders, #grants / 6
     for _, field in ipairs(grants) do
       table.insert(reply, field)
     end

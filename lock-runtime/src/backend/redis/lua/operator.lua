@@ -27,7 +27,8 @@ end
 -- The grants of a shared kind's keys (see shared.lua), read without writing: how many live
 -- grants hold the key, and a list of the first `limit` by lease end, each as its owner's tag,
 -- kind (r, w, s, g), token ('' once released and kept by min_hold_ms), slot, the count its
--- owner asked for, and ms left. Or nil and why the keys are not a shared lock's.
+-- owner asked for, and ms left; and the ms left of the longest live lease (of all grants, shown
+-- or not). Or nil and why the keys are not a shared lock's.
 local function describe_shared(lock_key, leases_key, now_ms, limit)
   if redis.call('HEXISTS', lock_key, 'f') == 0 then
     return nil, 'it holds a hash that is not a lock\'s'
@@ -59,5 +60,7 @@ local function describe_shared(lock_key, leases_key, now_ms, limit)
       holders = holders - 1
     end
   end
-  return holders, grants
+  local last = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
+  local longest = last[2] and math.max(math.floor(tonumber(last[2]) - now_ms), 0) or 0
+  return holders, grants, longest
 end
