@@ -135,8 +135,11 @@ impl Acquisition {
     }
 
     async fn until_granted(&mut self) -> Result<Granted, LockError> {
+        let key = &self.pending.lease.key;
+        // This client's own release of the key, still on its way, would refuse the attempt.
+        // Each try of a release is bounded by the store's response timeout.
+        self.pending.client.releases_in_flight().settled(key).await;
         if self.may_subscribe && !self.options.give_up {
-            let key = &self.pending.lease.key;
             self.releases = self.pending.client.backend().watch_if_subscribed(key);
         }
         loop {

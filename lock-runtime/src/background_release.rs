@@ -1,9 +1,12 @@
 //! Releases nobody waits for: a dropped guard's, a cancelled acquisition's cleanup.
 //!
 //! They run on the client's background runtime and retry backend errors until the lease
-//! would have ended anyway.
+//! would have ended anyway. The client keeps count of those whose first try has not been
+//! answered yet, by key, so that its next request for that key waits for them instead of
+//! finding the key still held by itself.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -40,13 +43,14 @@ pub(crate) fn release_in_background(
     let backend = client.backend().clone();
     let caller = in_doubt.then(background::caller_runtime).flatten();
     let mut held = held;
+    let mut in_flight = Some(client.releases_in_flight().start(&lease.key));
     if let Some(caller) = caller {
         caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),
             hold_until,
             Duration::ZERO,
-            held.take(),
+            (held.take(), in_flight.take()),
         ));
     }
     let delay = if in_doubt {
@@ -55,12 +59,67 @@ pub(crate) fn release_in_background(
         Duration::ZERO
     };
     let span = held.as_ref().map(|held| held.span.clone());
-    let release = release_with_retries(backend, lease, hold_until, delay, held);
+    let release = release_with_retries(backend, lease, hold_until, delay, (held, in_flight));
     if let Err(error) = client.background().spawn(release) {
         tracing::warn!(target: "fencelock", error = %WithSources(&error), "cannot release in the background; the lease ends by its TTL");
         if let Some(span) = span {
             span.released(Outcome::Failed.label());
         }
+    }
+}
+
+/// A client's background releases whose first try has not been answered, by key.
+#[derive(Debug, Default)]
+pub(crate) struct ReleasesInFlight {
+    keys: Mutex<HashMap<String, usize>>,
+    settled: tokio::sync::Notify,
+}
+
+impl ReleasesInFlight {
+    /// Counts a release of `key` in flight until the token returned is dropped.
+    fn start(self: &Arc<Self>, key: &str) -> InFlight {
+        *crate::sync::lock_ignoring_poison(&self.keys)
+            .entry(key.to_owned())
+            .or_default() += 1;
+        InFlight {
+            releases: self.clone(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// Completes once no release of `key` is in flight (at once if none is).
+    pub(crate) async fn settled(&self, key: &str) {
+        loop {
+            let settled = self.settled.notified();
+            let mut settled = std::pin::pin!(settled);
+            // Enabled before the look at the count, so that a settle in between is not missed.
+            settled.as_mut().enable();
+            if !crate::sync::lock_ignoring_poison(&self.keys).contains_key(key) {
+                return;
+            }
+            settled.await;
+        }
+    }
+}
+
+/// One release counted in flight, until its first try is answered (or the release is dropped
+/// unsent: its runtime ended).
+struct InFlight {
+    releases: Arc<ReleasesInFlight>,
+    key: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut keys = crate::sync::lock_ignoring_poison(&self.releases.keys);
+        if let Some(count) = keys.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                keys.remove(&self.key);
+            }
+        }
+        drop(keys);
+        self.releases.settled.notify_waiters();
     }
 }
 
@@ -96,15 +155,16 @@ impl Outcome {
 
 /// Sends the release after `delay`, retrying backend errors with backoff (20 ms doubling to
 /// 1 s) until the lease has certainly ended by itself; for a lease `held` by a guard, in its
-/// span, where it records how the release ended and reports a loss it finds.
+/// span, where it records how the release ended and reports a loss it finds. `in_flight`
+/// counts it in flight until its first try is answered.
 async fn release_with_retries(
     backend: Arc<dyn LockBackend>,
     lease: Lease,
     hold_until: Instant,
     delay: Duration,
-    held: Option<Holder>,
+    (held, in_flight): (Option<Holder>, Option<InFlight>),
 ) {
-    let releasing = retry_release(&*backend, &lease, hold_until, delay);
+    let releasing = retry_release(&*backend, &lease, hold_until, delay, in_flight);
     let Some(Holder { span, signal }) = held else {
         releasing.await;
         return;
@@ -124,6 +184,7 @@ async fn retry_release(
     lease: &Lease,
     hold_until: Instant,
     delay: Duration,
+    mut in_flight: Option<InFlight>,
 ) -> Outcome {
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
@@ -131,7 +192,9 @@ async fn retry_release(
     let mut failed_before = false;
     loop {
         let min_hold = hold_until.saturating_duration_since(Instant::now());
-        match backend.release(lease, min_hold).await {
+        let answer = backend.release(lease, min_hold).await;
+        in_flight.take();
+        match answer {
             Ok(Release::Released) => return Outcome::Released,
             Ok(Release::NotOwner) if !failed_before => return Outcome::Lost(LossCause::NotOwner),
             // A try whose reply was lost may have released the key longer ago than its

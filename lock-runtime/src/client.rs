@@ -9,6 +9,7 @@ use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::background::Background;
+use crate::background_release::ReleasesInFlight;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::{LockError, LockKind, LockRequest};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -28,6 +29,8 @@ struct ClientInner {
     backend: Arc<dyn LockBackend>,
     background: Background,
     renewer: Renewer,
+    /// Background releases not answered yet, which a request for their key waits for.
+    releases_in_flight: Arc<ReleasesInFlight>,
     /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
     notifies: bool,
 }
@@ -161,6 +164,7 @@ impl LockClient {
                 renewer: Renewer::new(backend.clone(), background.clone()),
                 backend,
                 background,
+                releases_in_flight: Arc::default(),
                 notifies,
             }),
         }
@@ -281,6 +285,10 @@ impl LockClient {
 
     pub(crate) fn background(&self) -> &Background {
         &self.inner.background
+    }
+
+    pub(crate) fn releases_in_flight(&self) -> &Arc<ReleasesInFlight> {
+        &self.inner.releases_in_flight
     }
 
     pub(crate) fn renewer(&self) -> &Renewer {

@@ -95,6 +95,7 @@ pub const RULES: &[Rule] = &[
     rule!(expired_holder_cannot_release_successor),
     rule!(a_grant_answered_after_its_lease_gives_no_guard),
     rule!(dropped_guard_releases),
+    rule!(a_release_in_flight_does_not_refuse_the_same_client),
     rule!(give_up_makes_one_attempt),
     rule!(continue_stops_after_its_retries),
     rule!(bad_input_is_refused),
@@ -355,6 +356,38 @@ pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
         "the drop released the lock, not the lease's expiry"
     );
     next.release().await.expect("release");
+}
+
+/// A key asked for again right after the same client dropped its guard, or dropped its
+/// `release()` after the first poll, is not refused by that release still in flight: the
+/// request waits for it.
+pub async fn a_release_in_flight_does_not_refuse_the_same_client(client: &LockClient, key: &str) {
+    for round in 0..20 {
+        let guard = client
+            .lock(key)
+            .ttl_ms(LONG_TTL_MS)
+            .give_up()
+            .acquire()
+            .await;
+        let guard = guard.expect("a key its own client released is free");
+        if round % 2 == 0 {
+            drop(guard);
+        } else {
+            // Polled once, then dropped (a timeout polls before it looks at the clock).
+            let release = tokio::time::timeout(Duration::ZERO, guard.release()).await;
+            if release.is_ok() {
+                continue;
+            }
+        }
+        let again = client
+            .lock(key)
+            .ttl_ms(LONG_TTL_MS)
+            .give_up()
+            .acquire()
+            .await;
+        let again = again.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        again.release().await.expect("release");
+    }
 }
 
 /// `GiveUp` asks once and reports contention as `NotAcquired`.
