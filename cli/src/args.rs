@@ -86,7 +86,8 @@ pub enum Command {
         force: bool,
         /// Release only the grant of this holder (its tag, as `list` shows it): one of the
         /// grants of a read/write lock, semaphore or segmented lock, which a key held by
-        /// several needs.
+        /// several needs. A tag beyond the 100 grants shown ends whichever grant it holds
+        /// then (there is no token shown to check).
         #[arg(long, value_name = "TAG")]
         holder: Option<String>,
         /// Do not ask before releasing.

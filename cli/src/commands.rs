@@ -178,7 +178,15 @@ async fn release(
     if !yes {
         confirm(key, &output::release_plan(&state, grant))?;
     }
+    let shown = state.holding.grants().contains(&grant);
     let forced = admin.force_release_of(key, grant).await.map_err(failed)?;
+    if !forced.released && forced.found.is_held() && !shown {
+        return Err(refused(format!(
+            "{} holds no grant of it: it is {}",
+            grant.owner,
+            output::holder_words(&forced.found)
+        )));
+    }
     if !forced.released && forced.found.is_held() {
         return Err(refused(format!(
             "it changed hands since it was read: {}, not the grant shown; run the command \
@@ -214,10 +222,10 @@ fn chosen_grant(holding: &Holding, holder: Option<&str>) -> Result<Option<Grant>
     let unshown = matches!(holding, Holding::Shared { holders, .. } if *holders > grants.len());
     match named {
         Some(grant) => Ok(Some(*grant)),
-        None if grants.is_empty() => Ok(None),
         None if unshown => OwnerTag::parse(holder)
             .map(|owner| Some(Grant::of_owner(owner)))
             .ok_or_else(|| format!("`{holder}` is not a holder's tag: 16 hex digits")),
+        None if grants.is_empty() => Ok(None),
         None => Err(format!(
             "{holder} holds no grant of it: it is {} (holders: {})",
             output::holder_words(holding),

@@ -438,7 +438,11 @@ pub fn lock_details(state: &LockState) -> String {
         grants, holders, ..
     } = holding
     {
-        text.push_str(&format!("grants:  {holders}\n"));
+        let cut = match grants.len() < *holders {
+            true => format!(" (the {} whose leases end first shown)", grants.len()),
+            false => String::new(),
+        };
+        text.push_str(&format!("grants:  {holders}{cut}\n"));
         for grant in grants {
             let count = or_dash(grant.kind.count());
             let what = match (grant.kind, grant.slot) {
@@ -514,6 +518,10 @@ pub fn release_plan(state: &LockState, grant: Grant) -> String {
         (_, None) => "nobody waits in line: the key becomes free".to_owned(),
     };
     let ended = match state.holding {
+        Holding::Shared { .. } if !state.holding.grants().contains(&grant) => format!(
+            "whichever grant {} holds (not among those shown, so not checked beforehand)",
+            grant.owner
+        ),
         Holding::Shared { .. } => format!("the grant of {}", grant.owner),
         _ => "that grant".to_owned(),
     };

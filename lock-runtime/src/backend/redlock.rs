@@ -209,6 +209,16 @@ impl RedlockBackend {
         self.masters.len() / 2 + 1
     }
 
+    /// The greatest of `values` (one per master) that a majority reaches: the quorum-th
+    /// greatest, or on a minority the greatest there is. So a lease's remaining time is how
+    /// long a majority still holds it.
+    fn on_majority<T: Ord>(&self, values: impl Iterator<Item = T>) -> Option<T> {
+        let mut values: Vec<T> = values.collect();
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum = self.quorum().min(values.len());
+        values.into_iter().nth(quorum.checked_sub(1)?)
+    }
+
     /// The answers of the masters that gave one, or an error when fewer than a majority did
     /// (naming how many failed, and the first failure: a master may have answered and still
     /// failed, as one whose replicas did not confirm a grant for `min_replicas`).
@@ -440,12 +450,9 @@ impl RedlockBackend {
             let holding = foreign.clone().next().cloned().unwrap_or(Holding::Free);
             return (holding, masters(foreign.count()));
         };
-        let mut remaining: Vec<Duration> = held.iter().filter_map(|h| h.remaining()).collect();
-        remaining.sort_unstable_by(|a, b| b.cmp(a));
-        let until = match remaining.get(self.quorum() - 1) {
-            Some(&majority_holds_until) => majority_holds_until,
-            None => remaining[0],
-        };
+        let until = self
+            .on_majority(held.iter().filter_map(|h| h.remaining()))
+            .unwrap_or(Duration::ZERO);
         let token = held.iter().filter_map(|h| h.token()).max();
         let merged = match held[0] {
             Holding::Held { owner, .. } => Holding::Held {
@@ -467,10 +474,17 @@ impl RedlockBackend {
     /// for a mutex; and on how many masters the grant shown on the fewest is.
     fn merge_shared<'h>(&self, holdings: impl Iterator<Item = &'h Holding>) -> (Holding, usize) {
         let mut by_grant: BTreeMap<(OwnerTag, Option<u32>), Vec<&SharedGrant>> = BTreeMap::new();
-        for grants in holdings.filter_map(|holding| match holding {
-            Holding::Shared { grants, .. } => Some(grants),
+        // Each master's count and longest lease, of all its grants (shown or not).
+        let mut totals = Vec::new();
+        for (grants, total) in holdings.filter_map(|holding| match holding {
+            Holding::Shared {
+                grants,
+                holders,
+                longest,
+            } => Some((grants, (*holders, *longest))),
             _ => None,
         }) {
+            totals.push(total);
             for grant in grants {
                 by_grant
                     .entry((grant.owner, grant.slot))
@@ -482,13 +496,12 @@ impl RedlockBackend {
         let mut grants: Vec<(SharedGrant, usize)> = by_grant
             .into_values()
             .filter(|on| !on_majority || on.len() >= self.quorum())
-            .map(|mut on| {
-                on.sort_unstable_by_key(|grant| std::cmp::Reverse(grant.remaining));
-                let until = on.get(self.quorum() - 1).unwrap_or(&on[0]).remaining;
+            .map(|on| {
+                let until = self.on_majority(on.iter().map(|grant| grant.remaining));
                 let token = on.iter().filter_map(|grant| grant.token).max();
                 let merged = SharedGrant {
                     token,
-                    remaining: until,
+                    remaining: until.unwrap_or(Duration::ZERO),
                     ..on[0].clone()
                 };
                 (merged, on.len())
@@ -496,10 +509,16 @@ impl RedlockBackend {
             .collect();
         grants.sort_by_key(|(grant, _)| grant.remaining);
         let fewest = grants.iter().map(|(_, on)| *on).min().unwrap_or(0);
-        let holders = grants.len();
+        // Past the grants each master shows, its totals count: as many as a majority has.
+        let holders = grants.len().max(
+            self.on_majority(totals.iter().map(|(holders, _)| *holders))
+                .unwrap_or(0),
+        );
         let longest = grants
             .last()
-            .map_or(Duration::ZERO, |(grant, _)| grant.remaining);
+            .map(|(grant, _)| grant.remaining)
+            .max(self.on_majority(totals.iter().map(|(_, longest)| *longest)))
+            .unwrap_or(Duration::ZERO);
         let grants = grants.into_iter().map(|(grant, _)| grant).take(QUEUE_SHOWN);
         let shared = Holding::Shared {
             grants: grants.collect(),

@@ -76,6 +76,7 @@ pub enum Holding {
     },
     /// Grants of a shared kind hold it together: readers or a writer, a semaphore's permits,
     /// a segmented lock's shards.
+    #[non_exhaustive]
     Shared {
         /// The grants, in the order their leases end ([`QUEUE_SHOWN`] at most).
         grants: Vec<SharedGrant>,
@@ -192,7 +193,10 @@ pub struct Grant {
 
 impl Grant {
     /// Whichever grant of the key `owner` holds, with no token to compare: for naming a grant
-    /// an inspection did not show (beyond [`QUEUE_SHOWN`]) by its owner's tag alone.
+    /// an inspection did not show (beyond [`QUEUE_SHOWN`]) by its owner's tag alone. Unlike a
+    /// grant shown, it is not checked against a later grant of the same owner (owner tokens
+    /// are drawn per acquisition, so the tag names one grant unless a grant's token is
+    /// raised, as on Redlock).
     pub fn of_owner(owner: OwnerTag) -> Grant {
         Grant { owner, token: None }
     }

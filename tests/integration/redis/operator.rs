@@ -2,6 +2,8 @@
 //! backend's: foreign data, keys kept by `min_hold_ms`, lapsed places. What every backend
 //! shows is in the conformance suite.
 
+use std::time::Duration;
+
 use fencelock::admin::{Grant, Holding};
 use fencelock::testing::{RedisCluster, RedisServer};
 use fencelock::{LockClient, LockError};
@@ -229,13 +231,14 @@ async fn reader_field(redis: &mut redis::aio::MultiplexedConnection, key: &str) 
 }
 
 /// A shared key's grant whose token is not a number (another program's write) holds nothing:
-/// inspection answers, and a forced release naming its owner ends nothing instead of failing
-/// its script.
+/// inspection counts only the other reader, and its lease as the longest, and a forced
+/// release naming that owner ends nothing instead of failing its script.
 #[tokio::test]
 async fn a_shared_grant_of_another_shape_holds_nothing() {
     let server = redis_server();
     let locks = client(&server).await;
     let (reader, grant) = reader_and_its_grant(&locks).await;
+    let other = locks.read_lock("report").ttl_ms(60_000).acquire().await;
     let mut redis = inspector(&server).await;
     let field = reader_field(&mut redis, "lock:{report}").await;
     let _: () = redis
@@ -250,11 +253,16 @@ async fn a_shared_grant_of_another_shape_holds_nothing() {
         .unwrap();
 
     let state = locks.admin().inspect("report").await.unwrap();
-    assert!(!state.holding.is_held(), "{state:?}");
+    assert!(
+        matches!(state.holding, Holding::Shared { holders: 1, .. }),
+        "{state:?}"
+    );
+    let longest = state.holding.remaining().unwrap();
+    assert!(longest <= Duration::from_secs(60), "{state:?}");
     let admin = locks.admin();
     let forced = admin.force_release_of("report", grant).await.unwrap();
     assert!(!forced.released, "{forced:?}");
-    drop(reader);
+    drop((reader, other));
 }
 
 /// What is left of a shared key whose leases expired before its hash: a forced release finds

@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock::LockClient;
+use fencelock::admin::{Grant, Holding};
 use fencelock::testing::RedisServer;
 use redis::AsyncCommands;
 
@@ -170,4 +171,40 @@ async fn a_mutex_on_a_majority_is_shown_over_shared_grants_on_a_minority() {
     let state = locks.admin().inspect("k").await.unwrap();
     assert_eq!(state.holding.token(), Some(7), "{state:?}");
     assert_eq!(state.masters.map(|m| m.holding), Some(2), "{state:?}");
+}
+
+/// Past the 100 grants each master shows, Redlock counts the grants and the longest lease a
+/// majority of masters has, and a forced release by tag alone ends a grant not shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_beyond_those_shown_are_counted_over_the_masters() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| redis_server()).collect();
+    let locks = LockClient::redlock(masters.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let read = |ttl_ms| locks.read_lock("report").ttl_ms(ttl_ms).acquire();
+    let longest = read(600_000).await.unwrap();
+    let state = locks.admin().inspect("report").await.unwrap();
+    let owner = state.holding.grants()[0].owner;
+    let mut others = Vec::new();
+    for _ in 0..101 {
+        others.push(read(60_000).await.unwrap());
+    }
+
+    let state = locks.admin().inspect("report").await.unwrap();
+    let Holding::Shared {
+        grants, holders, ..
+    } = &state.holding
+    else {
+        panic!("readers hold it: {state:?}");
+    };
+    assert_eq!((grants.len(), *holders), (100, 102), "{state:?}");
+    let ttl = state.holding.remaining().unwrap();
+    assert!(ttl > Duration::from_secs(60), "the longest lease: {ttl:?}");
+    let admin = locks.admin();
+    let forced = admin
+        .force_release_of("report", Grant::of_owner(owner))
+        .await;
+    assert!(forced.unwrap().released, "the grant not shown ended");
+    assert!(longest.release().await.unwrap_err().is_lost());
+    drop(others);
 }

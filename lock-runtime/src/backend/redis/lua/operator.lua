@@ -27,8 +27,8 @@ end
 -- The grants of a shared kind's keys (see shared.lua), read without writing: how many live
 -- grants hold the key, and a list of the first `limit` by lease end, each as its owner's tag,
 -- kind (r, w, s, g), token ('' once released and kept by min_hold_ms), slot, the count its
--- owner asked for, and ms left; and the ms left of the longest live lease (of all grants, shown
--- or not). Or nil and why the keys are not a shared lock's.
+-- owner asked for, and ms left; and the ms left of the longest lease of a grant (of all grants,
+-- shown or not). Or nil and why the keys are not a shared lock's.
 local function describe_shared(lock_key, leases_key, now_ms, limit)
   if redis.call('HEXISTS', lock_key, 'f') == 0 then
     return nil, 'it holds a hash that is not a lock\'s'
@@ -60,7 +60,17 @@ local function describe_shared(lock_key, leases_key, now_ms, limit)
       holders = holders - 1
     end
   end
-  local last = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
-  local longest = last[2] and math.max(math.floor(tonumber(last[2]) - now_ms), 0) or 0
+  -- The longest lease with its grant, among the last `limit` (past those, the last lease: the
+  -- keys live that long).
+  local last = redis.call('ZREVRANGEBYSCORE', leases_key, '+inf', after, 'WITHSCORES', 'LIMIT', 0, limit)
+  local longest_at = last[2]
+  for i = 1, #last, 2 do
+    local owner = member_owner(last[i])
+    if owner and read_grant(lock_key, owner) then
+      longest_at = last[i + 1]
+      break
+    end
+  end
+  local longest = longest_at and math.max(math.floor(tonumber(longest_at) - now_ms), 0) or 0
   return holders, grants, longest
 end
