@@ -79,6 +79,8 @@ fn now_ms() -> u64 {
 }
 
 /// One process's scheduler: `scheduled_job worker <url> <mode> <first tick, ms since epoch>`.
+/// On Ctrl-C it stops and releases its lock at once (a job cut short does not keep the next
+/// process waiting for the lease).
 async fn worker(
     url: &str,
     mode: &str,
@@ -88,15 +90,30 @@ async fn worker(
     let redis = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;
+    let outcome = tokio::select! {
+        outcome = run_ticks(&locks, redis, mode, first_tick_ms) => outcome,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    locks.shutdown().await;
+    outcome
+}
+
+/// The scheduler's ticks: the job, locked, once per second.
+async fn run_ticks(
+    locks: &LockClient,
+    redis: redis::aio::MultiplexedConnection,
+    mode: &str,
+    first_tick_ms: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
     for tick in 0..TICKS {
         // The tick, plus this process's scheduler drift.
         let drift = scheduler_drift_ms() % 50;
         let at = first_tick_ms + tick * 1_000 + drift;
         tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
         let outcome = if mode == "min_hold" {
-            report_at_least_once_per_tick(&locks, redis.clone(), mode, tick).await
+            report_at_least_once_per_tick(locks, redis.clone(), mode, tick).await
         } else {
-            report_give_up_only(&locks, redis.clone(), mode, tick).await
+            report_give_up_only(locks, redis.clone(), mode, tick).await
         };
         match outcome {
             Ok(()) | Err(JobError::Lock(LockError::NotAcquired { .. })) => {}

@@ -18,6 +18,7 @@ use crate::defects::{self, Defect};
 use crate::error::WithSources;
 use crate::release_hub::owner_tag;
 use crate::renewal::valid_until;
+use crate::sync::Ticket;
 use crate::telemetry::{AcquireRecord, Holding, LockSpan};
 use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key, random};
 
@@ -49,6 +50,8 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
+    /// Counts the request as running, for its client's shutdown to wait for.
+    _running: Ticket,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
     record: AcquireRecord,
 }
@@ -90,13 +93,19 @@ impl Acquisition {
         let valid = key::validate(&key)
             .and_then(|()| kind.validate())
             .and_then(|()| offered(&client, kind))
-            .and_then(|()| options.validate());
+            .and_then(|()| options.validate())
+            .and_then(|()| match client.shutdown_state().is_down() {
+                true => Err(LockError::shut_down(&key)),
+                false => Ok(()),
+            });
         if let Err(error) = valid {
             span.acquired(Err(&error), 0);
             return Err(error);
         }
         let started = Instant::now();
+        let running = client.shutdown_state().acquiring(&key);
         Ok(Acquisition {
+            _running: running,
             give_up_at: started + options.wait(),
             deadline: options.wait_bound().map(|wait| started + wait),
             latest_token: None,
@@ -124,14 +133,36 @@ impl Acquisition {
 
     /// Attempts until granted or out of budget, waiting in between; records how it ended.
     pub(crate) async fn run(mut self) -> Result<LockGuard, LockError> {
-        let granted = self.until_granted().await;
+        let client = self.pending.client.clone();
+        let shutdown = client.shutdown_state();
+        let granted = tokio::select! {
+            biased;
+            () = shutdown.stopping() => None,
+            granted = self.until_granted() => Some(granted),
+        };
+        let granted = match granted {
+            Some(granted) => granted,
+            None => Err(self.stop_for_shutdown().await),
+        };
         let span = self.record.span();
         let guard = granted.and_then(|granted| {
             self.pending
                 .into_guard(granted, &self.options, self.reply_lost, span)
         });
+        // A grant that the shutdown came too late to release: the guard's drop releases it.
+        let guard = guard.and_then(|guard| match shutdown.is_down() {
+            true => Err(LockError::shut_down(guard.key())),
+            false => Ok(guard),
+        });
         self.record.ended(guard.as_ref().map(LockGuard::token));
         guard
+    }
+
+    /// Ends the request for the client's shutdown: gives back its place (an attempt cut
+    /// short may still land, so its cleanup stays due too).
+    async fn stop_for_shutdown(&mut self) -> LockError {
+        self.pending.withdraw(true, self.deadline).await;
+        LockError::shut_down(&self.pending.lease.key)
     }
 
     async fn until_granted(&mut self) -> Result<Granted, LockError> {
@@ -532,7 +563,7 @@ impl PendingAcquire {
             },
             sent_at,
             lease,
-            options,
+            (options, acquired_at + options.min_hold()),
             span.clone(),
         )?;
         self.leaves_traces = false;

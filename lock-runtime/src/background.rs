@@ -9,12 +9,14 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::task::JoinHandle;
 
 use crate::LockError;
+use crate::sync::lock_ignoring_poison;
 
 static DRIVER: OnceLock<Result<Handle, String>> = OnceLock::new();
 
@@ -75,3 +77,60 @@ impl Background {
         }
     }
 }
+
+/// How long an exiting process waits at most for the releases it has sent and not yet heard
+/// back from.
+pub const EXIT_WAIT: Duration = Duration::from_secs(3);
+
+/// Background work the process waits for when it exits (after `main` returns, or on
+/// `std::process::exit`), up to [`EXIT_WAIT`]: a guard dropped just before the end, or by a
+/// task that the ending runtime dropped, is still released rather than left to its lease.
+/// The background thread keeps running until the C runtime's exit handlers have run, so the
+/// wait lets it finish. On Unix only (`atexit`).
+pub(crate) struct AwaitedAtExit(());
+
+static AWAITED: Mutex<usize> = Mutex::new(0);
+static SETTLED: Condvar = Condvar::new();
+
+impl AwaitedAtExit {
+    pub(crate) fn new() -> AwaitedAtExit {
+        wait_at_exit();
+        *lock_ignoring_poison(&AWAITED) += 1;
+        AwaitedAtExit(())
+    }
+}
+
+impl Drop for AwaitedAtExit {
+    fn drop(&mut self) {
+        *lock_ignoring_poison(&AWAITED) -= 1;
+        SETTLED.notify_all();
+    }
+}
+
+/// Waits for the work awaited at exit, up to [`EXIT_WAIT`]; not on the background thread,
+/// which would wait for itself.
+fn wait_for_awaited() {
+    if ON_DRIVER.with(Cell::get) {
+        return;
+    }
+    let awaited = lock_ignoring_poison(&AWAITED);
+    let _ = SETTLED.wait_timeout_while(awaited, EXIT_WAIT, |count| *count > 0);
+}
+
+/// Registers [`wait_for_awaited`] as an exit handler, once.
+#[cfg(unix)]
+fn wait_at_exit() {
+    extern "C" fn at_exit() {
+        // A panic must not unwind into the C runtime.
+        let _ = std::panic::catch_unwind(wait_for_awaited);
+    }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: `at_exit` is an `extern "C" fn()` that never unwinds, as `atexit` requires; it
+    // touches only statics that outlive the handlers.
+    REGISTERED.call_once(|| unsafe {
+        libc::atexit(at_exit);
+    });
+}
+
+#[cfg(not(unix))]
+fn wait_at_exit() {}

@@ -5,16 +5,17 @@
 //! answered yet, by key, so that its next request for that key waits for them instead of
 //! finding the key still held by itself.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Lease, LockBackend, Release};
+use crate::background::AwaitedAtExit;
 use crate::error::WithSources;
 use crate::renewal::{LossCause, LossSignal};
+use crate::sync::Ticket;
 use crate::telemetry::LockSpan;
 use crate::{LockClient, background};
 
@@ -43,7 +44,10 @@ pub(crate) fn release_in_background(
     let backend = client.backend().clone();
     let caller = in_doubt.then(background::caller_runtime).flatten();
     let mut held = held;
-    let mut in_flight = Some(client.releases_in_flight().start(&lease.key));
+    let mut in_flight = Some(InFlight {
+        _key: client.releases_in_flight().start(&lease.key),
+        _exit: AwaitedAtExit::new(),
+    });
     if let Some(caller) = caller {
         caller.spawn(release_with_retries(
             backend.clone(),
@@ -68,59 +72,12 @@ pub(crate) fn release_in_background(
     }
 }
 
-/// A client's background releases whose first try has not been answered, by key.
-#[derive(Debug, Default)]
-pub(crate) struct ReleasesInFlight {
-    keys: Mutex<HashMap<String, usize>>,
-    settled: tokio::sync::Notify,
-}
-
-impl ReleasesInFlight {
-    /// Counts a release of `key` in flight until the token returned is dropped.
-    fn start(self: &Arc<Self>, key: &str) -> InFlight {
-        *crate::sync::lock_ignoring_poison(&self.keys)
-            .entry(key.to_owned())
-            .or_default() += 1;
-        InFlight {
-            releases: self.clone(),
-            key: key.to_owned(),
-        }
-    }
-
-    /// Completes once no release of `key` is in flight (at once if none is).
-    pub(crate) async fn settled(&self, key: &str) {
-        loop {
-            let settled = self.settled.notified();
-            let mut settled = std::pin::pin!(settled);
-            // Enabled before the look at the count, so that a settle in between is not missed.
-            settled.as_mut().enable();
-            if !crate::sync::lock_ignoring_poison(&self.keys).contains_key(key) {
-                return;
-            }
-            settled.await;
-        }
-    }
-}
-
-/// One release counted in flight, until its first try is answered (or the release is dropped
-/// unsent: its runtime ended).
+/// A background release counted in flight until its first try is answered (or it is dropped
+/// unsent, its runtime gone): by its client, whose next request for the key waits for it,
+/// and by the process, which waits for it at exit.
 struct InFlight {
-    releases: Arc<ReleasesInFlight>,
-    key: String,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut keys = crate::sync::lock_ignoring_poison(&self.releases.keys);
-        if let Some(count) = keys.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                keys.remove(&self.key);
-            }
-        }
-        drop(keys);
-        self.releases.settled.notify_waiters();
-    }
+    _key: Ticket,
+    _exit: AwaitedAtExit,
 }
 
 /// The guard that held a lease released in the background: its span, and its loss signal.

@@ -9,8 +9,9 @@ use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::background::Background;
-use crate::background_release::ReleasesInFlight;
 use crate::renewal::{RenewalStats, Renewer};
+use crate::shutdown::ShutdownState;
+use crate::sync::Outstanding;
 use crate::{LockError, LockKind, LockRequest};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
@@ -30,7 +31,8 @@ struct ClientInner {
     background: Background,
     renewer: Renewer,
     /// Background releases not answered yet, which a request for their key waits for.
-    releases_in_flight: Arc<ReleasesInFlight>,
+    releases_in_flight: Arc<Outstanding>,
+    shutdown: ShutdownState,
     /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
     notifies: bool,
 }
@@ -165,6 +167,7 @@ impl LockClient {
                 backend,
                 background,
                 releases_in_flight: Arc::default(),
+                shutdown: ShutdownState::default(),
                 notifies,
             }),
         }
@@ -287,8 +290,12 @@ impl LockClient {
         &self.inner.background
     }
 
-    pub(crate) fn releases_in_flight(&self) -> &Arc<ReleasesInFlight> {
+    pub(crate) fn releases_in_flight(&self) -> &Arc<Outstanding> {
         &self.inner.releases_in_flight
+    }
+
+    pub(crate) fn shutdown_state(&self) -> &ShutdownState {
+        &self.inner.shutdown
     }
 
     pub(crate) fn renewer(&self) -> &Renewer {

@@ -66,6 +66,17 @@ pub enum LockError {
         /// What is wrong with it and how to fix it.
         reason: String,
     },
+    /// The request's client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown))
+    /// before or while it asked: it holds nothing, and left nothing in line.
+    #[error(
+        "lock `{key}` was not acquired: its client was shut down; requests need a client that \
+         is not (`LockClient::shutdown` ends every clone of it)"
+    )]
+    #[non_exhaustive]
+    ShutDown {
+        /// The lock key, as the caller wrote it.
+        key: String,
+    },
     /// A request or client was configured with values the runtime refuses.
     #[error("invalid lock configuration: {reason}")]
     #[non_exhaustive]
@@ -194,6 +205,13 @@ impl LockError {
     pub fn invalid_config(reason: impl Into<String>) -> Self {
         LockError::InvalidConfig {
             reason: reason.into(),
+        }
+    }
+
+    /// A [`LockError::ShutDown`]: `key` was asked for of a client shut down.
+    pub(crate) fn shut_down(key: &str) -> Self {
+        LockError::ShutDown {
+            key: key.to_owned(),
         }
     }
 

@@ -177,6 +177,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.tracking.stop();
         self.holding.end();
+        if self.released_by_shutdown() {
+            self.released = true;
+            return Err(self.lost_error(LossCause::ShutDown));
+        }
         let min_hold = self.hold_until.saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
         let span = self.span().clone();
@@ -223,9 +227,17 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Whether the client's shutdown released the lease (and told its holder so).
+    fn released_by_shutdown(&self) -> bool {
+        self.tracking.signal().cause() == Some(LossCause::ShutDown)
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.released || self.in_doubt {
+        let released = self.released || self.released_by_shutdown();
+        if !released || self.in_doubt {
             // Stop renewal before the release is sent, so no extend can follow it.
             self.tracking.stop();
             self.holding.end();
@@ -234,7 +246,7 @@ impl Drop for LockGuard {
                 self.lease.clone(),
                 self.hold_until,
                 self.in_doubt,
-                (!self.released).then(|| Holder {
+                (!released).then(|| Holder {
                     span: self.holding.span().clone(),
                     signal: self.tracking.signal().clone(),
                 }),

@@ -32,6 +32,7 @@ mod release_hub;
 mod renewal;
 mod request;
 mod scoped_client;
+pub mod shutdown;
 mod sync;
 pub mod telemetry;
 #[cfg(feature = "testing")]

@@ -26,7 +26,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Extended, HeldLease, LockBackend};
+use crate::backend::{Extended, HeldLease, Lease, LockBackend};
 use crate::background::Background;
 use crate::error::WithSources;
 use crate::sync::lock_ignoring_poison;
@@ -45,6 +45,9 @@ pub enum LossCause {
     Expired,
     /// `max_hold_ms` passed; renewal stopped.
     MaxHold,
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
+    /// which released the lock.
+    ShutDown,
 }
 
 impl std::fmt::Display for LossCause {
@@ -54,6 +57,7 @@ impl std::fmt::Display for LossCause {
             LossCause::Unconfirmed => "no renewal reached the backend before the lease ended",
             LossCause::Expired => "the lease ran out (renewal off)",
             LossCause::MaxHold => "max_hold_ms passed",
+            LossCause::ShutDown => "its client was shut down, which released it",
         })
     }
 }
@@ -243,6 +247,8 @@ struct Registry {
 
 struct Tracked {
     held: HeldLease,
+    /// Until when `min_hold_ms` keeps the key taken after a release.
+    hold_until: Instant,
     signal: Arc<LossSignal>,
     renew: bool,
     /// When the next renewal is due.
@@ -404,11 +410,12 @@ impl Renewer {
         held: HeldLease,
         sent_at: Instant,
         lease: Duration,
-        options: &LockOptions,
+        (options, hold_until): (&LockOptions, Instant),
         span: LockSpan,
     ) -> Result<Tracking, LockError> {
         let signal = Arc::new(LossSignal::default());
         let mut tracked = Tracked {
+            hold_until,
             next_due: sent_at,
             valid_until: sent_at,
             stop_at: options.max_hold().map(|max| sent_at + max),
@@ -445,6 +452,30 @@ impl Renewer {
             renewer: self.shared.clone(),
             signal,
         })
+    }
+}
+
+/// A lease taken out of the renewal loop by [`Renewer::drain`].
+pub(crate) struct Drained {
+    pub(crate) lease: Lease,
+    pub(crate) hold_until: Instant,
+    pub(crate) span: LockSpan,
+    pub(crate) signal: Arc<LossSignal>,
+}
+
+impl Renewer {
+    /// Stops renewing every lease the client holds, and returns them.
+    pub(crate) fn drain(&self) -> Vec<Drained> {
+        let leases = std::mem::take(&mut self.shared.registry().leases);
+        leases
+            .into_values()
+            .map(|tracked| Drained {
+                lease: tracked.held.lease,
+                hold_until: tracked.hold_until,
+                span: tracked.span,
+                signal: tracked.signal,
+            })
+            .collect()
     }
 }
 

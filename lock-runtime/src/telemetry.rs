@@ -376,6 +376,7 @@ fn outcome_label(error: &LockError) -> &'static str {
         LockError::InvalidKey { .. } | LockError::InvalidConfig { .. } => "invalid",
         LockError::NoClient => "no_client",
         LockError::Lost { .. } => "lost",
+        LockError::ShutDown { .. } => "shut_down",
     }
 }
 
@@ -386,6 +387,7 @@ fn cause_label(cause: LossCause) -> &'static str {
         LossCause::Unconfirmed => "unconfirmed",
         LossCause::Expired => "expired",
         LossCause::MaxHold => "max_hold",
+        LossCause::ShutDown => "shut_down",
     }
 }
 

@@ -11,6 +11,7 @@ mod memory_test;
 #[cfg(feature = "metrics")]
 mod observability;
 mod redis_test;
+mod shutdown;
 mod spawned_tasks;
 mod sql;
 mod tracing_order;
@@ -64,7 +65,7 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
     (
         "docs/guide/guarantees.md",
         include_str!("../../docs/guide/guarantees.md"),
-        &[],
+        &[("shutdown.rs", include_str!("readme/shutdown.rs"))],
     ),
     (
         "docs/guide/topologies.md",

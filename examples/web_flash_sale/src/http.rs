@@ -16,8 +16,10 @@ use crate::store::Store;
 /// Seconds a buyer refused for contention is told to wait before trying again.
 const RETRY_AFTER_SECONDS: &str = "1";
 
-/// Serves on `127.0.0.1:port` (0: a free port) until killed; prints
-/// `listening on http://127.0.0.1:PORT` once it accepts connections.
+/// Serves on `127.0.0.1:port` (0: a free port) until `SIGTERM` or Ctrl-C; prints
+/// `listening on http://127.0.0.1:PORT` once it accepts connections. On the signal it
+/// finishes the requests in progress, then shuts its lock client down: whatever it still
+/// holds is released at once, and its waiting requests leave their lines.
 pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), String> {
     let state = AppState {
         store: Store::connect(redis_url)
@@ -28,6 +30,7 @@ pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), Strin
             .map_err(|e| WithSources(&e).to_string())?,
         locked,
     };
+    let locks = state.locks.clone();
     let router = Router::new()
         .route("/deduct_stock/{sku}", post(handle_deduct_stock))
         .with_state(Arc::new(state));
@@ -37,9 +40,35 @@ pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), Strin
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let lock = if locked { "#[redis_lock]" } else { "none" };
     println!("listening on http://{local} (lock: {lock})");
-    axum::serve(listener, router)
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(stop_signal())
         .await
-        .map_err(|e| format!("the server stopped: {e}"))
+        .map_err(|e| format!("the server stopped: {e}"));
+    let report = locks.shutdown().await;
+    eprintln!(
+        "shut down: {} lock(s) released, {} request(s) withdrawn",
+        report.released, report.withdrawn
+    );
+    served
+}
+
+/// `SIGTERM` (what `kill` and orchestrators send) or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 async fn handle_deduct_stock(

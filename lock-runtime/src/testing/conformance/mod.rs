@@ -3,6 +3,7 @@
 //! message naming the broken rule.
 
 mod kinds;
+mod lifecycle;
 
 pub use kinds::{
     a_kind_not_offered_is_refused, a_release_hands_over_to_the_readers_at_the_head,
@@ -12,6 +13,9 @@ pub use kinds::{
     kinds_do_not_mix_on_one_key, kinds_not_offered_are_refused,
     readers_share_and_a_writer_excludes, shards_are_exclusive_and_named,
     shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
+};
+pub use lifecycle::{
+    a_release_in_flight_does_not_refuse_the_same_client, shutdown_releases_and_withdraws,
 };
 
 use std::sync::Arc;
@@ -84,7 +88,7 @@ fn notifies(client: &LockClient) -> bool {
     client.notifies()
 }
 
-fn hands_off(client: &LockClient) -> bool {
+pub(super) fn hands_off(client: &LockClient) -> bool {
     client.backend().capabilities().hands_off
 }
 
@@ -96,6 +100,7 @@ pub const RULES: &[Rule] = &[
     rule!(a_grant_answered_after_its_lease_gives_no_guard),
     rule!(dropped_guard_releases),
     rule!(a_release_in_flight_does_not_refuse_the_same_client),
+    rule!(shutdown_releases_and_withdraws),
     rule!(give_up_makes_one_attempt),
     rule!(continue_stops_after_its_retries),
     rule!(bad_input_is_refused),
@@ -162,7 +167,7 @@ fn expect_not_acquired(result: Result<crate::LockGuard, LockError>, attempts: u3
 }
 
 /// Takes `key`, free at this point of a check, with a lease that outlasts the check.
-async fn hold(client: &LockClient, key: &str) -> crate::LockGuard {
+pub(super) async fn hold(client: &LockClient, key: &str) -> crate::LockGuard {
     let guard = client
         .lock(key)
         .ttl_ms(LONG_TTL_MS)
@@ -356,38 +361,6 @@ pub async fn dropped_guard_releases(client: &LockClient, key: &str) {
         "the drop released the lock, not the lease's expiry"
     );
     next.release().await.expect("release");
-}
-
-/// A key asked for again right after the same client dropped its guard, or dropped its
-/// `release()` after the first poll, is not refused by that release still in flight: the
-/// request waits for it.
-pub async fn a_release_in_flight_does_not_refuse_the_same_client(client: &LockClient, key: &str) {
-    for round in 0..20 {
-        let guard = client
-            .lock(key)
-            .ttl_ms(LONG_TTL_MS)
-            .give_up()
-            .acquire()
-            .await;
-        let guard = guard.expect("a key its own client released is free");
-        if round % 2 == 0 {
-            drop(guard);
-        } else {
-            // Polled once, then dropped (a timeout polls before it looks at the clock).
-            let release = tokio::time::timeout(Duration::ZERO, guard.release()).await;
-            if release.is_ok() {
-                continue;
-            }
-        }
-        let again = client
-            .lock(key)
-            .ttl_ms(LONG_TTL_MS)
-            .give_up()
-            .acquire()
-            .await;
-        let again = again.unwrap_or_else(|e| panic!("round {round}: {e}"));
-        again.release().await.expect("release");
-    }
 }
 
 /// `GiveUp` asks once and reports contention as `NotAcquired`.

@@ -1,0 +1,119 @@
+//! The conformance checks of a client's life around its locks: a release still on its way
+//! when the key is asked for again, and the client's shutdown.
+
+use std::time::{Duration, Instant};
+
+use super::{LONG, LONG_TTL_MS, hands_off, hold};
+use crate::background::Background;
+use crate::{LockClient, LockError, LossCause};
+
+/// A key asked for again right after the same client dropped its guard, or dropped its
+/// `release()` after the first poll, is not refused by that release still in flight: the
+/// request waits for it.
+pub async fn a_release_in_flight_does_not_refuse_the_same_client(client: &LockClient, key: &str) {
+    for round in 0..20 {
+        let guard = hold(client, key).await;
+        if round % 2 == 0 {
+            drop(guard);
+        } else {
+            // Polled once, then dropped (a timeout polls before it looks at the clock).
+            let release = tokio::time::timeout(Duration::ZERO, guard.release()).await;
+            if release.is_ok() {
+                continue;
+            }
+        }
+        hold(client, key).await.release().await.expect("release");
+    }
+}
+
+/// A client's shutdown releases what it holds at once (the next holder does not wait for
+/// the lease), tells the holder that the lock ended, stops its waiting request after giving
+/// back its place in line, and refuses later requests.
+pub async fn shutdown_releases_and_withdraws(client: &LockClient, namespace: &str) {
+    let held_key = format!("{namespace}:held");
+    let waited_key = format!("{namespace}:waited");
+    // A client of its own over the same store: the one under test goes on to other rules.
+    let down = LockClient::with_background(
+        client.backend().clone(),
+        Background::Driver,
+        client.notifies(),
+    );
+    let guard = hold(&down, &held_key).await;
+    let blocker = hold(client, &waited_key).await;
+    let wait_long = |client: &LockClient, key: &str| {
+        client
+            .lock(key)
+            .ttl_ms(LONG_TTL_MS)
+            .wait_ms(LONG_TTL_MS)
+            .sleep_ms(50)
+            .acquire()
+    };
+    let waiter = tokio::spawn(wait_long(&down, &waited_key));
+    waiting(client, &down, &waited_key).await;
+    let next = tokio::spawn(wait_long(client, &held_key));
+
+    let started = Instant::now();
+    let report = down.shutdown().await;
+    assert_eq!(
+        (report.released, report.withdrawn, report.unanswered),
+        (1, 1, 0),
+        "one lock released, one request withdrawn, every release answered: {report:?}"
+    );
+    match waiter.await.expect("the waiter ran") {
+        Err(LockError::ShutDown { .. }) => {}
+        other => panic!("a waiting request stops with ShutDown: {other:?}"),
+    }
+    match guard.lost().await {
+        LockError::Lost {
+            cause: LossCause::ShutDown,
+            ..
+        } => {}
+        other => panic!("the holder is told the shutdown ended its lock: {other:?}"),
+    }
+    let next = next.await.expect("the next request ran");
+    let next = next.expect("the next holder gets the key the shutdown released");
+    assert!(
+        started.elapsed() < LONG / 4,
+        "released by the shutdown, not by the lease's expiry"
+    );
+    match guard.release().await {
+        Err(LockError::Lost {
+            cause: LossCause::ShutDown,
+            ..
+        }) => {}
+        other => panic!("a release after the shutdown reports it: {other:?}"),
+    }
+    blocker.release().await.expect("release");
+    let free = client.lock(&waited_key).give_up().acquire().await;
+    let free = free.expect("no place of the withdrawn waiter is left to hand the key to");
+    match down.lock(&held_key).give_up().acquire().await {
+        Err(LockError::ShutDown { .. }) => {}
+        other => panic!("a shut-down client refuses requests: {other:?}"),
+    }
+    next.release().await.expect("release");
+    free.release().await.expect("release");
+}
+
+/// Waits (at most 10 s) until `down`'s request for `key` waits: in the key's line where the
+/// store keeps one, else running.
+async fn waiting(client: &LockClient, down: &LockClient, key: &str) {
+    let in_line = async {
+        loop {
+            let waits = match hands_off(client) {
+                true => client
+                    .admin()
+                    .inspect(key)
+                    .await
+                    .is_ok_and(|s| s.waiters == 1),
+                false => down.shutdown_state().running() == 1,
+            };
+            if waits {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), in_line)
+        .await
+        .expect("the request waits within 10 s");
+}
