@@ -143,6 +143,46 @@ pub async fn lost() -> Option<LockError> {
     held.lost_error()
 }
 
+/// Panics unless it runs inside the body of a `#[redis_lock]` function (or `#[lock]`), under
+/// the lock it took, as ShedLock's `LockAssert.assertLocked()` does: code that must never
+/// run unlocked states so, and a call path that skips the lock (a refactoring that calls
+/// the inner function directly, a task spawned from the body) fails at once rather than
+/// overlapping with another holder. It checks where the code runs, not whether the lease
+/// still lasts: see [`is_lost`] for that.
+///
+/// ```
+/// use fencelock::{LockClient, LockError, assert_locked, redis_lock, with_client};
+///
+/// #[redis_lock(key = "invoice:{id}")]
+/// async fn issue(id: u64) -> Result<u64, LockError> {
+///     write_invoice(id);
+///     Ok(id)
+/// }
+///
+/// fn write_invoice(id: u64) {
+///     assert_locked(); // only ever under the invoice's lock
+///     let _ = id;
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// with_client(LockClient::memory(), issue(7)).await?;
+/// let unlocked = std::panic::catch_unwind(|| write_invoice(7));
+/// assert!(unlocked.is_err(), "called without the lock, it panics");
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn assert_locked() {
+    if innermost().is_none() {
+        panic!(
+            "fencelock::assert_locked: this code runs outside the body of a #[redis_lock] \
+             function, so no lock is held for it; call it through the locked function (a task \
+             spawned from the body runs outside it too)"
+        );
+    }
+}
+
 /// The lock `key` if the current body runs under it, taken through the same client.
 pub(crate) fn held(client_id: u64, key: &str) -> Option<Held> {
     HELD.try_with(|chain| {

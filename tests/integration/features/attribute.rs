@@ -459,3 +459,31 @@ async fn a_single_attempt_ignores_the_wait_of_its_base() {
     let done = with_client(LockClient::memory(), tries_once(3)).await;
     assert_eq!(done.unwrap(), 3);
 }
+
+#[redis_lock(key = "asserted")]
+async fn asserts_in_body_and_in_a_spawned_task() -> Result<bool, LockError> {
+    fencelock::assert_locked();
+    let spawned = tokio::spawn(async { fencelock::assert_locked() }).await;
+    Ok(spawned.is_err_and(|error| error.is_panic()))
+}
+
+/// `assert_locked` passes in the body, and panics in a task spawned from it (which runs
+/// outside the body, unlocked) and outside any body.
+#[tokio::test]
+async fn assert_locked_passes_only_in_the_body() {
+    let spawned_panicked = with_client(
+        LockClient::memory(),
+        asserts_in_body_and_in_a_spawned_task(),
+    );
+    assert!(
+        spawned_panicked.await.unwrap(),
+        "a spawned task holds no lock"
+    );
+    let outside = std::panic::catch_unwind(fencelock::assert_locked);
+    let message = outside.unwrap_err();
+    let message = message.downcast_ref::<&str>().unwrap();
+    assert!(
+        message.contains("outside the body of a #[redis_lock]"),
+        "{message}"
+    );
+}
