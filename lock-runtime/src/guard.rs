@@ -5,6 +5,7 @@ use tracing::Instrument;
 
 use crate::backend::{Lease, Release, resend_once};
 use crate::background_release::{Holder, release_in_background};
+use crate::release_hub::{OwnerTag, owner_tag};
 use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::telemetry::Holding;
 use crate::{LockClient, LockError, LockKind};
@@ -60,6 +61,13 @@ impl LockGuard {
     /// key. Pass it to the protected resource and let it refuse writes with older tokens.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The tag of this grant's owner, as the operator view ([`LockClient::admin`]) and
+    /// release notifications name it (the owner token itself stays secret: whoever has it
+    /// can release the lock).
+    pub fn owner(&self) -> OwnerTag {
+        owner_tag(&self.lease.owner)
     }
 
     /// The kind of lock held.

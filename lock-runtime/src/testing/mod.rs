@@ -2,8 +2,10 @@
 //! group: master, replica, three Sentinels; a Redis Cluster), a TCP proxy that
 //! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
 //! conformance suite every backend must pass, the history checker that proves mutual
-//! exclusion on recorded runs, and known defects to plant in the library (`defects`).
+//! exclusion on recorded runs, assertions on lock keys for an application's tests
+//! (`assertions`), and known defects to plant in the library (`defects`).
 
+pub mod assertions;
 mod cluster;
 pub mod conformance;
 pub mod defects;

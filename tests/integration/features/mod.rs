@@ -1,5 +1,5 @@
 //! What does not depend on the store: the attribute, both tokio runtimes, late grants,
-//! renewal timing on the paused clock, several OS processes, and processes that end.
+//! renewal timing on the paused clock, several OS processes, processes that end, and the test kit's assertions.
 
 mod attribute;
 mod late_grants;
@@ -7,3 +7,4 @@ mod lease_timing;
 mod multiprocess;
 mod runtimes;
 mod shutdown;
+mod test_kit;

@@ -1,0 +1,68 @@
+//! Assertions on lock keys, for an application's tests: whether a key is held or free, and
+//! whether a guard's grant is what holds it. They read the store through the operator view
+//! ([`LockClient::admin`]), so they work on every store, the memory backend included.
+
+use crate::admin::Holding;
+use crate::{LockClient, LockGuard};
+
+/// Panics unless `key` is free on `client`'s store (nothing holds it).
+///
+/// ```
+/// use fencelock::LockClient;
+/// use fencelock::testing::assertions::{assert_free, assert_held_by};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let locks = LockClient::memory();
+/// let guard = locks.lock("report").acquire().await.unwrap();
+/// assert_held_by(&locks, &guard).await;
+/// guard.release().await.unwrap();
+/// assert_free(&locks, "report").await;
+/// # }
+/// ```
+pub async fn assert_free(client: &LockClient, key: &str) {
+    let holding = holding(client, key).await;
+    assert!(
+        !holding.is_held(),
+        "expected lock `{key}` to be free, but it is held: {holding:?}"
+    );
+}
+
+/// Panics unless something holds `key` on `client`'s store; returns what holds it (its
+/// owner's tag and token, or a shared kind's grants).
+pub async fn assert_held(client: &LockClient, key: &str) -> Holding {
+    let holding = holding(client, key).await;
+    assert!(
+        holding.is_held(),
+        "expected lock `{key}` to be held, but it is {holding:?}"
+    );
+    holding
+}
+
+/// Panics unless `guard`'s grant holds its key on `client`'s store: the same owner, with the
+/// guard's fencing token (among the grants, for a shared kind). A guard whose lease was lost
+/// (expired, released by an operator, taken over) fails it.
+pub async fn assert_held_by(client: &LockClient, guard: &LockGuard) {
+    let key = guard.key();
+    let holding = assert_held(client, key).await;
+    let holds = holding.grants().iter().any(|grant| {
+        grant.owner == guard.owner() && grant.token.is_none_or(|token| token == guard.token())
+    });
+    assert!(
+        holds,
+        "expected lock `{key}` to be held by the guard's grant (owner {}, token {}), but it is \
+         {holding:?}",
+        guard.owner(),
+        guard.token()
+    );
+}
+
+async fn holding(client: &LockClient, key: &str) -> Holding {
+    match client.admin().inspect(key).await {
+        Ok(state) => state.holding,
+        Err(error) => panic!(
+            "cannot read lock `{key}` from the store: {}",
+            crate::WithSources(&error)
+        ),
+    }
+}
