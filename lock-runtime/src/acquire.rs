@@ -71,6 +71,10 @@ enum Attempt {
     Cut,
 }
 
+/// How long a request waits at most for its own client's release of the key to be answered
+/// (the default response timeout of the stores): past it, the attempt goes anyway.
+const OWN_RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 /// What subscribing to the key's releases did.
 enum Subscribing {
     /// Subscribed now: attempt again at once.
@@ -151,7 +155,11 @@ impl Acquisition {
         });
         // A grant that the shutdown came too late to release: the guard's drop releases it.
         let guard = guard.and_then(|guard| match shutdown.is_down() {
-            true => Err(LockError::shut_down(guard.key())),
+            true => {
+                let key = guard.key().to_owned();
+                guard.discard();
+                Err(LockError::shut_down(&key))
+            }
             false => Ok(guard),
         });
         self.record.ended(guard.as_ref().map(LockGuard::token));
@@ -167,9 +175,15 @@ impl Acquisition {
 
     async fn until_granted(&mut self) -> Result<Granted, LockError> {
         let key = &self.pending.lease.key;
-        // This client's own release of the key, still on its way, would refuse the attempt.
-        // Each try of a release is bounded by the store's response timeout.
-        self.pending.client.releases_in_flight().settled(key).await;
+        // This client's own release of the key, sent before this request and not answered
+        // yet, would refuse the attempt: wait for it, within the request's deadline and at
+        // most OWN_RELEASE_WAIT.
+        let own_release = self.pending.client.releases_in_flight().settled_before(key);
+        let at_most = Instant::now() + OWN_RELEASE_WAIT;
+        let until_at = self
+            .deadline
+            .map_or(at_most, |deadline| deadline.min(at_most));
+        let _ = until(Some(until_at), own_release).await;
         if self.may_subscribe && !self.options.give_up {
             self.releases = self.pending.client.backend().watch_if_subscribed(key);
         }

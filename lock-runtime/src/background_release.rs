@@ -5,7 +5,7 @@
 //! answered yet, by key, so that its next request for that key waits for them instead of
 //! finding the key still held by itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,7 +15,7 @@ use crate::backend::{Lease, LockBackend, Release};
 use crate::background::AwaitedAtExit;
 use crate::error::WithSources;
 use crate::renewal::{LossCause, LossSignal};
-use crate::sync::Ticket;
+use crate::sync::{Ticket, lock_ignoring_poison};
 use crate::telemetry::LockSpan;
 use crate::{LockClient, background};
 
@@ -44,24 +44,26 @@ pub(crate) fn release_in_background(
     let backend = client.backend().clone();
     let caller = in_doubt.then(background::caller_runtime).flatten();
     let mut held = held;
-    let mut in_flight = Some(InFlight {
+    // Shared by both sends of an in-doubt release: counted until the first answer, also when
+    // the caller's runtime drops its send unsent (it is ending).
+    let in_flight = Arc::new(Mutex::new(Some(InFlight {
         _key: client.releases_in_flight().start(&lease.key),
         _exit: AwaitedAtExit::new(),
-    });
+    })));
+    let mut delay = Duration::ZERO;
     if let Some(caller) = caller {
-        caller.spawn(release_with_retries(
+        let first = caller.spawn(release_with_retries(
             backend.clone(),
             lease.clone(),
             hold_until,
             Duration::ZERO,
-            (held.take(), in_flight.take()),
+            (held.take(), in_flight.clone()),
         ));
+        // Finished already: the runtime is shutting down and cancelled it unsent.
+        if !first.is_finished() {
+            delay = IN_DOUBT_FALLBACK;
+        }
     }
-    let delay = if in_doubt {
-        IN_DOUBT_FALLBACK
-    } else {
-        Duration::ZERO
-    };
     let span = held.as_ref().map(|held| held.span.clone());
     let release = release_with_retries(backend, lease, hold_until, delay, (held, in_flight));
     if let Err(error) = client.background().spawn(release) {
@@ -79,6 +81,9 @@ struct InFlight {
     _key: Ticket,
     _exit: AwaitedAtExit,
 }
+
+/// The [`InFlight`] of a release, which its first answered send ends.
+type SharedInFlight = Arc<Mutex<Option<InFlight>>>;
 
 /// The guard that held a lease released in the background: its span, and its loss signal.
 pub(crate) struct Holder {
@@ -119,7 +124,7 @@ async fn release_with_retries(
     lease: Lease,
     hold_until: Instant,
     delay: Duration,
-    (held, in_flight): (Option<Holder>, Option<InFlight>),
+    (held, in_flight): (Option<Holder>, SharedInFlight),
 ) {
     let releasing = retry_release(&*backend, &lease, hold_until, delay, in_flight);
     let Some(Holder { span, signal }) = held else {
@@ -141,7 +146,7 @@ async fn retry_release(
     lease: &Lease,
     hold_until: Instant,
     delay: Duration,
-    mut in_flight: Option<InFlight>,
+    in_flight: SharedInFlight,
 ) -> Outcome {
     tokio::time::sleep(delay).await;
     let deadline = Instant::now().max(hold_until) + lease.ttl;
@@ -150,7 +155,7 @@ async fn retry_release(
     loop {
         let min_hold = hold_until.saturating_duration_since(Instant::now());
         let answer = backend.release(lease, min_hold).await;
-        in_flight.take();
+        lock_ignoring_poison(&in_flight).take();
         match answer {
             Ok(Release::Released) => return Outcome::Released,
             Ok(Release::NotOwner) if !failed_before => return Outcome::Lost(LossCause::NotOwner),

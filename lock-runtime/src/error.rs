@@ -209,10 +209,14 @@ impl LockError {
     }
 
     /// A [`LockError::ShutDown`]: `key` was asked for of a client shut down.
-    pub(crate) fn shut_down(key: &str) -> Self {
-        LockError::ShutDown {
-            key: key.to_owned(),
-        }
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// assert!(LockError::shut_down("stock:42").is_shut_down());
+    /// ```
+    pub fn shut_down(key: impl Into<String>) -> Self {
+        LockError::ShutDown { key: key.into() }
     }
 
     /// `true` for [`LockError::NotAcquired`]: someone else held the lock.
@@ -223,6 +227,11 @@ impl LockError {
     /// `true` for [`LockError::Lost`].
     pub fn is_lost(&self) -> bool {
         matches!(self, LockError::Lost { .. })
+    }
+
+    /// `true` for [`LockError::ShutDown`]: the request's client was shut down.
+    pub fn is_shut_down(&self) -> bool {
+        matches!(self, LockError::ShutDown { .. })
     }
 
     /// `true` for [`LockError::Backend`]: the store failed, not the lock.

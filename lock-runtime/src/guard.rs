@@ -236,7 +236,14 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// Whether the client's shutdown released the lease (and told its holder so).
+    /// Drops a guard never handed out (its client shut down as it was granted): released
+    /// without `min_hold_ms`, since nothing ran under it.
+    pub(crate) fn discard(mut self) {
+        self.hold_until = Instant::now();
+    }
+
+    /// Whether the client's shutdown released the lease (and told its holder so); asked once
+    /// the lease is no longer tracked, when the answer cannot change.
     fn released_by_shutdown(&self) -> bool {
         self.tracking.signal().cause() == Some(LossCause::ShutDown)
     }
@@ -244,10 +251,11 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // Stop renewal before the release is sent, so no extend can follow it; and before the
+        // look at a shutdown, which drains only leases still tracked.
+        self.tracking.stop();
         let released = self.released || self.released_by_shutdown();
         if !released || self.in_doubt {
-            // Stop renewal before the release is sent, so no extend can follow it.
-            self.tracking.stop();
             self.holding.end();
             release_in_background(
                 &self.client,

@@ -464,9 +464,16 @@ pub(crate) struct Drained {
 }
 
 impl Renewer {
-    /// Stops renewing every lease the client holds, and returns them.
-    pub(crate) fn drain(&self) -> Vec<Drained> {
-        let leases = std::mem::take(&mut self.shared.registry().leases);
+    /// Stops renewing every lease the client holds, and returns them, each lost for `cause`
+    /// first: under the registry's lock, so that a guard released meanwhile either is still
+    /// tracked here (and sees the cause) or was released by its own call.
+    pub(crate) fn drain(&self, cause: LossCause) -> Vec<Drained> {
+        let mut registry = self.shared.registry();
+        for tracked in registry.leases.values() {
+            tracked.signal.lose(cause);
+        }
+        let leases = std::mem::take(&mut registry.leases);
+        drop(registry);
         leases
             .into_values()
             .map(|tracked| Drained {

@@ -88,6 +88,11 @@ impl LockClient {
     /// all of them are shut down. Waits at most [`SHUTDOWN_WAIT`] for the requests to stop
     /// and again for the releases' answers.
     ///
+    /// The locks are released at once, not after their bodies stop: a body still running
+    /// (until its next `.await`, or on with `on_lost = Continue`) overlaps with the next
+    /// holder, so writes that must never overlap carry the fencing token. `min_hold_ms` is
+    /// kept: a key it keeps stays taken until then.
+    ///
     /// ```
     /// use fencelock::{LockClient, LockError, LossCause};
     ///
@@ -111,10 +116,9 @@ impl LockClient {
         // end: the locks are then among those released below.
         let stopped = state.acquisitions.all_settled();
         let _ = tokio::time::timeout_at(waited_until, stopped).await;
-        let held = self.renewer().drain();
+        let held = self.renewer().drain(LossCause::ShutDown);
         let released = held.len();
         for lease in held {
-            lease.signal.lose(LossCause::ShutDown);
             let holder = Holder {
                 span: lease.span,
                 signal: lease.signal,

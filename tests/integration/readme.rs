@@ -5,6 +5,7 @@
 
 #[cfg(all(feature = "zookeeper", feature = "etcd"))]
 mod consensus;
+mod faults_test;
 mod guard;
 mod kinds;
 mod memory_test;
@@ -50,6 +51,7 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
         &[
             ("memory_test.rs", include_str!("readme/memory_test.rs")),
             ("redis_test.rs", include_str!("readme/redis_test.rs")),
+            ("faults_test.rs", include_str!("readme/faults_test.rs")),
         ],
     ),
     (

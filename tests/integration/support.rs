@@ -140,11 +140,12 @@ pub async fn increment(
 
 /// Runs this test binary again as a child process for the ignored test `test` alone
 /// (its full name, e.g. `features::multiprocess::counter_worker`), with the environment variable
-/// `var` set to `value`.
+/// `var` set to `value`; its standard input and output are piped.
 pub fn spawn_test_process(test: &str, var: &str, value: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", test, "--nocapture"])
         .env(var, value)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

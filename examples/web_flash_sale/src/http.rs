@@ -40,16 +40,20 @@ pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), Strin
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let lock = if locked { "#[redis_lock]" } else { "none" };
     println!("listening on http://{local} (lock: {lock})");
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(stop_signal())
+    // On the signal the lock client shuts down first: requests waiting for a lock stop at
+    // once (503) instead of holding the graceful shutdown up, then the server finishes.
+    let stopped = async move {
+        stop_signal().await;
+        let report = locks.shutdown().await;
+        eprintln!(
+            "shut down: {} lock(s) released, {} request(s) withdrawn",
+            report.released, report.withdrawn
+        );
+    };
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stopped)
         .await
-        .map_err(|e| format!("the server stopped: {e}"));
-    let report = locks.shutdown().await;
-    eprintln!(
-        "shut down: {} lock(s) released, {} request(s) withdrawn",
-        report.released, report.withdrawn
-    );
-    served
+        .map_err(|e| format!("the server stopped: {e}"))
 }
 
 /// `SIGTERM` (what `kill` and orchestrators send) or Ctrl-C.
@@ -100,11 +104,12 @@ fn sale_response(sku: &str, sale: Sale) -> Response {
 
 /// `NotAcquired` (the line for the SKU was longer than the lock's wait): 429 with
 /// `Retry-After`, since the same order may succeed a moment later. An unreachable lock backend
-/// or stock store: 503. Anything else (a lease lost mid-sale, a misconfiguration): 500.
+/// or stock store, or an instance shutting down: 503. Anything else (a lease lost mid-sale, a
+/// misconfiguration): 500.
 fn error_response(sku: &str, error: SaleError) -> Response {
     let status = match &error {
         SaleError::Lock(e) if e.is_not_acquired() => StatusCode::TOO_MANY_REQUESTS,
-        SaleError::Lock(e) if e.is_backend() => StatusCode::SERVICE_UNAVAILABLE,
+        SaleError::Lock(e) if e.is_backend() || e.is_shut_down() => StatusCode::SERVICE_UNAVAILABLE,
         SaleError::Lock(_) => StatusCode::INTERNAL_SERVER_ERROR,
         SaleError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
@@ -154,6 +159,15 @@ mod tests {
         let store = SaleError::Store(refused.into());
         assert_eq!(
             status_and_retry_after(store),
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        );
+    }
+
+    #[test]
+    fn an_instance_shutting_down_is_503() {
+        let error = LockError::shut_down("stock:sku-1").into();
+        assert_eq!(
+            status_and_retry_after(error),
             (StatusCode::SERVICE_UNAVAILABLE, None)
         );
     }

@@ -2,8 +2,8 @@
 //! group: master, replica, three Sentinels; a Redis Cluster), a TCP proxy that
 //! cuts clients off, a backend wrapper that fails, delays or hangs chosen calls, the
 //! conformance suite every backend must pass, the history checker that proves mutual
-//! exclusion on recorded runs, assertions on lock keys for an application's tests
-//! (`assertions`), and known defects to plant in the library (`defects`).
+//! exclusion on recorded runs, assertions on lock keys and faults scripted on the memory
+//! backend for an application's tests (`assertions`, [`Faults`]), and known defects to plant in the library (`defects`).
 
 pub mod assertions;
 mod cluster;
@@ -11,6 +11,7 @@ pub mod conformance;
 pub mod defects;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod faults;
 pub mod history;
 mod intercept;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
@@ -26,6 +27,7 @@ mod zookeeper;
 pub use cluster::RedisCluster;
 #[cfg(feature = "etcd")]
 pub use etcd::{ETCD_ENV, EtcdCluster};
+pub use faults::Faults;
 pub use intercept::{Call, Intercepted, Interceptor, Verdict};
 pub use proxy::{Delivery, Direction, TcpProxy};
 pub use redis_server::{RedisServer, continue_process, stop_process};

@@ -24,7 +24,9 @@ async fn sigterm_worker() {
     let mut terminate = tokio::signal::unix::signal(kind).unwrap();
     let locks = LockClient::connect(&url).await.unwrap();
     let held = locks.lock("term:held").acquire().await.unwrap();
-    let waiting = tokio::spawn(locks.lock("term:waited").wait_ms(600_000).acquire());
+    // Its place in line lasts 30 s past its last attempt: only a withdrawal ends it sooner.
+    let waiter = locks.lock("term:waited").wait_ms(600_000).sleep_ms(10_000);
+    let waiting = tokio::spawn(waiter.acquire());
     let in_line = support::eventually(Duration::from_secs(10), || async {
         let state = locks.admin().inspect("term:waited").await.unwrap();
         state.waiters == 1
@@ -34,10 +36,17 @@ async fn sigterm_worker() {
     terminate.recv().await;
     let report = locks.shutdown().await;
     println!("shut down: {report:?}");
+    assert_eq!((report.released, report.withdrawn), (1, 1), "{report:?}");
     let stopped = waiting.await.unwrap();
     assert!(
         matches!(stopped, Err(LockError::ShutDown { .. })),
         "{stopped:?}"
+    );
+    // The guard lives on until the parent has seen its lock free: the shutdown freed it.
+    let checked = tokio::task::spawn_blocking(|| std::io::stdin().lines().next());
+    assert!(
+        checked.await.unwrap().is_some(),
+        "the parent says when it has checked"
     );
     drop(held);
 }
@@ -57,27 +66,31 @@ async fn a_process_told_to_terminate_frees_its_locks_at_once() {
     let output = ChildLines::read(&mut child);
     output.wait_for("ready", Duration::from_secs(30));
 
+    let admin = locks.admin();
+    let mut releases = admin.watch("term:held").await.unwrap();
     let pid = child.id().to_string();
     let sent = Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();
     assert!(killed.unwrap().success(), "SIGTERM sent");
-    let freed = support::eventually(Duration::from_secs(10), || async {
-        let state = locks.admin().inspect("term:held").await.unwrap();
-        state.holding == Holding::Free
-    });
-    assert!(
-        freed.await,
-        "the held lock is free within 10 s of SIGTERM (its lease: 30 s)"
+    let released = tokio::time::timeout(Duration::from_secs(10), releases.next()).await;
+    let released = released.expect("released within 10 s of SIGTERM (its lease: 30 s)");
+    println!(
+        "SIGTERM to the release's announcement: {:?}",
+        sent.elapsed()
     );
-    println!("SIGTERM to free: {:?}", sent.elapsed());
-    output.finished(child);
+    assert!(released.is_ok(), "{released:?}");
+    let state = admin.inspect("term:held").await.unwrap();
+    assert_eq!(state.holding, Holding::Free, "{state:?}");
     let state = locks.admin().inspect("term:waited").await.unwrap();
     assert_eq!(
         state.waiters, 0,
         "the terminated waiter left the line: {state:?}"
     );
+    let mut stdin = child.stdin.take().expect("piped");
+    std::io::Write::write_all(&mut stdin, b"checked\n").unwrap();
+    output.finished(child);
     blocker.release().await.unwrap();
     let next = locks.lock("term:waited").give_up().acquire().await;
     assert!(

@@ -1,8 +1,11 @@
 //! The assertions an application's tests make on lock keys (`fencelock::testing::assertions`),
-//! on the memory backend and on Redis.
+//! on the memory backend and on Redis, and the faults it scripts on the memory backend.
 
-use fencelock::LockClient;
+use std::time::Duration;
+
+use fencelock::testing::Faults;
 use fencelock::testing::assertions::{assert_free, assert_held, assert_held_by};
+use fencelock::{LockClient, LockError, LossCause};
 
 use crate::support::{client, redis_server};
 
@@ -60,4 +63,70 @@ async fn key_assertions_on_the_memory_backend() {
 async fn key_assertions_on_redis() {
     let server = redis_server();
     each_assertion_passes_and_fails_when_it_should(client(&server).await).await;
+}
+
+/// `future`'s output, if it comes within a minute of the (paused) clock.
+async fn within_a_minute<T>(future: impl Future<Output = T>) -> T {
+    let limit = Duration::from_secs(60);
+    tokio::time::timeout(limit, future)
+        .await
+        .expect("within a minute")
+}
+
+/// Each scripted fault of the memory backend does what it says, on the paused clock.
+#[tokio::test(start_paused = true)]
+async fn scripted_faults_on_the_memory_backend() {
+    let (locks, faults) = Faults::memory_client();
+
+    let guard = locks.lock("renewed").ttl_ms(3_000).acquire().await.unwrap();
+    faults.fail_renewals(true);
+    let lost = within_a_minute(guard.lost()).await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::Unconfirmed,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    faults.fail_renewals(false);
+
+    faults.unreachable(true);
+    let refused = locks.lock("down").give_up().acquire().await;
+    assert!(
+        refused.is_err_and(|error| error.is_backend()),
+        "an outage is a backend error"
+    );
+    faults.unreachable(false);
+
+    faults.delay_next_acquire(Duration::from_secs(5));
+    let late = locks.lock("late").wait_ms(1_000).acquire().await;
+    assert!(
+        late.is_err_and(|error| error.is_backend()),
+        "the answer came after the wait"
+    );
+    let started = tokio::time::Instant::now();
+    let _late = locks.lock("late").acquire().await.unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "one attempt delayed, not the next"
+    );
+
+    let ended = locks.lock("ended").acquire().await.unwrap();
+    faults.end_leases(&locks, "ended").await.unwrap();
+    assert_free(&locks, "ended").await;
+    let lost = within_a_minute(ended.lost()).await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                cause: LossCause::NotOwner,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
 }

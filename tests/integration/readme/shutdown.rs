@@ -8,20 +8,13 @@ async fn serve(locks: LockClient) -> Result<(), LockError> {
     // The report's lock is released now, not after its lease: the next instance takes it
     // at once. The running report sees its lock lost, and stops at its next `.await`.
     let report = locks.shutdown().await;
-    println!(
-        "released {} lock(s), withdrew {} request(s)",
-        report.released, report.withdrawn
-    );
+    println!("released {} lock(s)", report.released);
     let _ = jobs.await;
     Ok(())
 }
 
 async fn nightly_report(locks: LockClient) -> Result<(), LockError> {
-    let guard = locks
-        .lock("nightly-report")
-        .ttl_ms(30_000)
-        .acquire()
-        .await?;
+    let guard = locks.lock("nightly-report").acquire().await?; // 30 s lease
     tokio::select! {
         lost = guard.lost() => Err(lost), // LossCause::ShutDown
         () = write_report() => guard.release().await,

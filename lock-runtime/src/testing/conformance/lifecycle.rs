@@ -40,17 +40,18 @@ pub async fn shutdown_releases_and_withdraws(client: &LockClient, namespace: &st
     );
     let guard = hold(&down, &held_key).await;
     let blocker = hold(client, &waited_key).await;
-    let wait_long = |client: &LockClient, key: &str| {
+    let wait_long = |client: &LockClient, key: &str, sleep_ms| {
         client
             .lock(key)
             .ttl_ms(LONG_TTL_MS)
             .wait_ms(LONG_TTL_MS)
-            .sleep_ms(50)
+            .sleep_ms(sleep_ms)
             .acquire()
     };
-    let waiter = tokio::spawn(wait_long(&down, &waited_key));
+    // Its place in line lasts 30 s past its last attempt: only a withdrawal ends it sooner.
+    let waiter = tokio::spawn(wait_long(&down, &waited_key, 10_000));
     waiting(client, &down, &waited_key).await;
-    let next = tokio::spawn(wait_long(client, &held_key));
+    let next = tokio::spawn(wait_long(client, &held_key, 50));
 
     let started = Instant::now();
     let report = down.shutdown().await;
@@ -62,6 +63,13 @@ pub async fn shutdown_releases_and_withdraws(client: &LockClient, namespace: &st
     match waiter.await.expect("the waiter ran") {
         Err(LockError::ShutDown { .. }) => {}
         other => panic!("a waiting request stops with ShutDown: {other:?}"),
+    }
+    if hands_off(client) {
+        let line = client.admin().inspect(&waited_key).await.expect("inspects");
+        assert_eq!(
+            line.waiters, 0,
+            "the shutdown gave back the waiter's place: {line:?}"
+        );
     }
     match guard.lost().await {
         LockError::Lost {
