@@ -25,6 +25,7 @@ mod guard;
 mod key;
 mod kind;
 mod locked_call;
+mod multi;
 pub mod open;
 mod options;
 mod random;
@@ -64,6 +65,7 @@ pub use error::{LockError, WithSources};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, escape_into};
 pub use kind::{LockKind, MAX_PERMITS, MAX_SHARDS};
+pub use multi::{MultiGuard, MultiLockRequest};
 pub use open::OpenBuilder;
 pub use options::{
     Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockOptions, MAX_TTL_MS, OnLost,

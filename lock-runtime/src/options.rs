@@ -90,8 +90,8 @@ impl LockOptions {
 }
 
 /// Defines each setter once: as a `const fn` on [`LockOptions`] with the body given here,
-/// and as the same method on [`LockRequest`](crate::LockRequest), which applies it to the
-/// request's options.
+/// and as the same method on [`LockRequest`](crate::LockRequest) and
+/// [`MultiLockRequest`](crate::MultiLockRequest), which apply it to the request's options.
 macro_rules! setters {
     ($(
         $(#[$doc:meta])*
@@ -108,6 +108,15 @@ macro_rules! setters {
         }
 
         impl crate::LockRequest {
+            $(
+                $(#[$doc])*
+                pub fn $name(self $(, $arg: $ty)?) -> Self {
+                    self.map_options(|options| options.$name($($arg)?))
+                }
+            )*
+        }
+
+        impl crate::MultiLockRequest {
             $(
                 $(#[$doc])*
                 pub fn $name(self $(, $arg: $ty)?) -> Self {

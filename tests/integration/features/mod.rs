@@ -1,5 +1,5 @@
 //! What does not depend on the store: the attribute, both tokio runtimes, late grants,
-//! renewal timing on the paused clock, several OS processes, processes that end, and the test kit's assertions.
+//! renewal timing on the paused clock, several OS processes, processes that end, the test kit's assertions, and transfers under multi-key locks.
 
 mod attribute;
 mod late_grants;
@@ -8,3 +8,4 @@ mod multiprocess;
 mod runtimes;
 mod shutdown;
 mod test_kit;
+mod transfers;
