@@ -20,6 +20,7 @@ use crate::suggest;
 #[derive(Default)]
 pub(crate) struct LockArgs {
     pub key: Option<Arg<LitStr>>,
+    pub keys: Option<Arg<Vec<LitStr>>>,
     pub ttl_ms: Option<Arg<Number<u64>>>,
     pub retry: Option<Arg<Number<u32>>>,
     pub sleep_ms: Option<Arg<Number<u64>>>,
@@ -104,8 +105,6 @@ struct ArgumentSpec {
     name: &'static str,
     /// Shown when the argument is written without a value.
     example: &'static str,
-    /// The error when the argument is left out, for required arguments.
-    missing: Option<&'static str>,
     /// Reads the value and stores it in its field of `LockArgs`.
     store: fn(&mut LockArgs, Ident, Expr) -> syn::Result<()>,
 }
@@ -116,15 +115,16 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "key",
         example: "key = \"order:{id}\"",
-        missing: Some(
-            "missing `key = \"...\"`: the lock key template, e.g. `key = \"order:{id}\"`",
-        ),
         store: |args, name, value| store(&mut args.key, name, key_template(&value)),
+    },
+    ArgumentSpec {
+        name: "keys",
+        example: "keys = [\"acct:{from}\", \"acct:{to}\"]",
+        store: |args, name, value| store(&mut args.keys, name, key_templates(&value)),
     },
     ArgumentSpec {
         name: "ttl_ms",
         example: "ttl_ms = 10_000",
-        missing: None,
         store: |args, name, value| {
             let number = milliseconds(&name, &value, Setting::TtlMs);
             store(&mut args.ttl_ms, name, number)
@@ -133,7 +133,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "retry",
         example: "retry = 5",
-        missing: None,
         store: |args, name, value| {
             let number = number(&name, &value, "u32", |value: u64| {
                 u32::try_from(value).map_err(|_| {
@@ -149,7 +148,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "sleep_ms",
         example: "sleep_ms = 200",
-        missing: None,
         store: |args, name, value| {
             let number = milliseconds(&name, &value, Setting::SleepMs);
             store(&mut args.sleep_ms, name, number)
@@ -158,7 +156,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "action",
         example: "action = GiveUp",
-        missing: None,
         store: |args, name, value| {
             let action = keyword(
                 &name,
@@ -171,7 +168,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "renew",
         example: "renew = false",
-        missing: None,
         store: |args, name, value| {
             let renew = boolean(&name, &value);
             store(&mut args.renew, name, renew)
@@ -180,7 +176,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "on_lost",
         example: "on_lost = Continue",
-        missing: None,
         store: |args, name, value| {
             let on_lost = keyword(
                 &name,
@@ -193,7 +188,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "min_hold_ms",
         example: "min_hold_ms = 60_000",
-        missing: None,
         store: |args, name, value| {
             let number = milliseconds(&name, &value, Setting::MinHoldMs);
             store(&mut args.min_hold_ms, name, number)
@@ -202,7 +196,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "max_hold_ms",
         example: "max_hold_ms = 600_000",
-        missing: None,
         store: |args, name, value| {
             let number = milliseconds(&name, &value, Setting::MaxHoldMs);
             store(&mut args.max_hold_ms, name, number)
@@ -211,7 +204,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "wait_ms",
         example: "wait_ms = 5_000",
-        missing: None,
         store: |args, name, value| {
             let number = milliseconds(&name, &value, Setting::WaitMs);
             store(&mut args.wait_ms, name, number)
@@ -220,7 +212,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "fair",
         example: "fair = true",
-        missing: None,
         store: |args, name, value| {
             let fair = boolean(&name, &value);
             store(&mut args.fair, name, fair)
@@ -229,7 +220,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "min_replicas",
         example: "min_replicas = 1",
-        missing: None,
         store: |args, name, value| {
             let number = number(&name, &value, "u32", |value: u64| {
                 u32::try_from(value).map_err(|_| {
@@ -246,7 +236,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "mode",
         example: "mode = Read",
-        missing: None,
         store: |args, name, value| {
             let mode = keyword(
                 &name,
@@ -259,7 +248,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "permits",
         example: "permits = 5",
-        missing: None,
         store: |args, name, value| {
             let number = count(&name, &value, Count::Permits);
             store(&mut args.permits, name, number)
@@ -268,7 +256,6 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "shards",
         example: "shards = 16",
-        missing: None,
         store: |args, name, value| {
             let number = count(&name, &value, Count::Shards);
             store(&mut args.shards, name, number)
@@ -277,19 +264,16 @@ const ARGUMENTS: &[ArgumentSpec] = &[
     ArgumentSpec {
         name: "client",
         example: "client = self.locks",
-        missing: None,
         store: |args, name, value| store(&mut args.client, name, Ok(value)),
     },
     ArgumentSpec {
         name: "options",
         example: "options = LOCK_OPTIONS",
-        missing: None,
         store: |args, name, value| store(&mut args.options, name, Ok(value)),
     },
     ArgumentSpec {
         name: "crate",
         example: "crate = \"fencelock\"",
-        missing: None,
         store: |args, name, value| store(&mut args.crate_path, name, crate_path(&value)),
     },
 ];
@@ -306,13 +290,15 @@ pub(crate) fn parse(attr: TokenStream, errors: &mut Errors) -> LockArgs {
         // A syntax error stopped the parser; the problems with names and
         // values were recorded by `parse_argument` as it went.
         Err(error) => errors.push(error),
-        // Only now is it known that a required argument was left out, rather
-        // than written with a bad value or lost after a syntax error.
+        // Only now is it known that the key was left out, rather than written with a bad
+        // value or lost after a syntax error.
         Ok(()) => {
-            for spec in ARGUMENTS {
-                if let (Some(message), false) = (spec.missing, args.was_written(spec.name)) {
-                    errors.push(syn::Error::new(Span::call_site(), message));
-                }
+            if !args.was_written("key") && !args.was_written("keys") {
+                errors.push(syn::Error::new(
+                    Span::call_site(),
+                    "missing `key = \"...\"`: the lock key template, e.g. `key = \"order:{id}\"` \
+                     (or `keys = [...]` for several keys locked together)",
+                ));
             }
         }
     }
@@ -471,6 +457,31 @@ fn key_template(value: &Expr) -> syn::Result<LitStr> {
         },
         _ => Err(not_a_template(value)),
     }
+}
+
+/// `keys = ["...", ...]`: each element a template as `key` takes it.
+fn key_templates(value: &Expr) -> syn::Result<Vec<LitStr>> {
+    let Expr::Array(array) = ungrouped(value) else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` must be a list of string literal templates, e.g. \
+             `keys = [\"acct:{from}\", \"acct:{to}\"]`",
+        ));
+    };
+    array
+        .elems
+        .iter()
+        .map(|element| match ungrouped(element) {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(template),
+                ..
+            }) => Ok(template.clone()),
+            _ => Err(syn::Error::new_spanned(
+                element,
+                "each of `keys` must be a string literal template, e.g. `\"acct:{from}\"`",
+            )),
+        })
+        .collect()
 }
 
 fn not_a_template(value: &Expr) -> syn::Error {

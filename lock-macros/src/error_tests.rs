@@ -98,7 +98,7 @@ fn unknown_argument() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", ttl = 5")),
         (
-            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, min_replicas, mode, permits, shards, client, options, crate".to_owned(),
+            "unknown argument `ttl`; did you mean `ttl_ms`? expected one of: key, keys, ttl_ms, retry, sleep_ms, action, renew, on_lost, min_hold_ms, max_hold_ms, wait_ms, fair, min_replicas, mode, permits, shards, client, options, crate".to_owned(),
             "ttl".to_owned()
         )
     );
@@ -152,7 +152,8 @@ fn duplicate_argument() {
 
 #[test]
 fn missing_key() {
-    let message = "missing `key = \"...\"`: the lock key template, e.g. `key = \"order:{id}\"`";
+    let message = "missing `key = \"...\"`: the lock key template, e.g. `key = \"order:{id}\"` \
+                   (or `keys = [...]` for several keys locked together)";
     assert_eq!(
         error(&on_valid_fn("ttl_ms = 5")),
         (message.to_owned(), String::new())
@@ -161,6 +162,99 @@ fn missing_key() {
         error("#[redis_lock] async fn f() -> Result<(), E> {}"),
         (message.to_owned(), String::new())
     );
+}
+
+#[test]
+fn keys_beside_key() {
+    assert_eq!(
+        error(&on_valid_fn(
+            "key = \"a:{id}\", keys = [\"a:{id}\", \"b:{id}\"]"
+        )),
+        (
+            "`key` and `keys` together: write one key as `key = \"...\"`, or every key in \
+             `keys = [...]`"
+                .to_owned(),
+            "keys".to_owned()
+        )
+    );
+}
+
+#[test]
+fn keys_is_not_a_list_of_templates() {
+    assert_eq!(
+        error(&on_valid_fn("keys = \"a:{id}\"")),
+        (
+            "`keys` must be a list of string literal templates, e.g. \
+             `keys = [\"acct:{from}\", \"acct:{to}\"]`"
+                .to_owned(),
+            "\"a:{id}\"".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("keys = [\"a:{id}\", KEY]")),
+        (
+            "each of `keys` must be a string literal template, e.g. `\"acct:{from}\"`".to_owned(),
+            "KEY".to_owned()
+        )
+    );
+}
+
+#[test]
+fn keys_lists_fewer_than_two() {
+    assert_eq!(
+        error(&on_valid_fn("keys = []")),
+        (
+            "`keys` lists no key; list the keys to lock together, e.g. \
+             `keys = [\"acct:{from}\", \"acct:{to}\"]`"
+                .to_owned(),
+            "keys".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn("keys = [\"a:{id}\"]")),
+        (
+            "`keys` lists one key; write it as `key = \"a:{id}\"`".to_owned(),
+            "\"a:{id}\"".to_owned()
+        )
+    );
+}
+
+#[test]
+fn keys_lists_a_template_twice() {
+    let source = on_valid_fn("keys = [\"a:{id}\", \"b\", \"a:{id}\"]");
+    let errors = errors(&source);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].message,
+        "this template is listed twice in `keys`; remove one"
+    );
+    assert_eq!(errors[0].offset, source.rfind("\"a:{id}\"").unwrap());
+}
+
+#[test]
+fn keys_with_another_kind_than_a_mutex() {
+    for kind in ["mode = Read", "permits = 3", "shards = 4"] {
+        let written = &kind[..kind.find(' ').unwrap()];
+        assert_eq!(
+            error(&on_valid_fn(&format!(
+                "keys = [\"a:{{id}}\", \"b\"], {kind}"
+            ))),
+            (
+                format!(
+                    "`keys` locks each key as a mutex, and `{written}` asks for another kind; \
+                     remove `{written}`, or lock one key with `key = \"...\"`"
+                ),
+                written.to_owned()
+            )
+        );
+    }
+}
+
+#[test]
+fn keys_placeholder_names_no_argument() {
+    let (message, at) = error(&on_valid_fn("keys = [\"a:{id}\", \"b:{nope}\"]"));
+    assert!(message.starts_with("no argument named `nope`"), "{message}");
+    assert_eq!(at, "{nope}");
 }
 
 #[test]

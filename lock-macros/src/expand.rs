@@ -61,9 +61,16 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
         Some(expr) => client_of(krate, expr),
         None => quote!(#krate::__private::scoped_client()),
     };
-    let key = render_key(krate, &spec.key);
+    let key = match &spec.keys[..] {
+        [key] => render_key(krate, key),
+        keys => {
+            let keys = keys.iter().map(|key| render_key(krate, key));
+            quote!(#krate::__private::render_keys([#(#keys),*]))
+        }
+    };
     let kind = lock_kind(krate, &spec.kind);
-    let options = lock_options(krate, &spec.options, &spec.key.template);
+    let templates: Vec<&str> = spec.keys.iter().map(|key| &key.template[..]).collect();
+    let options = lock_options(krate, &spec.options, &templates.join(", "));
     let fake_return = fake_return(&spec.return_type);
     let body = quote! {
         async move {
@@ -111,9 +118,20 @@ fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
         (None, None) => Some(format!("lease {} ms", digit_grouped(DEFAULT_TTL_MS))),
     };
     let lease = lease.unwrap_or_else(|| "lease set at run time".to_owned());
-    let key = &spec.key.template;
+    let templates: Vec<String> = spec
+        .keys
+        .iter()
+        .map(|key| format!("`{}`", key.template))
+        .collect();
+    let key = &spec.keys[0].template;
     let count = |count: &Number<u32>| shown(count).unwrap_or_else(|| "the".to_owned());
     let lock = match &spec.kind {
+        Kind::Mutex if templates.len() > 1 => {
+            format!(
+                "the distributed locks {}, together",
+                templates.join(" and ")
+            )
+        }
         Kind::Mutex => format!("the distributed lock `{key}`"),
         Kind::Read => format!("a distributed read lock of `{key}`"),
         Kind::Write => format!("the distributed write lock of `{key}`"),

@@ -85,7 +85,8 @@ use proc_macro::TokenStream;
 ///
 /// | argument | meaning | default |
 /// | --- | --- | --- |
-/// | `key = "..."` | required; the lock key template (below) | — |
+/// | `key = "..."` | required (or `keys`); the lock key template (below) | — |
+/// | `keys = ["...", "..."]` | instead of `key`: two or more templates, each key a mutex, held together, all or none; taken in sorted order, so calls naming the same keys in any order never deadlock; `fencelock::current_tokens()` gives each key's token. Not with `mode`, `permits` or `shards` | — |
 /// | `ttl_ms = N` | lease length in milliseconds, 1 to 86 400 000 (24 h); also the time in which a crashed holder's lock frees itself | 30 000 |
 /// | `retry = N` | attempts after the first failed one that follow a pause no release notification ended (only with `Continue`) | 5; unbounded when `wait_ms` is given |
 /// | `sleep_ms = N` | longest pause between attempts when no release notification arrives (a release wakes waiters at once), 1 to 86 400 000 ms; each pause is random in `[N/2, N]` | 200 |

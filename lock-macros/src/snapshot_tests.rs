@@ -251,6 +251,21 @@ fn segmented() {
 }
 
 #[test]
+fn several_keys() {
+    assert_snapshot(
+        "several_keys",
+        quote!(keys = ["acct:{from}", "acct:{to}"], wait_ms = 5_000),
+        quote! {
+            /// Moves `amount` from one account to another.
+            async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), BankError> {
+                ledger::transfer(from, to, amount, current_tokens()).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
 fn only_documented_functions_gain_the_lock_line() {
     let lock_line = "Runs while holding the distributed lock";
     let expanded = |attrs: TokenStream| {

@@ -24,7 +24,8 @@ pub(crate) struct LockSpec {
     pub crate_path: Path,
     /// `client = EXPR`, if given.
     pub client: Option<syn::Expr>,
-    pub key: Key,
+    /// One key (`key = ...`), or several mutexes locked together (`keys = [...]`).
+    pub keys: Vec<Key>,
     pub kind: Kind,
     pub options: Options,
     /// The declared return type, a `Result` as far as syntax can tell.
@@ -87,11 +88,8 @@ const NOT_A_RESULT: &str = "`#[redis_lock]` functions must return `Result<T, E>`
 /// error was recorded in `errors`, here or while reading the arguments.
 pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> Option<LockSpec> {
     let return_type = check_signature(&func.sig, errors);
-    // Without a usable `key`, args.rs has already said why.
-    let key = args
-        .key
-        .as_ref()
-        .and_then(|key| check_key(&key.value, &func.sig, errors));
+    // Without a usable `key` or `keys`, args.rs has already said why.
+    let keys = check_keys(&args, &func.sig, errors);
     let give_up = args
         .action
         .as_ref()
@@ -118,7 +116,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
             .crate_path
             .map_or_else(|| parse_quote!(::fencelock), |path| path.value),
         client: args.client.map(|client| client.value),
-        key: key?,
+        keys: keys?,
         kind,
         options: Options {
             base: args.options.map(|options| options.value),
@@ -344,6 +342,77 @@ fn type_argument<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
         GenericArgument::Type(ty) => Some(ty),
         _ => None,
     })
+}
+
+/// The key templates of `key` or `keys`, each checked; `keys` lists two or more distinct
+/// templates, of mutexes.
+fn check_keys(args: &LockArgs, sig: &Signature, errors: &mut Errors) -> Option<Vec<Key>> {
+    let templates = match (&args.key, &args.keys) {
+        (Some(key), None) => std::slice::from_ref(&key.value),
+        (None, Some(keys)) => &keys.value[..],
+        (Some(_), Some(keys)) => {
+            errors.push(syn::Error::new(
+                keys.name.span(),
+                "`key` and `keys` together: write one key as `key = \"...\"`, or every key in \
+                 `keys = [...]`",
+            ));
+            return None;
+        }
+        (None, None) => return None,
+    };
+    if let Some(keys) = &args.keys {
+        check_several(keys, args, errors);
+    }
+    let keys: Vec<_> = templates
+        .iter()
+        .map(|template| check_key(template, sig, errors))
+        .collect();
+    keys.into_iter().collect()
+}
+
+/// Checks what `keys = [...]` needs beyond each template: two or more, none twice, and no
+/// other kind than a mutex.
+fn check_several(keys: &Arg<Vec<LitStr>>, args: &LockArgs, errors: &mut Errors) {
+    match &keys.value[..] {
+        [] => errors.push(syn::Error::new(
+            keys.name.span(),
+            "`keys` lists no key; list the keys to lock together, e.g. \
+             `keys = [\"acct:{from}\", \"acct:{to}\"]`",
+        )),
+        [one] => errors.push(syn::Error::new(
+            one.span(),
+            format!("`keys` lists one key; write it as `key = {}`", one.token()),
+        )),
+        templates => {
+            for (at, template) in templates.iter().enumerate() {
+                if templates[..at]
+                    .iter()
+                    .any(|earlier| earlier.value() == template.value())
+                {
+                    errors.push(syn::Error::new(
+                        template.span(),
+                        "this template is listed twice in `keys`; remove one",
+                    ));
+                }
+            }
+        }
+    }
+    let kinds = [
+        ("mode", args.mode.as_ref().map(|arg| &arg.name)),
+        ("permits", args.permits.as_ref().map(|arg| &arg.name)),
+        ("shards", args.shards.as_ref().map(|arg| &arg.name)),
+    ];
+    for (written, name) in kinds {
+        if let Some(name) = name {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "`keys` locks each key as a mutex, and `{written}` asks for another kind; \
+                     remove `{written}`, or lock one key with `key = \"...\"`"
+                ),
+            ));
+        }
+    }
 }
 
 /// Parses the key template and resolves its placeholders against the

@@ -19,13 +19,14 @@ tokio::task_local! {
 /// chain of the body it runs in, so entering a scope copies nothing.
 #[derive(Debug)]
 pub(crate) struct Chain {
-    pub(crate) held: Held,
+    /// The innermost call's locks: one, or a `keys = [...]` call's, in sorted key order.
+    pub(crate) held: Vec<Held>,
     outer: Option<Arc<Chain>>,
 }
 
 impl Chain {
-    /// The chain of the current body (if any) with `held` as its innermost lock.
-    pub(crate) fn inside_current(held: Held) -> Arc<Chain> {
+    /// The chain of the current body (if any) with `held` as its innermost call's locks.
+    pub(crate) fn inside_current(held: Vec<Held>) -> Arc<Chain> {
         let outer = HELD.try_with(Arc::clone).ok();
         Arc::new(Chain { held, outer })
     }
@@ -36,7 +37,8 @@ impl Chain {
     }
 
     fn locks(&self) -> impl Iterator<Item = &Held> {
-        std::iter::successors(Some(self), |chain| chain.outer.as_deref()).map(|chain| &chain.held)
+        std::iter::successors(Some(self), |chain| chain.outer.as_deref())
+            .flat_map(|chain| &chain.held)
     }
 }
 
@@ -71,12 +73,19 @@ impl Held {
     }
 }
 
+/// The innermost call's locks; empty outside any body.
+fn innermost_call() -> Vec<Held> {
+    HELD.try_with(|chain| chain.held.clone())
+        .unwrap_or_default()
+}
+
 fn innermost() -> Option<Held> {
-    HELD.try_with(|chain| chain.held.clone()).ok()
+    innermost_call().into_iter().next()
 }
 
 /// Inside the body of a `#[redis_lock]` function, the fencing token of the innermost lock
-/// held; `None` elsewhere (including in tasks spawned from the body).
+/// held (of a `keys = [...]` call's, the first key's in sorted order: see
+/// [`current_tokens`]); `None` elsewhere (including in tasks spawned from the body).
 ///
 /// ```
 /// use fencelock::{LockClient, LockError, current_token, redis_lock, with_client};
@@ -127,20 +136,56 @@ pub fn current_shard() -> Option<u32> {
         .flatten()
 }
 
-/// Inside the body of a `#[redis_lock]` function, whether the innermost lock held has been
-/// lost; `false` elsewhere. With `on_lost = Continue` a body runs on after a loss: this is
-/// how it learns that what it does next may overlap with another holder.
-pub fn is_lost() -> bool {
-    innermost().is_some_and(|held| held.signal.cause().is_some())
+/// Inside the body of a `#[redis_lock]` function, each key of the innermost call with the
+/// fencing token of its grant, in sorted key order: one for `key = ...`, one per key for
+/// `keys = [...]`. Empty elsewhere.
+///
+/// ```
+/// use fencelock::{LockClient, LockError, current_tokens, redis_lock, with_client};
+///
+/// #[redis_lock(keys = ["acct:{from}", "acct:{to}"])]
+/// async fn transfer(from: u64, to: u64) -> Result<Vec<(String, u64)>, LockError> {
+///     // Each account's store is handed its own key's token.
+///     Ok(current_tokens())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let held = with_client(LockClient::memory(), transfer(7, 3)).await?;
+/// let keys: Vec<&str> = held.iter().map(|(key, _)| key.as_str()).collect();
+/// assert_eq!(keys, ["acct:3", "acct:7"]);
+/// # Ok(())
+/// # }
+/// ```
+pub fn current_tokens() -> Vec<(String, u64)> {
+    innermost_call()
+        .into_iter()
+        .map(|held| (held.key, held.token))
+        .collect()
 }
 
-/// Inside the body of a `#[redis_lock]` function, completes when the innermost lock held is
-/// lost (at once if it already was), with the [`LockError::Lost`] that says why; `None` at
-/// once elsewhere. `select!` on it to stop work that must not go on without the lock.
+/// Inside the body of a `#[redis_lock]` function, whether the innermost call's lock (any of
+/// them, for `keys = [...]`) has been lost; `false` elsewhere. With `on_lost = Continue` a
+/// body runs on after a loss: this is how it learns that what it does next may overlap with
+/// another holder.
+pub fn is_lost() -> bool {
+    innermost_call()
+        .iter()
+        .any(|held| held.signal.cause().is_some())
+}
+
+/// Inside the body of a `#[redis_lock]` function, completes when the innermost call's lock
+/// (any of them, for `keys = [...]`) is lost (at once if it already was), with the
+/// [`LockError::Lost`] that says which and why; `None` at once elsewhere. `select!` on it to
+/// stop work that must not go on without the lock.
 pub async fn lost() -> Option<LockError> {
-    let held = innermost()?;
-    held.signal.lost().await;
-    held.lost_error()
+    let held = innermost_call();
+    if held.is_empty() {
+        return None;
+    }
+    let each = held.iter().map(|held| Box::pin(held.signal.lost()));
+    let (_, first, _) = futures_util::future::select_all(each).await;
+    held[first].lost_error()
 }
 
 /// Panics unless it runs inside the body of a `#[redis_lock]` function (or `#[lock]`), under

@@ -62,6 +62,14 @@ pub fn render_key(parts: &[KeyPart<'_>]) -> Result<String, LockError> {
     Ok(key)
 }
 
+/// The keys of `keys = [...]`, each rendered by [`render_key`]; the first that fails is the
+/// error.
+pub fn render_keys<const N: usize>(
+    keys: [Result<String, LockError>; N],
+) -> Result<Vec<String>, LockError> {
+    keys.into_iter().collect()
+}
+
 /// Appends `value` to `key` with `\`, `:`, `{` and `}` preceded by a backslash, so that a
 /// value can never forge the separators of the template around it.
 pub fn escape_into(key: &mut String, value: &str) {

@@ -20,7 +20,7 @@ use crate::backend::BoxFuture;
 use crate::body_scope::{self, Chain, Held};
 use crate::error::WithSources;
 use crate::telemetry::LockSpan;
-use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, OnLost};
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, MultiGuard, OnLost};
 
 pin_project! {
     /// A `#[redis_lock]` call's future (see `LockedCall::new`).
@@ -40,7 +40,7 @@ pin_project! {
             // A body dropped before its end (the call cancelled) still sees its locks.
             if let State::Running { chain, waiting, .. } = this.state {
                 chain.scope(|| this.body.set(None));
-                chain.held.signal.stop_waiting(waiting);
+                stop_waiting(chain, waiting);
             }
         }
     }
@@ -107,25 +107,23 @@ impl<R> EndLock<R> for ReleaseInBackground {
     }
 }
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one per call, in place in the call's future; boxing the guard would cost an allocation per call"
-)]
 enum State<K> {
     /// The call fails with this before the body runs.
     Failed(LockError),
+    /// Taking the keys not held yet; `reentered`: those the body already runs under.
     Acquiring {
-        acquire: BoxFuture<'static, Result<LockGuard, LockError>>,
+        acquire: BoxFuture<'static, Result<Vec<LockGuard>, LockError>>,
+        reentered: Vec<Held>,
         on_lost: OnLost,
     },
-    /// The body runs with `chain` as its locks; `guard` is `None` for a reentered lock, which
-    /// only its outermost holder releases. `waiting`: the call's registration with the loss
-    /// signal, given back when the body ends.
+    /// The body runs with `chain` as its locks; `guards` holds those taken by this call (not
+    /// a reentered lock, which only its outermost holder releases). `waiting`: the call's
+    /// registration with each lock's loss signal, given back when the body ends.
     Running {
         chain: Arc<Chain>,
-        guard: Option<LockGuard>,
+        guards: Vec<LockGuard>,
         on_lost: OnLost,
-        waiting: Option<u64>,
+        waiting: Vec<Option<u64>>,
     },
     Releasing {
         release: BoxFuture<'static, Result<(), LockError>>,
@@ -141,11 +139,12 @@ where
     F: Future<Output: LockResult>,
     E: EndLock<F::Output>,
 {
-    /// The call of `body` under the lock `key`.
+    /// The call of `body` under the lock `keys` names: one key of any kind, or several
+    /// mutexes, taken all or none in sorted order (as `LockClient::lock_all`).
     ///
     /// - Failing to acquire returns the error without running `body`.
-    /// - If the body already runs under `key` through the same client (a nested call), it is
-    ///   re-entered: no round trip, the holder's token and loss signal, and only the
+    /// - If the body already runs under a key through the same client (a nested call), that
+    ///   key is re-entered: no round trip, the holder's token and loss signal, and only the
     ///   outermost holder releases. A read re-enters a write of the key; other mixes are
     ///   refused (see `LockKind::reenters`).
     /// - With `OnLost::Abort`, a lost lease drops `body` at its next `.await` and returns
@@ -153,59 +152,122 @@ where
     /// - If `body` panics or this future is dropped, the guard's `Drop` releases the lock.
     pub(crate) fn new(
         client: Result<LockClient, LockError>,
-        key: Result<String, LockError>,
+        keys: impl Into<CallKeys>,
         kind: LockKind,
         options: LockOptions,
         body: F,
     ) -> Self {
-        let span = LockSpan::new(key.as_deref().unwrap_or_default(), kind, &options);
+        let keys = keys.into().0;
+        let shown = keys
+            .as_deref()
+            .map(|keys| keys.join(", "))
+            .unwrap_or_default();
+        let span = LockSpan::new(&shown, kind, &options);
         LockedCall {
             body: Some(body),
             span: span.span().clone(),
-            state: first_state(client, key, kind, options, span),
+            state: first_state(client, keys, kind, options, span),
         }
     }
 }
 
-/// Where a call starts: refused, re-entered, or acquiring.
+/// The keys of a locked call, as rendered from the attribute's `key` or `keys`.
+#[derive(Debug)]
+pub struct CallKeys(Result<Vec<String>, LockError>);
+
+impl From<Result<String, LockError>> for CallKeys {
+    fn from(key: Result<String, LockError>) -> Self {
+        CallKeys(key.map(|key| vec![key]))
+    }
+}
+
+impl From<Result<Vec<String>, LockError>> for CallKeys {
+    fn from(keys: Result<Vec<String>, LockError>) -> Self {
+        CallKeys(keys)
+    }
+}
+
+/// Gives back the call's registrations with its locks' loss signals.
+fn stop_waiting(chain: &Chain, waiting: &mut [Option<u64>]) {
+    for (held, waiting) in chain.held.iter().zip(waiting) {
+        held.signal.stop_waiting(waiting);
+    }
+}
+
+/// Where a call starts: refused, re-entered, or acquiring the keys not held yet.
 fn first_state<K>(
     client: Result<LockClient, LockError>,
-    key: Result<String, LockError>,
+    keys: Result<Vec<String>, LockError>,
     kind: LockKind,
     options: LockOptions,
     span: LockSpan,
 ) -> State<K> {
-    let (client, key) = match client.and_then(|client| Ok((client, key?))) {
-        Ok(found) => found,
-        Err(error) => {
-            span.acquired(Err(&error), 0);
-            return State::Failed(error);
+    let started = client
+        .and_then(|client| Ok((client, keys?)))
+        .and_then(|(client, keys)| start(client, keys, kind, options, &span));
+    started.unwrap_or_else(|error| {
+        span.acquired(Err(&error), 0);
+        State::Failed(error)
+    })
+}
+
+fn start<K>(
+    client: LockClient,
+    mut keys: Vec<String>,
+    kind: LockKind,
+    options: LockOptions,
+    span: &LockSpan,
+) -> Result<State<K>, LockError> {
+    if keys.len() > 1 && kind != LockKind::Mutex {
+        return Err(LockError::invalid_config(format!(
+            "a lock of several keys takes each as a mutex, not as a {} lock; lock one key, or \
+             leave out `mode`, `permits` and `shards`",
+            kind.name()
+        )));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let mut reentered = Vec::new();
+    let mut to_take = Vec::new();
+    for key in keys {
+        match body_scope::held(client.id(), &key) {
+            // Reentering sends nothing, so nothing else checks the options (which
+            // expressions may have made invalid); `acquire` does on the other path.
+            Some(held) => {
+                kind.validate()?;
+                kind.reenters(held.kind, held.shard, &key)?;
+                options.validate()?;
+                reentered.push(held);
+            }
+            None => to_take.push(key),
+        }
+    }
+    let on_lost = options.on_lost;
+    let acquire: BoxFuture<'static, Result<Vec<LockGuard>, LockError>> = match &to_take[..] {
+        [] => {
+            span.reentered(reentered[0].token);
+            return Ok(State::Running {
+                waiting: vec![None; reentered.len()],
+                chain: Chain::inside_current(reentered),
+                guards: Vec::new(),
+                on_lost,
+            });
+        }
+        [key] => {
+            let request = client.request(key.clone(), kind).options(options);
+            let span = span.clone();
+            Box::pin(async move { Ok(vec![request.acquire_in(span).await?]) })
+        }
+        _ => {
+            let request = client.lock_all(to_take).options(options);
+            Box::pin(async move { Ok(request.acquire().await?.into_guards()) })
         }
     };
-    let Some(held) = body_scope::held(client.id(), &key) else {
-        let request = client.request(key, kind).options(options);
-        return State::Acquiring {
-            acquire: Box::pin(request.acquire_in(span)),
-            on_lost: options.on_lost,
-        };
-    };
-    // Reentering sends nothing, so nothing else checks the options (which expressions may
-    // have made invalid); `acquire` does on the other path.
-    let valid = kind
-        .validate()
-        .and_then(|()| kind.reenters(held.kind, held.shard, &key))
-        .and_then(|()| options.validate());
-    if let Err(error) = valid {
-        span.acquired(Err(&error), 0);
-        return State::Failed(error);
-    }
-    span.reentered(held.token);
-    State::Running {
-        chain: Chain::inside_current(held),
-        guard: None,
-        on_lost: options.on_lost,
-        waiting: None,
-    }
+    Ok(State::Acquiring {
+        acquire,
+        reentered,
+        on_lost,
+    })
 }
 
 impl<F, E> Future for LockedCall<F, E>
@@ -229,12 +291,10 @@ where
                 ..
             } = this.state
             {
-                let signal = &chain.held.signal;
                 if *on_lost == OnLost::Abort
-                    && let Poll::Ready(cause) = signal.poll_lost(waiting, cx)
+                    && let Some(lost) = poll_lost(chain, waiting, cx)
                 {
                     chain.scope(|| this.body.set(None));
-                    let lost = LockError::lost(chain.held.key.clone(), cause);
                     // The guard is dropped with the state: released in the background.
                     *this.state = State::Done;
                     return Poll::Ready(F::Output::from_lock_error(lost));
@@ -246,21 +306,26 @@ where
                     return Poll::Pending;
                 };
                 this.body.set(None);
-                signal.stop_waiting(waiting);
+                stop_waiting(chain, waiting);
                 let State::Running {
-                    guard: Some(guard),
-                    on_lost,
-                    ..
+                    guards, on_lost, ..
                 } = std::mem::replace(this.state, State::Done)
                 else {
-                    // A reentered lock: its outermost holder releases.
                     return Poll::Ready(output);
                 };
+                if guards.is_empty() {
+                    // Reentered locks: their outermost holders release.
+                    return Poll::Ready(output);
+                }
                 *this.state = match E::keep(output) {
                     Err(output) => return Poll::Ready(output),
                     Ok(kept) => State::Releasing {
-                        key: guard.key().to_owned(),
-                        release: Box::pin(guard.release()),
+                        key: guards
+                            .iter()
+                            .map(LockGuard::key)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        release: Box::pin(MultiGuard::from_guards(guards).release()),
                         kept,
                         on_lost,
                     },
@@ -272,18 +337,27 @@ where
                 State::Failed(error) => return Poll::Ready(F::Output::from_lock_error(error)),
                 State::Acquiring {
                     mut acquire,
+                    mut reentered,
                     on_lost,
                 } => match acquire.as_mut().poll(cx) {
                     Poll::Pending => {
-                        *this.state = State::Acquiring { acquire, on_lost };
+                        *this.state = State::Acquiring {
+                            acquire,
+                            reentered,
+                            on_lost,
+                        };
                         return Poll::Pending;
                     }
-                    Poll::Ready(Ok(guard)) => State::Running {
-                        chain: Chain::inside_current(Held::of(&guard)),
-                        guard: Some(guard),
-                        on_lost,
-                        waiting: None,
-                    },
+                    Poll::Ready(Ok(guards)) => {
+                        reentered.extend(guards.iter().map(Held::of));
+                        reentered.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+                        State::Running {
+                            waiting: vec![None; reentered.len()],
+                            chain: Chain::inside_current(reentered),
+                            guards,
+                            on_lost,
+                        }
+                    }
                     Poll::Ready(Err(error)) => State::Failed(error),
                 },
                 // Polled above.
@@ -312,4 +386,18 @@ where
             };
         }
     }
+}
+
+/// The first loss among the call's locks, registering the task with each signal meanwhile.
+fn poll_lost(
+    chain: &Chain,
+    waiting: &mut [Option<u64>],
+    cx: &mut Context<'_>,
+) -> Option<LockError> {
+    chain.held.iter().zip(waiting).find_map(|(held, waiting)| {
+        match held.signal.poll_lost(waiting, cx) {
+            Poll::Ready(cause) => Some(LockError::lost(held.key.clone(), cause)),
+            Poll::Pending => None,
+        }
+    })
 }

@@ -17,7 +17,7 @@ use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 pub struct MultiLockRequest {
     client: LockClient,
     keys: Vec<String>,
-    options: LockOptions,
+    pub(crate) options: LockOptions,
 }
 
 impl LockClient {
@@ -48,18 +48,6 @@ impl LockClient {
 }
 
 impl MultiLockRequest {
-    /// Replaces all options at once; they apply to each key.
-    pub fn options(mut self, options: LockOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Applies one of the setters of [`LockOptions`] (defined with them).
-    pub(crate) fn map_options(mut self, set: impl FnOnce(LockOptions) -> LockOptions) -> Self {
-        self.options = set(self.options);
-        self
-    }
-
     /// Takes every key in sorted order, each as [`LockRequest::acquire`](crate::LockRequest::acquire)
     /// does (with `wait_ms`, within what is left of it). If one cannot be had, the keys taken
     /// are released before its error is returned: nothing is held then.
@@ -149,6 +137,14 @@ impl MultiGuard {
     /// Whether any of the leases has been lost.
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    pub(crate) fn from_guards(guards: Vec<LockGuard>) -> Self {
+        MultiGuard { guards }
+    }
+
+    pub(crate) fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
     }
 
     /// Releases every lock, each as [`LockGuard::release`] does; returns the first error

@@ -90,8 +90,7 @@ impl LockOptions {
 }
 
 /// Defines each setter once: as a `const fn` on [`LockOptions`] with the body given here,
-/// and as the same method on [`LockRequest`](crate::LockRequest) and
-/// [`MultiLockRequest`](crate::MultiLockRequest), which apply it to the request's options.
+/// and, through `request_setters!`, as the same method on each request type.
 macro_rules! setters {
     ($(
         $(#[$doc:meta])*
@@ -107,20 +106,29 @@ macro_rules! setters {
             )*
         }
 
-        impl crate::LockRequest {
-            $(
-                $(#[$doc])*
-                pub fn $name(self $(, $arg: $ty)?) -> Self {
-                    self.map_options(|options| options.$name($($arg)?))
-                }
-            )*
-        }
+        request_setters!(crate::LockRequest; $($(#[$doc])* fn $name($($arg: $ty)?))*);
+        request_setters!(crate::MultiLockRequest; $($(#[$doc])* fn $name($($arg: $ty)?))*);
+    };
+}
 
-        impl crate::MultiLockRequest {
+/// `options` and every setter of [`LockOptions`] on a request type with an `options` field:
+/// [`LockRequest`](crate::LockRequest) and [`MultiLockRequest`](crate::MultiLockRequest).
+macro_rules! request_setters {
+    ($request:path; $($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty)?))*) => {
+        impl $request {
+            /// Replaces all options at once, e.g. with a `const` [`LockOptions`] that several
+            /// locks share (a request for several keys applies them to each). The other
+            /// setters are those of [`LockOptions`].
+            pub fn options(mut self, options: LockOptions) -> Self {
+                self.options = options;
+                self
+            }
+
             $(
                 $(#[$doc])*
-                pub fn $name(self $(, $arg: $ty)?) -> Self {
-                    self.map_options(|options| options.$name($($arg)?))
+                pub fn $name(mut self $(, $arg: $ty)?) -> Self {
+                    self.options = self.options.$name($($arg)?);
+                    self
                 }
             )*
         }

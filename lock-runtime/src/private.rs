@@ -7,8 +7,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use crate::LockKind;
-pub use crate::key::{KeyPart, KeyValue, render_key};
-pub use crate::locked_call::{EndLock, LockedCall};
+pub use crate::key::{KeyPart, KeyValue, render_key, render_keys};
+pub use crate::locked_call::{CallKeys, EndLock, LockedCall};
 pub use crate::options::{Action, LockOptions, OnLost};
 use crate::{LockClient, LockError};
 
@@ -138,12 +138,12 @@ impl AwaitRelease {
     pub fn run_locked<R: LockResult, F: Future<Output = R>>(
         self,
         client: Result<LockClient, LockError>,
-        key: Result<String, LockError>,
+        keys: impl Into<CallKeys>,
         kind: LockKind,
         options: LockOptions,
         body: F,
     ) -> LockedCall<F, Self> {
-        LockedCall::new(client, key, kind, options, body)
+        LockedCall::new(client, keys, kind, options, body)
     }
 }
 
@@ -153,11 +153,11 @@ impl ReleaseInBackground {
     pub fn run_locked<R: LockResult, F: Future<Output = R>>(
         self,
         client: Result<LockClient, LockError>,
-        key: Result<String, LockError>,
+        keys: impl Into<CallKeys>,
         kind: LockKind,
         options: LockOptions,
         body: F,
     ) -> LockedCall<F, Self> {
-        LockedCall::new(client, key, kind, options, body)
+        LockedCall::new(client, keys, kind, options, body)
     }
 }

@@ -16,7 +16,7 @@ pub struct LockRequest {
     client: LockClient,
     key: String,
     kind: LockKind,
-    options: LockOptions,
+    pub(crate) options: LockOptions,
 }
 
 impl LockRequest {
@@ -27,19 +27,6 @@ impl LockRequest {
             kind,
             options: LockOptions::new(),
         }
-    }
-
-    /// Replaces all options at once, e.g. with a `const` [`LockOptions`] that several
-    /// locks share. The other setters are those of [`LockOptions`].
-    pub fn options(mut self, options: LockOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Applies one of the setters of [`LockOptions`] (defined with them).
-    pub(crate) fn map_options(mut self, set: impl FnOnce(LockOptions) -> LockOptions) -> Self {
-        self.options = set(self.options);
-        self
     }
 
     /// Acquires the lock, waiting as the options say.

@@ -12,6 +12,7 @@ mod memory_test;
 #[cfg(feature = "metrics")]
 mod observability;
 mod redis_test;
+mod several_keys;
 mod shutdown;
 mod spawned_tasks;
 mod sql;
@@ -34,7 +35,10 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
     (
         "docs/guide/kinds.md",
         include_str!("../../docs/guide/kinds.md"),
-        &[("kinds.rs", include_str!("readme/kinds.rs"))],
+        &[
+            ("kinds.rs", include_str!("readme/kinds.rs")),
+            ("several_keys.rs", include_str!("readme/several_keys.rs")),
+        ],
     ),
     (
         "docs/guide/observability.md",

@@ -1,11 +1,13 @@
 //! What does not depend on the store: the attribute, both tokio runtimes, late grants,
-//! renewal timing on the paused clock, several OS processes, processes that end, the test kit's assertions, and transfers under multi-key locks.
+//! renewal timing on the paused clock, several OS processes, processes that end, the test
+//! kit's assertions, several keys in the attribute, and transfers under multi-key locks.
 
 mod attribute;
 mod late_grants;
 mod lease_timing;
 mod multiprocess;
 mod runtimes;
+mod several_keys;
 mod shutdown;
 mod test_kit;
 mod transfers;

@@ -1,13 +1,15 @@
 //! The classic multi-key test: concurrent transfers between accounts, in both directions,
-//! from several OS processes, each under `lock_all([from, to])`. No deadlock (every transfer
-//! completes), and the balances are conserved (no two transfers overlapped on an account).
-//! On Redis and on PostgreSQL as the lock store; the balances live in Redis.
+//! from several OS processes, half of the tasks under `lock_all([from, to])` and half
+//! through `#[redis_lock(keys = [...])]`. No deadlock (every transfer completes), and the
+//! balances are conserved (no two transfers overlapped on an account). On Redis and on
+//! PostgreSQL as the lock store; the balances live in Redis.
 
 use std::time::{Duration, Instant};
 
-use fencelock::LockClient;
 use fencelock::testing::{SqlDatabase, SqlKind};
+use fencelock::{LockClient, LockError, current_tokens, redis_lock, with_client};
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 
 use crate::support::{self, redis_server};
 
@@ -20,6 +22,36 @@ const OPENING: i64 = 1_000;
 
 fn account(n: usize) -> String {
     format!("acct:{n}")
+}
+
+/// Read, pause, write: without the locks, transfers would overlap here.
+async fn move_money(balances: &mut MultiplexedConnection, from: usize, to: usize, amount: i64) {
+    let (a, b): (i64, i64) = redis::cmd("MGET")
+        .arg(account(from))
+        .arg(account(to))
+        .query_async(balances)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let _: () = balances
+        .mset(&[(account(from), a - amount), (account(to), b + amount)])
+        .await
+        .unwrap();
+}
+
+#[redis_lock(keys = ["acct:{from}", "acct:{to}"], ttl_ms = 10_000, sleep_ms = 20, wait_ms = 60_000)]
+async fn transfer(
+    balances: &mut MultiplexedConnection,
+    from: usize,
+    to: usize,
+    amount: i64,
+) -> Result<(), LockError> {
+    let held: Vec<String> = current_tokens().into_iter().map(|(key, _)| key).collect();
+    let mut named = vec![account(from), account(to)];
+    named.sort();
+    assert_eq!(held, named, "the body holds both keys, in sorted order");
+    move_money(balances, from, to, amount).await;
+    Ok(())
 }
 
 /// One child process: its tasks move money between accounts, each pair in both directions.
@@ -49,24 +81,18 @@ async fn transfer_worker() {
             for round in 0..ROUNDS {
                 let from = (task + round) % ACCOUNTS;
                 let to = (from + 1 + round % (ACCOUNTS - 1)) % ACCOUNTS;
+                let amount = 1 + (task * ROUNDS + round) as i64 % 7;
+                let failed = |e: LockError| format!("task {task} round {round}: {e}");
+                if task % 2 == 1 {
+                    let call = transfer(&mut balances, from, to, amount);
+                    let done = with_client(locks.clone(), call).await;
+                    done.map_err(failed).unwrap();
+                    continue;
+                }
                 let both = locks.lock_all([account(from), account(to)]);
                 let both = both.ttl_ms(10_000).sleep_ms(20).wait_ms(60_000).acquire();
-                let both = both
-                    .await
-                    .unwrap_or_else(|e| panic!("task {task} round {round}: {e}"));
-                let amount = 1 + (task * ROUNDS + round) as i64 % 7;
-                // Read, pause, write: without the locks, transfers would overlap here.
-                let (a, b): (i64, i64) = redis::cmd("MGET")
-                    .arg(account(from))
-                    .arg(account(to))
-                    .query_async(&mut balances)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                let _: () = balances
-                    .mset(&[(account(from), a - amount), (account(to), b + amount)])
-                    .await
-                    .unwrap();
+                let both = both.await.map_err(failed).unwrap();
+                move_money(&mut balances, from, to, amount).await;
                 both.release().await.unwrap();
             }
         })

@@ -1,0 +1,111 @@
+//! `#[redis_lock(keys = [...])]`: several keys held together by one call, all or none; the
+//! loss of any one ends the body; a key the caller already holds is re-entered.
+
+use std::time::Duration;
+
+use fencelock::testing::Faults;
+use fencelock::testing::assertions::{assert_free, assert_held};
+use fencelock::{LockClient, LockError, current_token, current_tokens, redis_lock, with_client};
+use tokio::sync::oneshot;
+
+use crate::support::{client, redis_server};
+
+#[redis_lock(keys = ["acct:{from}", "acct:{to}"], action = GiveUp)]
+async fn transfer_at_once(from: u32, to: u32) -> Result<Vec<(String, u64)>, LockError> {
+    Ok(current_tokens())
+}
+
+#[tokio::test]
+async fn all_keys_or_none_and_each_with_its_own_token() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let other = client(&server).await;
+    let held = other.lock("acct:2").acquire().await.unwrap();
+
+    let refused = with_client(locks.clone(), transfer_at_once(1, 2)).await;
+    assert!(
+        matches!(refused, Err(LockError::NotAcquired { ref key, .. }) if key == "acct:2"),
+        "{refused:?}"
+    );
+    // The key that could be had was given back.
+    assert_free(&locks, "acct:1").await;
+
+    held.release().await.unwrap();
+    let tokens = with_client(locks.clone(), transfer_at_once(2, 1))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = tokens.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["acct:1", "acct:2"],
+        "sorted, whatever the call's order"
+    );
+    let before = other.lock("acct:2").acquire().await.unwrap();
+    assert!(
+        before.token() > tokens[1].1,
+        "each key's token is its own grant's"
+    );
+    before.release().await.unwrap();
+    assert_free(&locks, "acct:1").await;
+}
+
+#[redis_lock(keys = ["job:{a}", "job:{b}"])]
+async fn held_until_lost(a: u32, b: u32, started: oneshot::Sender<()>) -> Result<(), LockError> {
+    let _ = started.send(());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// On the paused clock: the holder learns of the loss at its next renewal.
+#[tokio::test(start_paused = true)]
+async fn losing_any_key_ends_the_body_and_releases_the_others() {
+    let (locks, faults) = Faults::memory_client();
+    let (started, running) = oneshot::channel();
+    let call = tokio::spawn(with_client(locks.clone(), held_until_lost(1, 2, started)));
+    running.await.unwrap();
+    assert_held(&locks, "job:1").await;
+    faults.end_leases(&locks, "job:2").await.unwrap();
+
+    let ended = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the body ends on the loss")
+        .unwrap();
+    assert!(
+        matches!(ended, Err(LockError::Lost { ref key, .. }) if key == "job:2"),
+        "{ended:?}"
+    );
+    let other = locks.lock("job:1").wait_ms(5_000).acquire().await;
+    assert!(other.is_ok(), "the key not lost is released: {other:?}");
+    assert_free(&locks, "job:2").await;
+}
+
+#[redis_lock(key = "acct:{a}")]
+async fn outer(locks: LockClient, a: u32, b: u32) -> Result<(u64, Vec<(String, u64)>), LockError> {
+    let token = current_token().unwrap();
+    let inner = inner(a, b).await?;
+    // The inner call gave back only the key it took.
+    assert_free(&locks, &format!("acct:{b}")).await;
+    assert_held(&locks, &format!("acct:{a}")).await;
+    Ok((token, inner))
+}
+
+#[redis_lock(keys = ["acct:{a}", "acct:{b}"], action = GiveUp)]
+async fn inner(a: u32, b: u32) -> Result<Vec<(String, u64)>, LockError> {
+    Ok(current_tokens())
+}
+
+#[tokio::test]
+async fn a_key_the_caller_holds_is_reentered() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let (token, inner) = with_client(locks.clone(), outer(locks.clone(), 5, 6))
+        .await
+        .unwrap();
+    assert_eq!(
+        inner[0],
+        ("acct:5".to_owned(), token),
+        "re-entered: the caller's token"
+    );
+    assert_eq!(inner[1].0, "acct:6");
+    assert_free(&locks, "acct:5").await;
+}
