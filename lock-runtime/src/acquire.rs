@@ -455,7 +455,7 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
         return Ok(());
     }
     let stores = match kind {
-        LockKind::Read | LockKind::Write => {
+        LockKind::Read | LockKind::Write | LockKind::Semaphore { .. } => {
             "the memory backend, Redis (one server, Sentinel, Cluster, Redlock), ZooKeeper and \
              etcd offer them"
         }

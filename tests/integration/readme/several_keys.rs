@@ -21,11 +21,8 @@ async fn main() -> Result<(), LockError> {
     there?;
     back?;
     // By hand: one guard for every key.
-    let both = locks
-        .lock_all(["acct:7", "acct:3"])
-        .wait_ms(5_000)
-        .acquire()
-        .await?;
+    let both = locks.lock_all(["acct:7", "acct:3"]).wait_ms(5_000);
+    let both = both.acquire().await?;
     println!("acct:3 under token {:?}", both.token("acct:3"));
     both.release().await
 }

@@ -1,7 +1,8 @@
 //! The ZooKeeper and etcd backends on private servers (Debian's `zookeeper` and
 //! `etcd-server` packages, run as child processes; the conformance suite is in `tests/conformance.rs`): a client cut off
 //! for less and for more than its session, a leader killed while a lock is held, ZooKeeper's
-//! one watch per waiter, and the errors a misconfigured client gets.
+//! one watch per waiter, readers, writers and permits on recorded histories, and the errors
+//! a misconfigured client gets.
 
 use std::time::Duration;
 
@@ -614,6 +615,46 @@ async fn readers_share_and_writers_exclude_on_recorded_histories() {
         assert!(
             overlapping >= 2,
             "{kind}: readers shared the key: at most {overlapping}"
+        );
+    }
+}
+
+/// Permits from two clients (two sessions) on one semaphore of 3: never more than 3 inside,
+/// on the recorded history, and 3 did share it. A waiter watches the oldest entry only, so a
+/// permit freed further back by the other client is found at its next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_two_clients_never_exceed_the_count_on_recorded_histories() {
+    use fencelock::LockKind;
+    use fencelock::testing::history::{check_at_most, most_inside};
+
+    use crate::support::{guard_key, run_tasks};
+
+    const PERMITS: u32 = 3;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let (first, second) = (
+            store.client(None, SESSION).await,
+            store.client(None, SESSION).await,
+        );
+        let semaphore = LockKind::Semaphore { permits: PERMITS };
+        let body = Duration::from_millis(5);
+        let key = format!("{kind}:exports");
+        let (mut sections, theirs) = tokio::join!(
+            run_tasks(&first, &key, semaphore, 4, 6, body, guard_key),
+            run_tasks(&second, &key, semaphore, 4, 6, body, guard_key),
+        );
+        sections.extend(theirs);
+        let report = check_at_most(&sections, PERMITS as usize);
+        assert_eq!(report.sections, 2 * 4 * 6, "{kind}");
+        assert!(
+            report.violations.is_empty(),
+            "{kind}: {:#?}",
+            report.violations
+        );
+        let overlapping = most_inside(&sections);
+        assert_eq!(
+            overlapping, PERMITS as usize,
+            "{kind}: the permits were shared"
         );
     }
 }

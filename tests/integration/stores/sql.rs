@@ -246,7 +246,7 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
 }
 
 /// A kind a database does not offer is refused with the stores that offer it: ZooKeeper and
-/// etcd offer read/write locks, only the memory backend and Redis every kind.
+/// etcd offer read/write locks and semaphores, only the memory backend and Redis every kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind_the_database_does_not_offer_names_the_stores_that_do() {
     for database in databases().await {
@@ -259,8 +259,13 @@ async fn a_kind_the_database_does_not_offer_names_the_stores_that_do() {
         assert!(read.contains("ZooKeeper and etcd offer them"), "{read}");
         let permits = refusal(client.semaphore("kinds", 2).acquire().await);
         assert!(
-            permits.contains("the memory backend and Redis (") && !permits.contains("etcd"),
+            permits.contains("ZooKeeper and etcd offer them"),
             "{permits}"
+        );
+        let shards = refusal(client.segmented("kinds", 2).acquire().await);
+        assert!(
+            shards.contains("the memory backend and Redis (") && !shards.contains("etcd"),
+            "{shards}"
         );
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 
 use super::state::{EntryKind, State};
@@ -415,23 +415,52 @@ impl ConsensusStore for EtcdStore {
             let session = self.session().await?;
             let directory = self.directory(key);
             let id = format!("{directory}{owner}");
-            let options = PutOptions::new().with_lease(session.lease).with_prev_key();
+            // An entry of this owner kept after its release (`min_hold_ms`) stays as it is:
+            // a late copy of the owner's attempt finds it, and takes no second grant.
+            let absent = Compare::create_revision(id.clone(), CompareOp::Equal, 0);
+            let created = PutOptions::new().with_lease(session.lease);
+            let txn = Txn::new()
+                .when([absent])
+                .and_then([TxnOp::put(id.clone(), state.encode(kind), Some(created))])
+                .or_else([TxnOp::get(id.clone(), None)]);
             let mut client = self.client.clone();
-            let put = client
-                .put(id.clone(), state.encode(kind), Some(options))
+            let answer = client
+                .txn(txn)
                 .await
                 .map_err(|error| self.error(Some(key), "cannot enter the line", error))?;
-            let revision = put.header().map_or(0, |header| header.revision());
-            // Entered before (a resend): the entry keeps its place.
-            let created = put
-                .prev_key()
-                .map_or(revision, |prev| prev.create_revision());
+            let existing = answer.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(read) => read.kvs().first().cloned(),
+                _ => None,
+            });
+            let kept = existing
+                .as_ref()
+                .and_then(|kv| self.entry(kv, &directory, session.count))
+                .filter(|entry| matches!(entry.state, State::Kept(_)));
+            if let Some(kept) = kept {
+                return Ok(kept);
+            }
+            let (created, version) = if answer.succeeded() {
+                let revision = answer.header().map_or(0, |header| header.revision());
+                (revision, revision)
+            } else {
+                // Entered before (a resend): the entry keeps its place.
+                let options = PutOptions::new().with_lease(session.lease).with_prev_key();
+                let put = client
+                    .put(id.clone(), state.encode(kind), Some(options))
+                    .await
+                    .map_err(|error| self.error(Some(key), "cannot enter the line", error))?;
+                let revision = put.header().map_or(0, |header| header.revision());
+                let created = put
+                    .prev_key()
+                    .map_or(revision, |prev| prev.create_revision());
+                (created, revision)
+            };
             Ok(Entry {
                 id,
                 owner: owner.to_owned(),
                 order: u64::try_from(created).unwrap_or(0),
                 token: u64::try_from(created).unwrap_or(0),
-                version: revision,
+                version,
                 kind,
                 state,
                 session: session.count,

@@ -26,8 +26,12 @@
 //!
 //! Read/write locks are ZooKeeper's shared-lock recipe on the same line: an entry says its kind; a
 //! reader waits only for the writers ahead of it (and watches the nearest), a writer for
-//! every entry ahead (and watches the one right ahead). A line serves the mutex, or readers
-//! and writers, never both.
+//! every entry ahead (and watches the one right ahead). Semaphores are Curator's semaphore on
+//! the same line: an entry says its count, and holds a permit while fewer entries are ahead
+//! of it than its count and every count ahead (the smallest count wins, as on every store);
+//! a waiting permit watches the oldest entry, which leaves first when leases are alike, and
+//! learns of other departures at its next attempt. A line serves one family: the mutex,
+//! readers and writers, or permits.
 //!
 //! Fencing tokens are each entry's creation id (ZooKeeper's czxid, etcd's create revision):
 //! the store's global counter, so strictly increasing in line order, which is grant order.
@@ -47,11 +51,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::state::{EntryKind, State};
+use self::state::{Admission, EntryKind, State};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, BoxFuture, Extended, HeldLease, Lease, Release,
     ReleaseMemory, ReleaseWatch, Turn, release_memory,
 };
+use crate::LockError;
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
     SharedGrant, Waiter,
@@ -60,7 +65,6 @@ use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
-use crate::{LockError, LockKind};
 
 /// One entry of a key's line, as read from the store.
 #[derive(Debug, Clone)]
@@ -194,13 +198,16 @@ enum Standing {
     Missing,
     /// Its entry is the oldest live one: the key is its.
     Head(Entry),
+    /// Its entry is kept after its release (`min_hold_ms`): a late copy of its attempt takes
+    /// no second grant. The entry's token, and how long it lasts yet.
+    Kept(u64, Option<Duration>),
     /// Live entries it waits for are ahead of it.
     Behind(Box<Behind>),
 }
 
 struct Behind {
     mine: Entry,
-    /// The nearest live entry it waits for, which it watches.
+    /// The live entry it watches: the nearest it waits for (a permit: the oldest).
     predecessor: Entry,
     /// The oldest live entry it waits for.
     head: Entry,
@@ -267,18 +274,12 @@ impl<S: ConsensusStore> Shared<S> {
         let mut sightings = lock_ignoring_poison(&self.sightings);
         let seen = sightings.remove(key).unwrap_or_default();
         let mut fresh = HashMap::with_capacity(line.len());
-        // Whether an entry of each kind ahead has been seen: an entry that waits for none of
-        // them is at the head (it would hold the key).
-        let (mut any_ahead, mut non_reader_ahead) = (false, false);
+        // An entry that would hold the key with the entries ahead of it is at the head.
+        let mut admission = Admission::default();
         let left = line
             .iter()
             .map(|entry| {
-                let at_head = match entry.kind {
-                    EntryKind::Read => !non_reader_ahead,
-                    EntryKind::Mutex | EntryKind::Write => !any_ahead,
-                };
-                any_ahead = true;
-                non_reader_ahead |= entry.kind != EntryKind::Read;
+                let at_head = admission.next(entry.kind);
                 let mut sighting = match seen.get(&entry.id) {
                     Some(seen) if seen.version == entry.version => *seen,
                     _ => Sighting {
@@ -340,6 +341,9 @@ impl<S: ConsensusStore> Shared<S> {
         for second in line[at + 1..].iter().filter(|entry| entry.owner == owner) {
             self.store.remove(key, second, None).await?;
         }
+        if let State::Kept(_) = line[at].state {
+            return Ok(Standing::Kept(line[at].token, left[at]));
+        }
         let mine = line[at].clone();
         // After an enter sent twice, the older entry is the one that counts.
         self.update(&(key.to_owned(), owner.to_owned()), |ours| {
@@ -348,28 +352,35 @@ impl<S: ConsensusStore> Shared<S> {
             }
         });
         let mut live = Vec::new();
+        let mut admission = Admission::default();
         for (entry, left) in line[..at].iter().zip(left) {
             let lapsed = left == Some(Duration::ZERO);
             if lapsed && self.store.remove(key, entry, Some(entry.version)).await? {
                 tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
                 continue;
             }
+            admission.next(entry.kind);
             // An entry this one does not wait for (a reader ahead of a reader) is no obstacle.
             if kind.waits_for(entry.kind) {
                 live.push((entry.clone(), left));
             }
         }
+        if admission.next(kind) {
+            return Ok(Standing::Head(mine));
+        }
         // The soonest any of them can lapse (several readers may hold ahead of a writer).
         let soonest_left = live.iter().filter_map(|(_, left)| *left).min();
-        Ok(match (live.first().cloned(), live.pop()) {
-            (Some((head, _)), Some((predecessor, _))) => Standing::Behind(Box::new(Behind {
-                mine,
-                predecessor,
-                head,
-                soonest_left,
-            })),
-            _ => Standing::Head(mine),
-        })
+        let (Some((head, _)), Some((nearest, _))) = (live.first().cloned(), live.pop()) else {
+            return Ok(Standing::Head(mine));
+        };
+        // A permit waits for any entry ahead to leave: the oldest, likely the first.
+        let predecessor = if kind.counts() { head.clone() } else { nearest };
+        Ok(Standing::Behind(Box::new(Behind {
+            mine,
+            predecessor,
+            head,
+            soonest_left,
+        })))
     }
 
     /// Takes the key for `id`'s entry, at the head of the line: writes its lease (the longer
@@ -450,6 +461,13 @@ impl<S: ConsensusStore> Shared<S> {
             };
             match standing {
                 Standing::Missing => self.forget(&id),
+                Standing::Kept(token, remaining) => {
+                    self.forget(&id);
+                    return Ok(Acquire::Held {
+                        remaining,
+                        latest_token: token,
+                    });
+                }
                 Standing::Head(mine) => {
                     // A fresh entry at the head holds the lease it was created with.
                     let fresh = entered.as_ref();
@@ -587,6 +605,7 @@ impl<S: ConsensusStore> Shared<S> {
                 Ok(Standing::Head(mine)) if !matches!(mine.state, State::Waiting { .. }) => {
                     break Ok(None);
                 }
+                Ok(Standing::Kept(..)) => break Ok(None),
                 Ok(Standing::Head(mine)) => {
                     // For the waiter's lease, but no longer than its place: a waiter that
                     // stopped attempting holds the key no longer than either.
@@ -707,8 +726,9 @@ impl<S: ConsensusStore> Shared<S> {
             return Ok(Release::NotOwner);
         }
         // Waiters of this client in line are told by their own watches (the next one with
-        // the hand-off); a watch with no waiter behind it hears of the release here.
-        if !self.waits_here(&lease.key) {
+        // the hand-off); a watch with no waiter behind it hears of the release here, as does
+        // a permit, whose waiters watch the oldest entry only.
+        if !self.waits_here(&lease.key) || entries.iter().any(|e| e.kind.counts()) {
             let token = min_hold
                 .is_zero()
                 .then(|| entries.first().map(|e| e.token))
@@ -819,7 +839,7 @@ impl<S: ConsensusStore> Shared<S> {
             },
             None => ReleaseEvent::Released { token },
         };
-        if !self.waits_here(key) {
+        if !self.waits_here(key) || ended.kind.counts() {
             self.hub.announce(key, announced);
         }
         forced.announced = Some(announced);
@@ -870,14 +890,12 @@ fn granted(token: u64) -> Acquire {
     Acquire::Granted { token, slot: None }
 }
 
-/// How many entries at the head of a line hold the key: the first, and the readers beside a
-/// reader.
+/// How many entries at the head of a line hold the key: the first, the readers beside a
+/// reader, the permits within the counts.
 fn holder_count(line: &[Entry]) -> usize {
+    let mut admission = Admission::default();
     line.iter()
-        .enumerate()
-        .take_while(|(at, entry)| {
-            *at == 0 || entry.kind == EntryKind::Read && line[0].kind == EntryKind::Read
-        })
+        .take_while(|entry| admission.next(entry.kind))
         .count()
 }
 
@@ -912,8 +930,8 @@ fn entry_holding(head: &Entry, left: Option<Duration>) -> Holding {
     }
 }
 
-/// Who holds a key that the read/write `holders` (the head of its line) hold, as an operator
-/// sees it; `left` is how long each entry of the line lasts.
+/// Who holds a key that the shared `holders` (readers and a writer, or permits: the head of
+/// its line) hold, as an operator sees it; `left` is how long each entry of the line lasts.
 fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
     if let Some(foreign) = holders.iter().find(|entry| entry.state == State::Foreign) {
         return entry_holding(foreign, None);
@@ -923,10 +941,8 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
         .zip(left)
         .map(|(entry, left)| SharedGrant {
             owner: owner_tag(&entry.owner),
-            kind: match entry.kind {
-                EntryKind::Write => LockKind::Write,
-                EntryKind::Read | EntryKind::Mutex => LockKind::Read,
-            },
+            // A mutex is never shared: what reads as one here is foreign, shown above.
+            kind: entry.kind.lock_kind(),
             slot: None,
             token: (!matches!(entry.state, State::Kept(_))).then_some(entry.token),
             remaining: left.unwrap_or(Duration::MAX),
@@ -977,12 +993,15 @@ impl<S: ConsensusStore> AsyncBackend for ConsensusBackend<S> {
 
     fn offers(&self) -> Capabilities {
         let session = Some(self.shared.store.session_timeout());
-        // Readers and writers are entries of their kind in the line; permits and shards
-        // have no line of theirs.
-        Capabilities::MUTEX
-            .with_read_write(true)
-            .with_always_fair(true)
-            .with_longest_lease(session)
+        // Readers, writers and permits are entries of their kind in the line; shards, which
+        // each need a number of their own, are not.
+        Capabilities {
+            semaphores: true,
+            ..Capabilities::MUTEX
+        }
+        .with_read_write(true)
+        .with_always_fair(true)
+        .with_longest_lease(session)
     }
 
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {

@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use crate::LockKind;
 
-/// The kind of lock an entry is for: a line serves one family at a time (the mutex, or
-/// readers and writers).
+/// The kind of lock an entry is for: a line serves one family at a time (the mutex, readers
+/// and writers, or a semaphore's permits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EntryKind {
     Mutex,
     Read,
     Write,
+    /// A permit of a semaphore of this many permits.
+    Permit(u32),
 }
 
 impl EntryKind {
@@ -21,35 +23,107 @@ impl EntryKind {
             LockKind::Mutex => Some(EntryKind::Mutex),
             LockKind::Read => Some(EntryKind::Read),
             LockKind::Write => Some(EntryKind::Write),
-            LockKind::Semaphore { .. } | LockKind::Segmented { .. } => None,
+            LockKind::Semaphore { permits } => Some(EntryKind::Permit(permits)),
+            LockKind::Segmented { .. } => None,
         }
     }
 
-    /// Whether an entry of this kind must wait for an `other` entry ahead of it: every pair
-    /// but two readers.
+    /// The lock kind an entry of this kind is a grant of.
+    pub(crate) fn lock_kind(self) -> LockKind {
+        match self {
+            EntryKind::Mutex => LockKind::Mutex,
+            EntryKind::Read => LockKind::Read,
+            EntryKind::Write => LockKind::Write,
+            EntryKind::Permit(permits) => LockKind::Semaphore { permits },
+        }
+    }
+
+    /// Whether an entry of this kind may have to wait for an `other` entry ahead of it: every
+    /// pair but two readers (permits count those ahead, see [`Admission`]).
     pub(crate) fn waits_for(self, other: EntryKind) -> bool {
         !(self == EntryKind::Read && other == EntryKind::Read)
     }
 
-    /// Whether the two kinds may share a line (the mutex, or readers and writers).
+    /// Whether entries of this kind count those ahead (permits) rather than wait for them.
+    pub(crate) fn counts(self) -> bool {
+        matches!(self, EntryKind::Permit(_))
+    }
+
+    /// Whether the two kinds may share a line (the mutex, readers and writers, or permits).
     pub(crate) fn mixes_with(self, other: EntryKind) -> bool {
-        (self == EntryKind::Mutex) == (other == EntryKind::Mutex)
+        self.family() == other.family()
+    }
+
+    fn family(self) -> u8 {
+        match self {
+            EntryKind::Mutex => 0,
+            EntryKind::Read | EntryKind::Write => 1,
+            EntryKind::Permit(_) => 2,
+        }
     }
 
     pub(crate) fn name(self) -> &'static str {
+        self.lock_kind().name()
+    }
+
+    fn tag(self) -> String {
         match self {
-            EntryKind::Mutex => "mutex",
-            EntryKind::Read => "read",
-            EntryKind::Write => "write",
+            EntryKind::Mutex => "m".to_owned(),
+            EntryKind::Read => "r".to_owned(),
+            EntryKind::Write => "x".to_owned(),
+            EntryKind::Permit(permits) => format!("s{permits}"),
         }
     }
 
-    fn letter(self) -> char {
-        match self {
-            EntryKind::Mutex => 'm',
-            EntryKind::Read => 'r',
-            EntryKind::Write => 'x',
+    fn parse(tag: &str) -> Option<EntryKind> {
+        match tag {
+            "m" => Some(EntryKind::Mutex),
+            "r" => Some(EntryKind::Read),
+            "x" => Some(EntryKind::Write),
+            _ => {
+                let permits = tag.strip_prefix('s')?;
+                // Digits only, as `tag` writes them: no sign, no leading zero.
+                let plain =
+                    permits.bytes().all(|b| b.is_ascii_digit()) && !permits.starts_with('0');
+                let permits = permits.parse().ok().filter(|_| plain)?;
+                LockKind::Semaphore { permits }.validate().ok()?;
+                Some(EntryKind::Permit(permits))
+            }
         }
+    }
+}
+
+/// Who holds a key, walking its line oldest first: the entries each one waits for (see
+/// [`EntryKind::waits_for`]), and for permits, how many are ahead against the smallest count
+/// among them (a permit enters while fewer are ahead than its own count and every count
+/// ahead, as a semaphore's holders admit on every store).
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    any_ahead: bool,
+    non_reader_ahead: bool,
+    permits_ahead: u32,
+    smallest_count: Option<u32>,
+}
+
+impl Admission {
+    /// Whether the next entry of the line, of `kind`, would hold the key if every entry
+    /// walked so far stayed (counting it as walked).
+    pub(crate) fn next(&mut self, kind: EntryKind) -> bool {
+        let holds = match kind {
+            EntryKind::Read => !self.non_reader_ahead,
+            EntryKind::Mutex | EntryKind::Write => !self.any_ahead,
+            EntryKind::Permit(count) => {
+                let smallest = self.smallest_count.map_or(count, |s| s.min(count));
+                self.smallest_count = Some(smallest);
+                self.permits_ahead < smallest
+            }
+        };
+        self.any_ahead = true;
+        self.non_reader_ahead |= kind != EntryKind::Read;
+        if kind.counts() {
+            self.permits_ahead += 1;
+        }
+        holds
     }
 }
 
@@ -70,7 +144,7 @@ pub(crate) enum State {
 impl State {
     /// The data of an entry of `kind` in this state.
     pub(crate) fn encode(self, kind: EntryKind) -> String {
-        let letter = kind.letter();
+        let letter = kind.tag();
         let (tag, duration) = match self {
             State::Waiting { place, ttl } => {
                 return format!("{letter} w {} {}", place.as_millis(), ttl.as_millis());
@@ -86,12 +160,7 @@ impl State {
     pub(crate) fn decode(data: &[u8]) -> (EntryKind, State) {
         let parsed = std::str::from_utf8(data).ok().and_then(|text| {
             let mut fields = text.split(' ');
-            let kind = match fields.next()? {
-                "m" => EntryKind::Mutex,
-                "r" => EntryKind::Read,
-                "x" => EntryKind::Write,
-                _ => return None,
-            };
+            let kind = EntryKind::parse(fields.next()?)?;
             let (tag, millis) = (fields.next()?, fields.next()?);
             let duration = Duration::from_millis(millis.parse().ok()?);
             let more = fields.next().map(str::parse::<u64>);
@@ -135,15 +204,59 @@ mod tests {
             State::Held(Duration::from_secs(30)),
             State::Kept(Duration::from_millis(1)),
         ] {
-            for kind in [EntryKind::Mutex, EntryKind::Read, EntryKind::Write] {
+            for kind in [
+                EntryKind::Mutex,
+                EntryKind::Read,
+                EntryKind::Write,
+                EntryKind::Permit(1),
+                EntryKind::Permit(1_024),
+            ] {
                 assert_eq!(State::decode(state.encode(kind).as_bytes()), (kind, state));
             }
         }
-        let foreign: [&[u8]; 9] = [
-            b"", b"m h", b"m h x", b"m x 10", b"\xff 1", b"m w 1", b"m h 1 2", b"h 1", b"q h 1",
+        let foreign: [&[u8]; 14] = [
+            b"",
+            b"m h",
+            b"m h x",
+            b"m x 10",
+            b"\xff 1",
+            b"m w 1",
+            b"m h 1 2",
+            b"h 1",
+            b"q h 1",
+            b"s h 1",
+            b"s0 h 1",
+            b"s01 h 1",
+            b"s1025 h 1",
+            b"s+3 h 1",
         ];
         for data in foreign {
             assert_eq!(State::decode(data).1, State::Foreign, "{data:?}");
         }
+    }
+
+    #[test]
+    fn permits_enter_below_the_smallest_count_ahead() {
+        let holds = |line: &[EntryKind]| {
+            let mut admission = Admission::default();
+            line.iter()
+                .map(|kind| admission.next(*kind))
+                .collect::<Vec<_>>()
+        };
+        let (two, five) = (EntryKind::Permit(2), EntryKind::Permit(5));
+        assert_eq!(holds(&[five, five, five]), [true, true, true]);
+        assert_eq!(holds(&[two, five, five]), [true, true, false]);
+        assert_eq!(holds(&[five, five, two]), [true, true, false]);
+        assert_eq!(holds(&[five, two, five, five]), [true, true, false, false]);
+        assert_eq!(
+            holds(&[
+                EntryKind::Read,
+                EntryKind::Read,
+                EntryKind::Write,
+                EntryKind::Read
+            ]),
+            [true, true, false, false]
+        );
+        assert_eq!(holds(&[EntryKind::Mutex, EntryKind::Mutex]), [true, false]);
     }
 }
