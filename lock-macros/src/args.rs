@@ -80,6 +80,9 @@ pub(crate) enum Action {
     /// Keep trying, for up to `wait_ms` in all or `retry` pauses of up to
     /// `sleep_ms` that no release notification ended.
     Continue,
+    /// As `Continue`, and the callers of the key that overlap a computation get its value
+    /// instead of computing it again (single-flight).
+    Share,
 }
 
 /// What the body does when the lease is lost while it runs (the runtime's `OnLost`).
@@ -160,7 +163,11 @@ const ARGUMENTS: &[ArgumentSpec] = &[
             let action = keyword(
                 &name,
                 &value,
-                &[("GiveUp", Action::GiveUp), ("Continue", Action::Continue)],
+                &[
+                    ("GiveUp", Action::GiveUp),
+                    ("Continue", Action::Continue),
+                    ("Share", Action::Share),
+                ],
             );
             store(&mut args.action, name, action)
         },

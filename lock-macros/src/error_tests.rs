@@ -251,6 +251,30 @@ fn keys_with_another_kind_than_a_mutex() {
 }
 
 #[test]
+fn share_with_several_keys_or_another_kind() {
+    assert_eq!(
+        error(&on_valid_fn("keys = [\"a:{id}\", \"b\"], action = Share")),
+        (
+            "`action = Share` shares the value computed under one key; remove `keys` and lock \
+             one key with `key = \"...\"`"
+                .to_owned(),
+            "keys".to_owned()
+        )
+    );
+    assert_eq!(
+        error(&on_valid_fn(
+            "key = \"a:{id}\", action = Share, permits = 2"
+        )),
+        (
+            "`action = Share` computes under the key's mutex, and `permits` asks for another \
+             kind; remove `permits`"
+                .to_owned(),
+            "permits".to_owned()
+        )
+    );
+}
+
+#[test]
 fn keys_placeholder_names_no_argument() {
     let (message, at) = error(&on_valid_fn("keys = [\"a:{id}\", \"b:{nope}\"]"));
     assert!(message.starts_with("no argument named `nope`"), "{message}");
@@ -419,13 +443,13 @@ fn unknown_action() {
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", action = Retry")),
         (
-            "unknown action `Retry`; expected `GiveUp` or `Continue`".to_owned(),
+            "unknown action `Retry`; expected `GiveUp`, `Continue` or `Share`".to_owned(),
             "Retry".to_owned()
         )
     );
     assert_eq!(
         error(&on_valid_fn("key = \"a:{id}\", action = \"GiveUp\"")).0,
-        "unknown action `\"GiveUp\"`; did you mean `GiveUp`? expected `GiveUp` or `Continue`"
+        "unknown action `\"GiveUp\"`; did you mean `GiveUp`? expected `GiveUp`, `Continue` or `Share`"
     );
 }
 

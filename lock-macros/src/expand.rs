@@ -78,13 +78,22 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
             { #body }
         }
     };
-    let ending = ending(krate, &spec.return_type);
     let outer_attrs = with_lock_doc(outer_attrs, spec);
-    let run_locked = run_locked(
-        &spec.return_type,
-        &ending_var,
-        quote!(#client_var, #key_var, #kind, #options_var, #body),
-    );
+    let call = if spec.options.action == Some(Action::Share) {
+        run_shared(
+            krate,
+            &spec.return_type,
+            quote!(#client_var, #key_var, #options_var, #body),
+        )
+    } else {
+        let ending = ending(krate, &spec.return_type);
+        let run_locked = run_locked(
+            &spec.return_type,
+            &ending_var,
+            quote!(#client_var, #key_var, #kind, #options_var, #body),
+        );
+        quote!(let #ending_var = #ending; #run_locked)
+    };
     let mut locked_body = TokenStream::new();
     brace.surround(&mut locked_body, |tokens| {
         tokens.extend(quote! {
@@ -92,8 +101,7 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
             let #client_var = #client;
             let #key_var = #key;
             let #options_var = #options;
-            let #ending_var = #ending;
-            #run_locked
+            #call
         });
     });
     quote! {
@@ -144,7 +152,11 @@ fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
             count(shards)
         ),
     };
-    let doc = format!(" Runs while holding {lock} (`#[redis_lock]`, {lease}).");
+    let shared = match spec.options.action {
+        Some(Action::Share) => ", single-flight: calls that overlap share one computation",
+        _ => "",
+    };
+    let doc = format!(" Runs while holding {lock} (`#[redis_lock]`, {lease}{shared}).");
     let (docs, others) = outer_attrs.split_at(last_doc + 1);
     quote!(#(#docs)* #[doc = ""] #[doc = #doc] #(#others)*)
 }
@@ -222,12 +234,14 @@ fn lock_options(krate: &Path, options: &Options, template: &str) -> TokenStream 
         fair,
         min_replicas,
     } = options;
-    let action = action.map(|action| {
+    // `Share` waits as `Continue` does, the default.
+    let action = action.and_then(|action| {
         let action = match action {
             Action::GiveUp => quote!(GiveUp),
             Action::Continue => quote!(Continue),
+            Action::Share => return None,
         };
-        quote!(#krate::__private::Action::#action)
+        Some(quote!(#krate::__private::Action::#action))
     });
     let on_lost = on_lost.map(|on_lost| {
         let policy = match on_lost {
@@ -316,6 +330,14 @@ fn ending(krate: &Path, return_type: &Type) -> TokenStream {
 fn run_locked(return_type: &Type, ending: &Ident, args: TokenStream) -> TokenStream {
     let span = Span::call_site().located_at(return_type.span());
     quote_spanned!(span=> #ending.run_locked(#args).await)
+}
+
+/// `run_shared(args).await`, located at the return type: its `R: SharedOutput` bound then
+/// reports a value that cannot be shared there.
+fn run_shared(krate: &Path, return_type: &Type, args: TokenStream) -> TokenStream {
+    let span = Span::call_site().located_at(return_type.span());
+    let krate = located_at(krate, span);
+    quote_spanned!(span=> #krate::__private::run_shared(#args).await)
 }
 
 /// The crate path, shown at `span` but resolved as written, for diagnostics

@@ -266,6 +266,21 @@ fn several_keys() {
 }
 
 #[test]
+fn single_flight() {
+    assert_snapshot(
+        "single_flight",
+        quote!(key = "report:{day}", action = Share, wait_ms = 30_000),
+        quote! {
+            /// The day's report, computed once however many ask for it at the same time.
+            async fn report(day: u32) -> Result<Report, ReportError> {
+                build_report(day).await
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
 fn only_documented_functions_gain_the_lock_line() {
     let lock_line = "Runs while holding the distributed lock";
     let expanded = |attrs: TokenStream| {

@@ -95,6 +95,7 @@ pub(crate) fn validate(args: LockArgs, func: &LockedFn, errors: &mut Errors) -> 
         .as_ref()
         .is_some_and(|action| action.value == Action::GiveUp);
     check_give_up(&args, give_up, errors);
+    check_share(&args, errors);
     check_settings(&args, errors);
     check_kind(&args, errors);
     // With more than one, `check_kind` has recorded an error and this is not used.
@@ -175,6 +176,45 @@ fn no_effect_with_give_up(name: &Ident, written: &str, why: &str) -> syn::Error 
             "`{written}` has no effect with `action = GiveUp`{why}; remove `{name_text}` or use `action = Continue`"
         ),
     )
+}
+
+/// Checks what `action = Share` needs: one key, a mutex (single-flight computes under one
+/// key's mutex). Each conflicting argument is an error at its name.
+fn check_share(args: &LockArgs, errors: &mut Errors) {
+    if !args
+        .action
+        .as_ref()
+        .is_some_and(|action| action.value == Action::Share)
+    {
+        return;
+    }
+    if let Some(keys) = &args.keys {
+        errors.push(syn::Error::new(
+            keys.name.span(),
+            "`action = Share` shares the value computed under one key; remove `keys` and lock \
+             one key with `key = \"...\"`",
+        ));
+    }
+    for (written, name) in kind_arguments(args) {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!(
+                "`action = Share` computes under the key's mutex, and `{written}` asks for \
+                 another kind; remove `{written}`"
+            ),
+        ));
+    }
+}
+
+/// The arguments that choose a kind of lock other than the mutex, as written.
+fn kind_arguments(args: &LockArgs) -> impl Iterator<Item = (&'static str, &Ident)> {
+    [
+        ("mode", args.mode.as_ref().map(|arg| &arg.name)),
+        ("permits", args.permits.as_ref().map(|arg| &arg.name)),
+        ("shards", args.shards.as_ref().map(|arg| &arg.name)),
+    ]
+    .into_iter()
+    .filter_map(|(written, name)| Some((written, name?)))
 }
 
 /// Checks that one argument at most chooses the kind of lock: each written after the first
@@ -397,21 +437,14 @@ fn check_several(keys: &Arg<Vec<LitStr>>, args: &LockArgs, errors: &mut Errors) 
             }
         }
     }
-    let kinds = [
-        ("mode", args.mode.as_ref().map(|arg| &arg.name)),
-        ("permits", args.permits.as_ref().map(|arg| &arg.name)),
-        ("shards", args.shards.as_ref().map(|arg| &arg.name)),
-    ];
-    for (written, name) in kinds {
-        if let Some(name) = name {
-            errors.push(syn::Error::new(
-                name.span(),
-                format!(
-                    "`keys` locks each key as a mutex, and `{written}` asks for another kind; \
-                     remove `{written}`, or lock one key with `key = \"...\"`"
-                ),
-            ));
-        }
+    for (written, name) in kind_arguments(args) {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!(
+                "`keys` locks each key as a mutex, and `{written}` asks for another kind; \
+                 remove `{written}`, or lock one key with `key = \"...\"`"
+            ),
+        ));
     }
 }
 

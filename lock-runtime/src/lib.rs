@@ -34,6 +34,7 @@ mod renewal;
 mod request;
 mod scoped_client;
 pub mod shutdown;
+mod single_flight;
 mod sync;
 pub mod telemetry;
 #[cfg(feature = "testing")]

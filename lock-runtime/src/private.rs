@@ -10,6 +10,7 @@ pub use crate::LockKind;
 pub use crate::key::{KeyPart, KeyValue, render_key, render_keys};
 pub use crate::locked_call::{CallKeys, EndLock, LockedCall};
 pub use crate::options::{Action, LockOptions, OnLost};
+pub use crate::single_flight::{SharedOutput, run_shared};
 use crate::{LockClient, LockError};
 
 /// `options` named after the key template `template` (the `lock` of spans and metrics),

@@ -14,6 +14,7 @@ mod observability;
 mod redis_test;
 mod several_keys;
 mod shutdown;
+mod single_flight;
 mod spawned_tasks;
 mod sql;
 mod tracing_order;
@@ -38,6 +39,7 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
         &[
             ("kinds.rs", include_str!("readme/kinds.rs")),
             ("several_keys.rs", include_str!("readme/several_keys.rs")),
+            ("single_flight.rs", include_str!("readme/single_flight.rs")),
         ],
     ),
     (

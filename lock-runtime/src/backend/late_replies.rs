@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, Turn,
+    Release, ReleaseWatch, ResultStore, Turn,
 };
 use crate::LockError;
 
@@ -65,5 +65,9 @@ impl LockBackend for LateReplies {
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         self.inner.operator()
+    }
+
+    fn results(&self) -> Option<&dyn ResultStore> {
+        self.inner.results()
     }
 }

@@ -11,8 +11,9 @@ use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, Release, ReleaseMemory,
-    ReleaseWatch, Turn, holding_of, release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Release,
+    ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of, release_memory,
+    released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
@@ -54,6 +55,8 @@ struct State {
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
+    /// The values single-flight calls left, each until it lapses.
+    results: HashMap<String, (SharedResult, Instant)>,
 }
 
 struct Holder {
@@ -106,6 +109,7 @@ impl MemoryBackend {
                 lines: HashMap::new(),
                 released: ReleaseMemory::new(release_memory(NOMINAL_RESPONSE_TIMEOUT)),
                 last_token: 0,
+                results: HashMap::new(),
             }),
             releases: Arc::default(),
         }
@@ -775,6 +779,44 @@ impl AsyncBackend for MemoryBackend {
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
+    }
+
+    fn result_calls(&self) -> Option<&dyn ResultStore> {
+        Some(self)
+    }
+}
+
+// Single-flight values (see `ResultStore`).
+impl AsyncResults for MemoryBackend {
+    async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
+        let mut state = lock_ignoring_poison(&self.state);
+        let now = Instant::now();
+        state.results.retain(|_, (_, lapses_at)| *lapses_at > now);
+        Ok(state.results.get(key).map(|(result, _)| result.clone()))
+    }
+
+    async fn publish(
+        &self,
+        key: &str,
+        result: &SharedResult,
+        keep: Duration,
+    ) -> Result<bool, LockError> {
+        let mut state = lock_ignoring_poison(&self.state);
+        let now = Instant::now();
+        let holds = state
+            .live_holder(key, now)
+            .is_some_and(|holder| holder.token == result.token);
+        let later = state
+            .results
+            .get(key)
+            .is_some_and(|(kept, lapses_at)| *lapses_at > now && kept.token >= result.token);
+        if !holds || later {
+            return Ok(false);
+        }
+        state
+            .results
+            .insert(key.to_owned(), (result.clone(), now + keep));
+        Ok(true)
     }
 }
 

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(crate) use self::native::{AsyncBackend, AsyncOperator};
+pub(crate) use self::native::{AsyncBackend, AsyncOperator, AsyncResults};
 pub use self::state::{
     ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
@@ -429,6 +429,41 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         None
     }
+
+    /// Where a single-flight call (`action = Share`) leaves its value for the callers of other
+    /// processes, if the backend offers it: `None` by default, and such calls are refused
+    /// with [`LockError::InvalidConfig`] before anything is sent.
+    fn results(&self) -> Option<&dyn ResultStore> {
+        None
+    }
+}
+
+/// A value that a single-flight call computed under a key's mutex, as the store keeps it
+/// ([`ResultStore`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedResult {
+    /// The fencing token of the grant under which it was computed.
+    pub token: u64,
+    /// The value, serialized.
+    pub value: Vec<u8>,
+}
+
+/// Where single-flight calls leave their values ([`LockBackend::results`]).
+pub trait ResultStore: Send + Sync {
+    /// The value left last for `key`, if it is still kept.
+    fn read_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SharedResult>, LockError>>;
+
+    /// Leaves `result` for `key` for `keep`, if `result.token` is the token of the grant that
+    /// holds `key`'s mutex now and no later token's value is kept; whether it did.
+    fn publish_result<'a>(
+        &'a self,
+        key: &'a str,
+        result: &'a SharedResult,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
 }
 
 /// The operator's calls on a backend ([`LockBackend::operator`]), apart from the calls every

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
-    LockBackend, LockState, OperatorBackend, Release, ReleaseWatch, Turn,
+    LockBackend, LockState, OperatorBackend, Release, ReleaseWatch, ResultStore, SharedResult,
+    Turn,
 };
 use crate::LockError;
 
@@ -55,6 +56,28 @@ pub(crate) trait AsyncBackend: Send + Sync + std::fmt::Debug + 'static {
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         None
     }
+
+    /// [`LockBackend::results`].
+    fn result_calls(&self) -> Option<&dyn ResultStore> {
+        None
+    }
+}
+
+/// [`ResultStore`], with `async fn`s; each method is that trait's of the same meaning.
+pub(crate) trait AsyncResults: Send + Sync {
+    /// [`ResultStore::read_result`].
+    fn read_kept(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<SharedResult>, LockError>> + Send;
+
+    /// [`ResultStore::publish_result`].
+    fn publish(
+        &self,
+        key: &str,
+        result: &SharedResult,
+        keep: Duration,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
 /// [`OperatorBackend`], with `async fn`s; each method is that trait's of the same meaning.
@@ -114,6 +137,28 @@ impl<B: AsyncBackend> LockBackend for B {
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         self.operator_calls()
+    }
+
+    fn results(&self) -> Option<&dyn ResultStore> {
+        self.result_calls()
+    }
+}
+
+impl<R: AsyncResults> ResultStore for R {
+    fn read_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SharedResult>, LockError>> {
+        Box::pin(self.read_kept(key))
+    }
+
+    fn publish_result<'a>(
+        &'a self,
+        key: &'a str,
+        result: &'a SharedResult,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.publish(key, result, keep))
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, Turn,
+    Release, ReleaseWatch, ResultStore, Turn,
 };
 
 /// A call on its way to the wrapped backend.
@@ -180,5 +180,9 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
     /// Not put to the interceptor (an operator's calls, not the client's).
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         self.backend.operator()
+    }
+
+    fn results(&self) -> Option<&dyn ResultStore> {
+        self.backend.results()
     }
 }

@@ -96,6 +96,11 @@ pub(crate) fn release_channel(lock_key: &str) -> String {
     format!("{lock_key}:released")
 }
 
+/// Where single-flight calls leave their values (`action = Share`).
+pub(crate) fn result_key(lock_key: &str) -> String {
+    format!("{lock_key}:result")
+}
+
 /// The fencing counter.
 pub(crate) fn fence_key(lock_key: &str) -> String {
     format!("{lock_key}:fence")

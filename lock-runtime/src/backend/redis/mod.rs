@@ -22,7 +22,8 @@ use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
-    Acquire, AsyncBackend, Extended, HeldLease, Lease, Release, ReleaseWatch, Turn, release_memory,
+    Acquire, AsyncBackend, AsyncResults, Extended, HeldLease, Lease, Release, ReleaseWatch,
+    ResultStore, SharedResult, Turn, release_memory,
 };
 use crate::backend::{Capabilities, OperatorBackend, Timeouts};
 use crate::{LockError, random};
@@ -974,6 +975,64 @@ impl AsyncBackend for RedisBackend {
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
+
+    fn result_calls(&self) -> Option<&dyn ResultStore> {
+        Some(self)
+    }
+}
+
+// Single-flight values (see `ResultStore`), next to the lock key in its slot.
+impl AsyncResults for RedisBackend {
+    async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
+        let result_key = layout::result_key(&self.lock_key(key));
+        let reply = self
+            .run(&LIBRARY.result_read, &[result_key], &[], key)
+            .await?;
+        let kept = match &reply {
+            Value::Nil => return Ok(None),
+            Value::BulkString(kept) => kept,
+            _ => return Err(unexpected(key, "result read", &reply)),
+        };
+        let parsed = kept.iter().position(|&b| b == b' ').and_then(|space| {
+            let token = std::str::from_utf8(&kept[..space]).ok()?.parse().ok()?;
+            let value = kept[space + 1..].to_vec();
+            Some(SharedResult { token, value })
+        });
+        parsed.map(Some).ok_or_else(|| foreign_result(key))
+    }
+
+    async fn publish(
+        &self,
+        key: &str,
+        result: &SharedResult,
+        keep: Duration,
+    ) -> Result<bool, LockError> {
+        let lock_key = self.lock_key(key);
+        let keys = [lock_key.clone(), layout::result_key(&lock_key)];
+        let value = std::str::from_utf8(&result.value).map_err(|_| {
+            LockError::invalid_config("a shared value must be UTF-8 text to be kept in Redis")
+        })?;
+        let (token, keep) = (
+            result.token.to_string(),
+            keep.as_millis().max(1).to_string(),
+        );
+        let args = [token.as_str(), value, keep.as_str()];
+        let reply = self.run(&LIBRARY.result_publish, &keys, &args, key).await?;
+        match integer(&reply) {
+            Some(kept @ (0 | 1)) => Ok(kept == 1),
+            Some(2) => Err(foreign_result(key)),
+            _ => Err(unexpected(key, "result publish", &reply)),
+        }
+    }
+}
+
+/// The error for a result key that holds another program's data.
+fn foreign_result(key: &str) -> LockError {
+    LockError::key_in_use(
+        key,
+        "the key's `:result` key holds data fencelock did not write: delete it, or give \
+         fencelock a prefix of its own",
+    )
 }
 
 #[cfg(test)]

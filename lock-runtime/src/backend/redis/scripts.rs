@@ -44,6 +44,8 @@ pub(crate) struct Library {
     pub(crate) raise: LockScript,
     pub(crate) inspect: LockScript,
     pub(crate) force_release: LockScript,
+    pub(crate) result_publish: LockScript,
+    pub(crate) result_read: LockScript,
     source: String,
 }
 
@@ -58,7 +60,7 @@ struct Part {
     flags: &'static str,
 }
 
-const PARTS: [Part; 8] = [
+const PARTS: [Part; 10] = [
     Part {
         name: "acquire",
         prelude: &[GRANT],
@@ -107,6 +109,18 @@ const PARTS: [Part; 8] = [
         body: include_str!("lua/force_release.lua"),
         flags: "'allow-oom'",
     },
+    Part {
+        name: "result_publish",
+        prelude: &[],
+        body: include_str!("lua/result_publish.lua"),
+        flags: "",
+    },
+    Part {
+        name: "result_read",
+        prelude: &[],
+        body: include_str!("lua/result_read.lua"),
+        flags: "'no-writes'",
+    },
 ];
 
 /// The library, built once.
@@ -135,6 +149,8 @@ impl Library {
             raise,
             inspect,
             force_release,
+            result_publish,
+            result_read,
         ] = PARTS.map(|part| {
             let function = format!("{library}_{}", part.name);
             source.push_str(&format!(
@@ -158,6 +174,8 @@ impl Library {
             raise,
             inspect,
             force_release,
+            result_publish,
+            result_read,
             source,
         }
     }

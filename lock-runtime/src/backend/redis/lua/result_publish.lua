@@ -1,0 +1,25 @@
+-- A single-flight call's value (`action = Share`), left for the callers of other processes.
+-- KEYS[1] lock key, KEYS[2] its result key; ARGV[1] the publisher's fencing token, ARGV[2] the
+-- value, ARGV[3] how long it is kept (ms).
+-- Kept only while the publisher's grant holds the key's mutex (`<owner>:<token>`), and never
+-- over a value of a later grant. The result key holds `<token> <value>`; anything else there
+-- is another program's, and left alone.
+-- Returns 1 if it was kept, 0 if not (the grant no longer holds the key, or a later one's
+-- value is kept), 2 if the result key holds foreign data.
+local holder = redis.call('GET', KEYS[1])
+if not holder or string.sub(holder, -#ARGV[1] - 1) ~= ':' .. ARGV[1] then
+  return 0
+end
+local kept = redis.call('GET', KEYS[2])
+if kept then
+  local token = string.match(kept, '^(%d+) ')
+  if not token then
+    return 2
+  end
+  -- Decimal tokens compared as text: longer is later, then by digits.
+  if #token > #ARGV[1] or (#token == #ARGV[1] and token >= ARGV[1]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
+return 1
