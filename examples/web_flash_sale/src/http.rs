@@ -126,9 +126,62 @@ fn error_response(sku: &str, error: SaleError) -> Response {
 mod tests {
     use std::io;
 
+    use fencelock::testing::assertions::{assert_free, assert_held};
+    use fencelock::testing::{Faults, RedisServer};
     use fencelock::{LockError, LossCause};
 
     use super::*;
+
+    /// A service instance whose locks are the memory backend, with scripted faults (the kit of
+    /// `fencelock::testing`), and whose stock is in a private Redis holding `stock` units.
+    async fn instance(stock: i64) -> (Arc<AppState>, Arc<Faults>, RedisServer) {
+        let redis = RedisServer::start().expect("a private redis-server");
+        let store = Store::connect(&redis.url()).await.unwrap();
+        store.open_sale("sku-1", stock).await.unwrap();
+        let (locks, faults) = Faults::memory_client();
+        let state = AppState {
+            store,
+            locks,
+            locked: true,
+        };
+        (Arc::new(state), faults, redis)
+    }
+
+    async fn deduct(state: &Arc<AppState>) -> StatusCode {
+        let path = Path("sku-1".to_owned());
+        handle_deduct_stock(State(state.clone()), path)
+            .await
+            .status()
+    }
+
+    #[tokio::test]
+    async fn a_sale_takes_the_skus_lock_and_gives_it_back() {
+        let (state, _faults, _redis) = instance(3).await;
+        assert_eq!(deduct(&state).await, StatusCode::OK);
+        assert_eq!(state.store.stock("sku-1").await.unwrap(), 2);
+        assert_free(&state.locks, "stock:sku-1").await;
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_lock_store_is_503_and_sells_nothing() {
+        let (state, faults, _redis) = instance(3).await;
+        faults.unreachable(true);
+        assert_eq!(deduct(&state).await, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(state.store.stock("sku-1").await.unwrap(), 3);
+        faults.unreachable(false);
+        assert_eq!(deduct(&state).await, StatusCode::OK);
+    }
+
+    /// Another instance holds the SKU for longer than a buyer waits (2 s): 429, nothing sold.
+    #[tokio::test]
+    async fn a_sku_held_past_the_wait_is_429_and_sells_nothing() {
+        let (state, _faults, _redis) = instance(3).await;
+        let other = state.locks.lock("stock:sku-1").acquire().await.unwrap();
+        assert_held(&state.locks, "stock:sku-1").await;
+        assert_eq!(deduct(&state).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(state.store.stock("sku-1").await.unwrap(), 3);
+        other.release().await.unwrap();
+    }
 
     fn status_and_retry_after(error: SaleError) -> (StatusCode, Option<String>) {
         let response = error_response("sku-1", error);
