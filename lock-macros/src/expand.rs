@@ -134,13 +134,15 @@ fn with_lock_doc(outer_attrs: Vec<Attribute>, spec: &LockSpec) -> TokenStream {
     let key = &spec.keys[0].template;
     let count = |count: &Number<u32>| shown(count).unwrap_or_else(|| "the".to_owned());
     let lock = match &spec.kind {
-        Kind::Mutex if templates.len() > 1 => {
-            format!(
-                "the distributed locks {}, together",
-                templates.join(" and ")
-            )
-        }
-        Kind::Mutex => format!("the distributed lock `{key}`"),
+        Kind::Mutex => match templates.split_last() {
+            Some((last, others)) if !others.is_empty() => {
+                format!(
+                    "the distributed locks {} and {last}, together",
+                    others.join(", ")
+                )
+            }
+            _ => format!("the distributed lock `{key}`"),
+        },
         Kind::Read => format!("a distributed read lock of `{key}`"),
         Kind::Write => format!("the distributed write lock of `{key}`"),
         Kind::Semaphore { permits } => format!(

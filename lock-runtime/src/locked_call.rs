@@ -157,16 +157,29 @@ where
         options: LockOptions,
         body: F,
     ) -> Self {
-        let keys = keys.into().0;
-        let shown = keys
-            .as_deref()
-            .map(|keys| keys.join(", "))
-            .unwrap_or_default();
-        let span = LockSpan::new(&shown, kind, &options);
+        let keys = keys.into().0.map(|mut keys| {
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        });
+        // Several keys: a span of the call, around the `fencelock.lock` span of each key's
+        // acquisition (which count in the metrics, as `lock_all`'s do).
+        let (span, lock_span) = match &keys {
+            Ok(keys) if keys.len() > 1 => {
+                let keys = keys.join(", ");
+                let span = tracing::info_span!(target: "fencelock", "fencelock.lock_all", keys);
+                (span, None)
+            }
+            _ => {
+                let key = keys.as_deref().ok().and_then(<[String]>::first);
+                let span = LockSpan::new(key.map_or("", String::as_str), kind, &options);
+                (span.span().clone(), Some(span))
+            }
+        };
         LockedCall {
             body: Some(body),
-            span: span.span().clone(),
-            state: first_state(client, keys, kind, options, span),
+            span,
+            state: first_state(client, keys, kind, options, lock_span),
         }
     }
 }
@@ -194,29 +207,33 @@ fn stop_waiting(chain: &Chain, waiting: &mut [Option<u64>]) {
     }
 }
 
-/// Where a call starts: refused, re-entered, or acquiring the keys not held yet.
+/// Where a call starts: refused, re-entered, or acquiring the keys not held yet. `span`: the
+/// `fencelock.lock` span of a one-key call.
 fn first_state<K>(
     client: Result<LockClient, LockError>,
     keys: Result<Vec<String>, LockError>,
     kind: LockKind,
     options: LockOptions,
-    span: LockSpan,
+    span: Option<LockSpan>,
 ) -> State<K> {
     let started = client
         .and_then(|client| Ok((client, keys?)))
-        .and_then(|(client, keys)| start(client, keys, kind, options, &span));
+        .and_then(|(client, keys)| start(client, keys, kind, options, span.as_ref()));
     started.unwrap_or_else(|error| {
-        span.acquired(Err(&error), 0);
+        if let Some(span) = &span {
+            span.acquired(Err(&error), 0);
+        }
         State::Failed(error)
     })
 }
 
+/// `keys`: sorted, each once.
 fn start<K>(
     client: LockClient,
-    mut keys: Vec<String>,
+    keys: Vec<String>,
     kind: LockKind,
     options: LockOptions,
-    span: &LockSpan,
+    span: Option<&LockSpan>,
 ) -> Result<State<K>, LockError> {
     if keys.len() > 1 && kind != LockKind::Mutex {
         return Err(LockError::invalid_config(format!(
@@ -225,8 +242,6 @@ fn start<K>(
             kind.name()
         )));
     }
-    keys.sort_unstable();
-    keys.dedup();
     let mut reentered = Vec::new();
     let mut to_take = Vec::new();
     for key in keys {
@@ -245,7 +260,9 @@ fn start<K>(
     let on_lost = options.on_lost;
     let acquire: BoxFuture<'static, Result<Vec<LockGuard>, LockError>> = match &to_take[..] {
         [] => {
-            span.reentered(reentered[0].token);
+            if let Some(span) = span {
+                span.reentered(reentered[0].token);
+            }
             return Ok(State::Running {
                 waiting: vec![None; reentered.len()],
                 chain: Chain::inside_current(reentered),
@@ -255,8 +272,10 @@ fn start<K>(
         }
         [key] => {
             let request = client.request(key.clone(), kind).options(options);
-            let span = span.clone();
-            Box::pin(async move { Ok(vec![request.acquire_in(span).await?]) })
+            match span.cloned() {
+                Some(span) => Box::pin(async move { Ok(vec![request.acquire_in(span).await?]) }),
+                None => Box::pin(async move { Ok(vec![request.acquire().await?]) }),
+            }
         }
         _ => {
             let request = client.lock_all(to_take).options(options);
@@ -295,6 +314,7 @@ where
                     && let Some(lost) = poll_lost(chain, waiting, cx)
                 {
                     chain.scope(|| this.body.set(None));
+                    stop_waiting(chain, waiting);
                     // The guard is dropped with the state: released in the background.
                     *this.state = State::Done;
                     return Poll::Ready(F::Output::from_lock_error(lost));

@@ -77,6 +77,16 @@ impl MultiLockRequest {
                 }
             }
         }
+        // A key whose lease ended while the later ones were waited for is not held: all or
+        // none.
+        let lost = guards.iter().find_map(|guard| {
+            let cause = guard.loss_signal().cause()?;
+            Some(LockError::lost(guard.key().to_owned(), cause))
+        });
+        if let Some(lost) = lost {
+            give_back(guards).await;
+            return Err(lost);
+        }
         Ok(MultiGuard { guards })
     }
 }
@@ -87,7 +97,7 @@ fn within_wait(options: LockOptions, started: Instant) -> LockOptions {
     match options.wait_bound() {
         Some(wait) => {
             let left = wait.saturating_sub(started.elapsed()).as_millis();
-            options.wait_ms(u64::try_from(left).unwrap_or(u64::MAX).max(1))
+            options.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
         }
         None => options,
     }
@@ -147,15 +157,22 @@ impl MultiGuard {
         self.guards
     }
 
-    /// Releases every lock, each as [`LockGuard::release`] does; returns the first error
-    /// (after trying them all).
+    /// Releases every lock, each as [`LockGuard::release`] does; after trying them all,
+    /// returns the first [`LockError::Lost`] if a release found a lease lost, else the first
+    /// other error.
     pub async fn release(self) -> Result<(), LockError> {
-        let mut first_error = None;
+        let (mut first_lost, mut first_error) = (None, None);
         for guard in self.guards {
-            if let Err(error) = guard.release().await {
-                first_error.get_or_insert(error);
+            match guard.release().await {
+                Ok(()) => {}
+                Err(error) if error.is_lost() => {
+                    first_lost.get_or_insert(error);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        first_lost.or(first_error).map_or(Ok(()), Err)
     }
 }

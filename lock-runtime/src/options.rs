@@ -290,6 +290,18 @@ impl LockOptions {
         }
     }
 
+    /// The options of one key of a `lock_all` whose whole wait has `left_ms` left: the wait
+    /// cut to it, and a pause given cut to the wait, so that the two never contradict.
+    pub(crate) const fn within(mut self, left_ms: u64) -> Self {
+        self.wait_ms = Some(left_ms);
+        if let Some(sleep_ms) = self.sleep_ms
+            && sleep_ms > left_ms
+        {
+            self.sleep_ms = Some(left_ms);
+        }
+        self
+    }
+
     const fn pause_ms(&self) -> u64 {
         or(self.sleep_ms, DEFAULT_SLEEP_MS)
     }

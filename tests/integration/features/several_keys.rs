@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use fencelock::testing::Faults;
+use fencelock::backend::BoxFuture;
+use fencelock::backend::memory::MemoryBackend;
 use fencelock::testing::assertions::{assert_free, assert_held};
+use fencelock::testing::{Call, Faults, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, current_token, current_tokens, redis_lock, with_client};
 use tokio::sync::oneshot;
 
@@ -108,4 +110,84 @@ async fn a_key_the_caller_holds_is_reentered() {
     );
     assert_eq!(inner[1].0, "acct:6");
     assert_free(&locks, "acct:5").await;
+}
+
+#[redis_lock(keys = ["wc:{a}", "wc:{b}"], wait_ms = 5_000, sleep_ms = 500)]
+async fn within_the_wait(a: u32, b: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The first key comes free at 4.7 s of a 5 s wait, the second is free: the second key's
+/// share of the wait (0.3 s) is below `sleep_ms`, which must not make it a configuration
+/// error. Found by the review of `keys` (2026-12-05).
+#[tokio::test(start_paused = true)]
+async fn what_is_left_of_the_wait_bounds_the_pause_too() {
+    let (locks, _faults) = Faults::memory_client();
+    let other = locks.lock("wc:1").acquire().await.unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(4_700)).await;
+        other.release().await.unwrap();
+    });
+    let done = with_client(locks.clone(), within_the_wait(1, 2)).await;
+    assert!(done.is_ok(), "{done:?}");
+}
+
+/// A key whose lease ends while a later key is waited for is not held when the wait ends:
+/// the call gets `Lost` and holds nothing, rather than a guard already lost.
+#[tokio::test(start_paused = true)]
+async fn a_key_lost_while_waiting_for_the_next_gives_back_all() {
+    let (locks, _faults) = Faults::memory_client();
+    let other = locks.lock("ey:2").acquire().await.unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
+        other.release().await.unwrap();
+    });
+    let both = locks.lock_all(["ey:1", "ey:2"]).renew(false).ttl_ms(1_000);
+    let both = both.wait_ms(10_000).acquire().await;
+    assert!(
+        matches!(&both, Err(LockError::Lost { key, .. }) if key == "ey:1"),
+        "{both:?}"
+    );
+    assert_free(&locks, "ey:1").await;
+    assert_free(&locks, "ey:2").await;
+}
+
+/// Fails every release of one key, as a store that cannot be reached for it would.
+#[derive(Debug)]
+struct FailReleasesOf(&'static str);
+
+impl Interceptor for FailReleasesOf {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            match call {
+                Call::Release { lease, .. } if lease.key == self.0 => {
+                    Verdict::Fail(LockError::backend(None, "the release fails", None))
+                }
+                _ => Verdict::Pass,
+            }
+        })
+    }
+}
+
+#[redis_lock(keys = ["mk:{a}", "mk:{b}"])]
+async fn ends_the_second(a: u32, b: u32, locks: LockClient) -> Result<(), LockError> {
+    let admin = locks.admin();
+    let key = format!("mk:{b}");
+    for grant in admin.inspect(&key).await?.holding.grants() {
+        admin.force_release_of(&key, grant).await?;
+    }
+    Ok(())
+}
+
+/// A loss that only the release finds fails the call (`on_lost = Abort`), also when another
+/// key's release fails: the loss is the error. Found by the review of `keys` (2026-12-05).
+#[tokio::test]
+async fn a_failed_release_does_not_hide_a_loss() {
+    let backend = Intercepted::new(MemoryBackend::new(), FailReleasesOf("mk:1"));
+    let locks = LockClient::from_backend(backend);
+    let ended = with_client(locks.clone(), ends_the_second(1, 2, locks.clone())).await;
+    assert!(
+        matches!(&ended, Err(LockError::Lost { key, .. }) if key == "mk:2"),
+        "{ended:?}"
+    );
 }
