@@ -1,9 +1,11 @@
 //! The conformance checks of a client's life around its locks: a release still on its way
-//! when the key is asked for again, and the client's shutdown.
+//! when the key is asked for again, the client's shutdown, and the values single-flight
+//! calls leave.
 
 use std::time::{Duration, Instant};
 
 use super::{LONG, LONG_TTL_MS, hands_off, hold};
+use crate::backend::SharedResult;
 use crate::background::Background;
 use crate::{LockClient, LockError, LossCause};
 
@@ -124,4 +126,67 @@ async fn waiting(client: &LockClient, down: &LockClient, key: &str) {
     tokio::time::timeout(Duration::from_secs(10), in_line)
         .await
         .expect("the request waits within 10 s");
+}
+
+/// Whether the backend keeps single-flight values for other processes.
+pub(super) fn keeps_results(client: &LockClient) -> bool {
+    client.backend().results().is_some()
+}
+
+/// A single-flight value is kept only under the grant that holds the key's mutex, and never
+/// over a later grant's; the latest one kept is read back as written.
+pub async fn a_shared_value_is_kept_for_its_grant_only(client: &LockClient, key: &str) {
+    let results = client.backend().results().expect("offered");
+    let value = |token, text: &str| SharedResult {
+        token,
+        value: text.as_bytes().to_vec(),
+    };
+    let keep = Duration::from_millis(LONG_TTL_MS);
+    assert_eq!(
+        results.read_result(key).await.expect("answers"),
+        None,
+        "nothing yet"
+    );
+    let first = hold(client, key).await;
+    let stranger = value(first.token() + 1_000, "\"not the holder's\"");
+    let kept = results
+        .publish_result(key, &stranger, keep)
+        .await
+        .expect("answers");
+    assert!(!kept, "a token that does not hold the key leaves nothing");
+    let mine = value(first.token(), "{\"orders\":7}");
+    assert!(
+        results
+            .publish_result(key, &mine, keep)
+            .await
+            .expect("answers")
+    );
+    assert_eq!(
+        results.read_result(key).await.expect("answers"),
+        Some(mine.clone())
+    );
+    first.release().await.expect("release");
+    let second = hold(client, key).await;
+    assert!(second.token() > mine.token);
+    let later = value(second.token(), "[1,2]");
+    assert!(
+        results
+            .publish_result(key, &later, keep)
+            .await
+            .expect("answers")
+    );
+    let earlier = value(mine.token, "{\"orders\":7}");
+    let kept = results
+        .publish_result(key, &earlier, keep)
+        .await
+        .expect("answers");
+    assert!(
+        !kept,
+        "an earlier grant's value never replaces a later one's"
+    );
+    assert_eq!(
+        results.read_result(key).await.expect("answers"),
+        Some(later)
+    );
+    second.release().await.expect("release");
 }

@@ -15,7 +15,8 @@ pub use kinds::{
     shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
 };
 pub use lifecycle::{
-    a_release_in_flight_does_not_refuse_the_same_client, shutdown_releases_and_withdraws,
+    a_release_in_flight_does_not_refuse_the_same_client, a_shared_value_is_kept_for_its_grant_only,
+    shutdown_releases_and_withdraws,
 };
 
 use std::sync::Arc;
@@ -101,6 +102,10 @@ pub const RULES: &[Rule] = &[
     rule!(dropped_guard_releases),
     rule!(a_release_in_flight_does_not_refuse_the_same_client),
     rule!(shutdown_releases_and_withdraws),
+    rule!(
+        a_shared_value_is_kept_for_its_grant_only,
+        lifecycle::keeps_results
+    ),
     rule!(give_up_makes_one_attempt),
     rule!(continue_stops_after_its_retries),
     rule!(bad_input_is_refused),
