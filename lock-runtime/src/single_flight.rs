@@ -271,7 +271,7 @@ async fn publish<T: Serialize>(
 fn not_offered() -> LockError {
     LockError::invalid_config(
         "`action = Share` needs a store that keeps the holder's value for the other \
-         processes' callers: the memory backend or Redis (one server, Sentinel, Cluster); \
-         this one does not",
+         processes' callers: the memory backend, Redis (one server, Sentinel, Cluster), \
+         ZooKeeper or etcd; this one (Redlock, PostgreSQL or MySQL) does not",
     )
 }

@@ -448,6 +448,33 @@ pub struct SharedResult {
     pub value: Vec<u8>,
 }
 
+impl SharedResult {
+    /// As a store keeps it: `<token> <value>`.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        [format!("{} ", self.token).as_bytes(), &self.value].concat()
+    }
+
+    /// What [`encode`](Self::encode) wrote; `None` for anything else.
+    pub(crate) fn decode(kept: &[u8]) -> Option<SharedResult> {
+        let space = kept.iter().position(|&b| b == b' ')?;
+        let token = std::str::from_utf8(&kept[..space]).ok()?;
+        let plain = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+        Some(SharedResult {
+            token: token.parse().ok().filter(|_| plain)?,
+            value: kept[space + 1..].to_vec(),
+        })
+    }
+}
+
+/// The error for a store's single-flight value of `key` that fencelock did not write.
+pub(crate) fn foreign_result(key: &str) -> LockError {
+    LockError::key_in_use(
+        key,
+        "the key's single-flight value holds data fencelock did not write: delete it, or give \
+         fencelock a prefix (or root) of its own",
+    )
+}
+
 /// Where single-flight calls leave their values ([`LockBackend::results`]).
 pub trait ResultStore: Send + Sync {
     /// The value left last for `key`, if it is still kept.
@@ -456,8 +483,9 @@ pub trait ResultStore: Send + Sync {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<SharedResult>, LockError>>;
 
-    /// Leaves `result` for `key` for `keep`, if `result.token` is the token of the grant that
-    /// holds `key`'s mutex now and no later token's value is kept; whether it did.
+    /// Leaves `result` for `key` for `keep` at least (ZooKeeper and etcd keep it while the
+    /// writer's session lasts), if `result.token` is the token of the grant that holds `key`'s
+    /// mutex now and no later token's value is kept; whether it did.
     fn publish_result<'a>(
         &'a self,
         key: &'a str,

@@ -333,6 +333,12 @@ impl EtcdStore {
         format!("{}/{}/", self.builder.settings.prefix, node_name(key))
     }
 
+    /// The key of `key`'s single-flight value, beside its line's directory: without a `/`
+    /// after the key's name, listing skips it.
+    fn result_key(&self, key: &str) -> String {
+        format!("{}/{}%result", self.builder.settings.prefix, node_name(key))
+    }
+
     fn entry(&self, kv: &etcd_client::KeyValue, directory: &str, session: u64) -> Option<Entry> {
         let owner = kv.key_str().ok()?.strip_prefix(directory)?;
         let id = kv.key_str().ok()?.to_owned();
@@ -567,6 +573,48 @@ impl ConsensusStore for EtcdStore {
                 }
                 _ => Ok(None),
             }
+        })
+    }
+
+    fn result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+        Box::pin(async move {
+            let mut client = self.client.clone();
+            let read = client.get(self.result_key(key), None).await;
+            let read =
+                read.map_err(|error| self.error(Some(key), "cannot read the shared value", error))?;
+            Ok(read
+                .kvs()
+                .first()
+                .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+        })
+    }
+
+    fn put_result<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let id = self.result_key(key);
+            let unchanged = match version {
+                Some(version) => Compare::mod_revision(id.clone(), CompareOp::Equal, version),
+                None => Compare::create_revision(id.clone(), CompareOp::Equal, 0),
+            };
+            let options = PutOptions::new().with_lease(session.lease);
+            let txn = Txn::new().when([unchanged]).and_then([TxnOp::put(
+                id,
+                data.to_vec(),
+                Some(options),
+            )]);
+            let (written, _) = self
+                .transact(key, "cannot write the shared value", txn)
+                .await?;
+            Ok(written)
         })
     }
 

@@ -53,8 +53,9 @@ use tokio::time::Instant;
 
 use self::state::{Admission, EntryKind, State};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, BoxFuture, Extended, HeldLease, Lease, Release,
-    ReleaseMemory, ReleaseWatch, Turn, release_memory,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, BoxFuture, Extended, HeldLease, Lease,
+    Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, foreign_result,
+    release_memory,
 };
 use crate::LockError;
 use crate::backend::{
@@ -128,6 +129,22 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Every key with a line (or that had one lately).
     fn keys(&self) -> BoxFuture<'_, Result<Vec<String>, LockError>>;
+
+    /// The single-flight value kept for `key` (`action = Share`), as written, and its
+    /// version; `None` when there is none.
+    fn result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>>;
+
+    /// Writes `data` as `key`'s single-flight value if it still has `version` (`None`: if
+    /// there is none), tied to the current session; whether it did.
+    fn put_result<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
 
     /// Restarts the session's timeout, if the calls above do not (etcd's lease needs a
     /// keep-alive; any ZooKeeper request restarts its session's). Sent beside every acquire
@@ -1025,6 +1042,60 @@ impl<S: ConsensusStore> AsyncBackend for ConsensusBackend<S> {
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
+    }
+
+    fn result_calls(&self) -> Option<&dyn ResultStore> {
+        Some(self)
+    }
+}
+
+// Single-flight values (see `ResultStore`): a node (ZooKeeper) or key (etcd) next to the
+// key's line, tied to the session of the client that wrote it last.
+impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
+    async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
+        match self.shared.store.result(key).await? {
+            Some((kept, _)) => SharedResult::decode(&kept)
+                .map(Some)
+                .ok_or_else(|| foreign_result(key)),
+            None => Ok(None),
+        }
+    }
+
+    async fn publish(
+        &self,
+        key: &str,
+        result: &SharedResult,
+        keep: Duration,
+    ) -> Result<bool, LockError> {
+        // Kept by the session: a value lasts as long as its writer's client, and only a
+        // later token's replaces it; `keep` is what a lease-less store cannot count.
+        let _ = keep;
+        let store = &self.shared.store;
+        let line = store.line(key).await?;
+        let holds = line
+            .iter()
+            .any(|entry| entry.token == result.token && matches!(entry.state, State::Held(_)));
+        if !holds {
+            return Ok(false);
+        }
+        let data = result.encode();
+        // Another pass when another client wrote in between.
+        for _ in 0..3 {
+            let version = match store.result(key).await? {
+                Some((kept, version)) => {
+                    let kept = SharedResult::decode(&kept).ok_or_else(|| foreign_result(key))?;
+                    if kept.token >= result.token {
+                        return Ok(false);
+                    }
+                    Some(version)
+                }
+                None => None,
+            };
+            if store.put_result(key, &data, version).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 

@@ -192,6 +192,22 @@ impl ConsensusStore for HeldStore {
         1
     }
 
+    fn result<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn put_result<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a [u8],
+        _: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
     fn session_timeout(&self) -> Duration {
         PLACE * 4
     }

@@ -266,6 +266,12 @@ impl ZooKeeperStore {
         format!("{}/{}", self.builder.settings.root, node_name(key))
     }
 
+    /// The node of `key`'s single-flight value, beside its line: `%` followed by no hex digits
+    /// makes a name that no key has (see `key_of`), so listing skips it.
+    fn result_path(&self, key: &str) -> String {
+        format!("{}%result", self.directory(key))
+    }
+
     fn entry(
         &self,
         session: &Session,
@@ -450,6 +456,52 @@ impl ConsensusStore for ZooKeeperStore {
                     watcher.changed().await;
                 }) as BoxFuture<'static, ()>)),
                 Err(error) => Err(self.error(Some(key), "cannot watch the entry ahead", error)),
+            }
+        })
+    }
+
+    fn result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            match session.client.get_data(&self.result_path(key)).await {
+                Ok((data, stat)) => Ok(Some((data, i64::from(stat.version)))),
+                Err(zookeeper_client::Error::NoNode) => Ok(None),
+                Err(error) => Err(self.error(Some(key), "cannot read the shared value", error)),
+            }
+        })
+    }
+
+    fn put_result<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let path = self.result_path(key);
+            let written = match version.map(i32::try_from) {
+                Some(Ok(version)) => {
+                    let set = session.client.set_data(&path, data, Some(version)).await;
+                    set.map(drop)
+                }
+                Some(Err(_)) => return Ok(false),
+                None => {
+                    let value = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+                    session.client.create(&path, data, &value).await.map(drop)
+                }
+            };
+            match written {
+                Ok(()) => Ok(true),
+                Err(
+                    zookeeper_client::Error::NoNode
+                    | zookeeper_client::Error::BadVersion
+                    | zookeeper_client::Error::NodeExists,
+                ) => Ok(false),
+                Err(error) => Err(self.error(Some(key), "cannot write the shared value", error)),
             }
         })
     }

@@ -25,7 +25,7 @@ use super::{
     Acquire, AsyncBackend, AsyncResults, Extended, HeldLease, Lease, Release, ReleaseWatch,
     ResultStore, SharedResult, Turn, release_memory,
 };
-use crate::backend::{Capabilities, OperatorBackend, Timeouts};
+use crate::backend::{Capabilities, OperatorBackend, Timeouts, foreign_result};
 use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -993,12 +993,9 @@ impl AsyncResults for RedisBackend {
             Value::BulkString(kept) => kept,
             _ => return Err(unexpected(key, "result read", &reply)),
         };
-        let parsed = kept.iter().position(|&b| b == b' ').and_then(|space| {
-            let token = std::str::from_utf8(&kept[..space]).ok()?.parse().ok()?;
-            let value = kept[space + 1..].to_vec();
-            Some(SharedResult { token, value })
-        });
-        parsed.map(Some).ok_or_else(|| foreign_result(key))
+        SharedResult::decode(kept)
+            .map(Some)
+            .ok_or_else(|| foreign_result(key))
     }
 
     async fn publish(
@@ -1024,15 +1021,6 @@ impl AsyncResults for RedisBackend {
             _ => Err(unexpected(key, "result publish", &reply)),
         }
     }
-}
-
-/// The error for a result key that holds another program's data.
-fn foreign_result(key: &str) -> LockError {
-    LockError::key_in_use(
-        key,
-        "the key's `:result` key holds data fencelock did not write: delete it, or give \
-         fencelock a prefix of its own",
-    )
 }
 
 #[cfg(test)]
