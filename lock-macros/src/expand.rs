@@ -4,6 +4,7 @@
 use fencelock_options::{DEFAULT_TTL_MS, digit_grouped};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, Expr, Index, LitStr, Path, Type, TypeInfer};
@@ -80,10 +81,14 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     };
     let outer_attrs = with_lock_doc(outer_attrs, spec);
     let call = if spec.options.action == Some(Action::Share) {
+        // Calls of one function share values; another function of the same key computes its
+        // own.
+        let name = LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span());
+        let function = quote!(::core::concat!(::core::module_path!(), "::", #name));
         run_shared(
             krate,
             &spec.return_type,
-            quote!(#client_var, #key_var, #options_var, #body),
+            quote!(#client_var, #key_var, #options_var, #function, #body),
         )
     } else {
         let ending = ending(krate, &spec.return_type);

@@ -1,18 +1,18 @@
 //! `action = Share`: single-flight. While one call computes under a key's mutex, the other
-//! calls of the key get its value instead of computing it again.
+//! calls of the same function and key get its value instead of computing it again.
 //!
-//! In this process, the calls of one key (through one client, for one value type) form a
-//! flight: the first leads, the others wait for its value. The leader takes the key's
-//! mutex as any call does, and so waits in line behind the callers of other processes. Under
-//! the lock it first reads the value the store keeps for the key: a value left after the
-//! leader started (a later fencing token than the one it found then) was computed by a call
-//! that overlapped with this one, and is taken instead of running the body. Otherwise the
-//! body runs, and its value is left in the store (under the same grant, before the release)
-//! for the callers waiting in other processes. A body that fails, a lock lost, a call
-//! cancelled leave nothing: the next caller in line computes, and the followers of a failed
-//! leader try again, one of them as the next leader. A value is shared only with calls that
-//! overlapped its computation; a call that starts after it ends computes anew (this is not a
-//! cache).
+//! In this process, the calls of one function and key (through one client) form a flight:
+//! the first leads, the others wait for its outcome, each within its own wait. The leader
+//! takes the key's mutex as any call does, and so waits in line behind the callers of other
+//! processes. Under the lock it first reads the value the store keeps for the key: a value of
+//! the same function left after the flight started (under a later fencing token than the one
+//! found then) was computed by a call that overlapped with this flight, and is taken instead
+//! of running the body. Otherwise the body runs, and its value is left in the store (under
+//! the same grant, before the release) for the callers waiting in other processes. The
+//! flight ends with the value before the lock is released, so a call that starts after a
+//! computation ended computes anew (this is not a cache). A body that fails, a lock lost
+//! (also with `on_lost = Continue`), a call cancelled leave nothing: one follower of the
+//! flight leads in its place, and the next leader in line in another process computes.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -22,12 +22,13 @@ use std::sync::{Arc, LazyLock, Mutex};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::__private::{AwaitRelease, LockResult};
-use crate::backend::SharedResult;
+use crate::__private::{LockResult, ReleaseInBackground};
+use crate::backend::{ResultStore, SharedResult};
 use crate::locked_call::LockedCall;
 use crate::sync::lock_ignoring_poison;
-use crate::{LockClient, LockError, LockKind, LockOptions, current_token};
+use crate::{LockClient, LockError, LockKind, LockOptions, current_token, is_lost};
 
 /// What `action = Share` needs of a function's return type: `Result<T, E>` whose value can
 /// be handed to the other callers, in this process (`Clone`) and in others (serde).
@@ -72,50 +73,103 @@ enum Outcome {
     Vacant,
 }
 
-type FlightKey = (u64, String, TypeId);
-type Flight = Arc<watch::Sender<Outcome>>;
+/// A flight: its outcome, and the token of the store's value when it started (`Some(None)`:
+/// none), which every leader of the flight compares with.
+struct Flight {
+    outcome: watch::Sender<Outcome>,
+    seen: Mutex<Option<Option<u64>>>,
+}
+
+impl Flight {
+    /// Turns the outcome `from` (computing or vacant) into `to`; whether it was `from`.
+    fn turn(&self, from: Outcome, to: Outcome) -> bool {
+        self.outcome.send_if_modified(|outcome| {
+            let turned = std::mem::discriminant(outcome) == std::mem::discriminant(&from);
+            if turned {
+                *outcome = to;
+            }
+            turned
+        })
+    }
+}
+
+/// Client, key, function, and the value's type (two functions of one name never share).
+type FlightKey = (u64, String, &'static str, TypeId);
 
 /// The flights under way. A follower subscribes under this lock, and a failed leader leaves
 /// its flight here for its followers, unless it has none.
-static FLIGHTS: LazyLock<Mutex<HashMap<FlightKey, Flight>>> = LazyLock::new(Mutex::default);
+static FLIGHTS: LazyLock<Mutex<HashMap<FlightKey, Arc<Flight>>>> = LazyLock::new(Mutex::default);
 
 /// The leader's end of a flight: ends it with the value given, or leaves it vacant when
 /// dropped without one.
 struct Leading {
     key: FlightKey,
-    flight: Flight,
+    flight: Arc<Flight>,
 }
 
 impl Leading {
     fn done(self, value: Arc<dyn Any + Send + Sync>) {
         lock_ignoring_poison(&FLIGHTS).remove(&self.key);
-        self.flight.send_replace(Outcome::Done(value));
+        self.flight.outcome.send_replace(Outcome::Done(value));
+    }
+
+    /// The token of the store's value when the flight started, read now by its first leader.
+    async fn seen(&self, results: &dyn ResultStore, key: &str) -> Result<Option<u64>, LockError> {
+        if let Some(seen) = *lock_ignoring_poison(&self.flight.seen) {
+            return Ok(seen);
+        }
+        let seen = results.read_result(key).await?.map(|result| result.token);
+        *lock_ignoring_poison(&self.flight.seen) = Some(seen);
+        Ok(seen)
     }
 }
 
 impl Drop for Leading {
     fn drop(&mut self) {
         let mut flights = lock_ignoring_poison(&FLIGHTS);
-        let vacated = self.flight.send_if_modified(|outcome| match outcome {
-            Outcome::Computing => {
-                *outcome = Outcome::Vacant;
-                true
-            }
-            _ => false,
-        });
-        if vacated && self.flight.receiver_count() == 0 {
+        let vacated = self.flight.turn(Outcome::Computing, Outcome::Vacant);
+        if vacated && self.flight.outcome.receiver_count() == 0 {
+            flights.remove(&self.key);
+        }
+    }
+}
+
+/// A follower's end of a flight: when it leaves without leading (cancelled, out of time), a
+/// vacant flight nobody else follows goes.
+struct Following {
+    key: FlightKey,
+    flight: Arc<Flight>,
+    outcome: Option<watch::Receiver<Outcome>>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut flights = lock_ignoring_poison(&FLIGHTS);
+        drop(self.outcome.take());
+        let vacant = matches!(*self.flight.outcome.borrow(), Outcome::Vacant);
+        let ours = flights
+            .get(&self.key)
+            .is_some_and(|flight| Arc::ptr_eq(flight, &self.flight));
+        if vacant && ours && self.flight.outcome.receiver_count() == 0 {
             flights.remove(&self.key);
         }
     }
 }
 
 /// Leads the flight of `key`, starting it, or follows it.
-fn join(key: &FlightKey) -> Result<Leading, (Flight, watch::Receiver<Outcome>)> {
+fn join(key: &FlightKey) -> Result<Leading, Following> {
     let mut flights = lock_ignoring_poison(&FLIGHTS);
     if let Some(flight) = flights.get(key) {
-        return Err((flight.clone(), flight.subscribe()));
+        return Err(Following {
+            key: key.clone(),
+            flight: flight.clone(),
+            outcome: Some(flight.outcome.subscribe()),
+        });
     }
-    let flight = Arc::new(watch::Sender::new(Outcome::Computing));
+    let flight = Arc::new(Flight {
+        outcome: watch::Sender::new(Outcome::Computing),
+        seen: Mutex::new(None),
+    });
     flights.insert(key.clone(), flight.clone());
     Ok(Leading {
         key: key.clone(),
@@ -124,18 +178,14 @@ fn join(key: &FlightKey) -> Result<Leading, (Flight, watch::Receiver<Outcome>)> 
 }
 
 /// Waits for the flight's value; `Err` when this follower takes the lead of a vacant flight.
-async fn follow<T: Clone + 'static>(
-    key: &FlightKey,
-    flight: Flight,
-    mut following: watch::Receiver<Outcome>,
-) -> Result<Option<T>, Leading> {
+async fn follow<T: Clone + 'static>(mut following: Following) -> Result<Option<T>, Leading> {
     loop {
+        let Some(outcome) = following.outcome.as_mut() else {
+            return Ok(None);
+        };
         // The value is read out before the claim below: the watch's read lock is held
         // until then.
-        let ended = match following
-            .wait_for(|o| !matches!(o, Outcome::Computing))
-            .await
-        {
+        let ended = match outcome.wait_for(|o| !matches!(o, Outcome::Computing)).await {
             Ok(seen) => match &*seen {
                 Outcome::Done(value) => Some(value.downcast_ref::<T>().cloned()),
                 _ => None,
@@ -146,29 +196,24 @@ async fn follow<T: Clone + 'static>(
         if let Some(value) = ended {
             return Ok(value);
         }
-        let claimed = flight.send_if_modified(|outcome| match outcome {
-            Outcome::Vacant => {
-                *outcome = Outcome::Computing;
-                true
-            }
-            _ => false,
-        });
+        let claimed = following.flight.turn(Outcome::Vacant, Outcome::Computing);
         if claimed {
-            drop(following);
+            following.outcome = None;
             return Err(Leading {
-                key: key.clone(),
-                flight,
+                key: following.key.clone(),
+                flight: following.flight.clone(),
             });
         }
     }
 }
 
-/// The call of a `#[redis_lock(action = Share)]` function: single-flight (see this module's
-/// docs).
+/// The call of a `#[redis_lock(action = Share)]` function named `function`: single-flight
+/// (see this module's docs).
 pub async fn run_shared<R, F>(
     client: Result<LockClient, LockError>,
     key: Result<String, LockError>,
     options: LockOptions,
+    function: &'static str,
     body: F,
 ) -> R
 where
@@ -179,32 +224,55 @@ where
         Ok(found) => found,
         Err(error) => return R::from_lock_error(error),
     };
+    if let Err(error) = options.validate() {
+        return R::from_lock_error(error);
+    }
     if client.backend().results().is_none() {
         return R::from_lock_error(not_offered());
     }
-    let flight = (client.id(), key.clone(), TypeId::of::<R::Value>());
-    let leading = loop {
-        let (joined, following) = match join(&flight) {
-            Ok(leading) => break leading,
+    // A call nested in a body that holds the key re-enters it: no flight, whose leader could
+    // be waiting for this very holder.
+    if crate::body_scope::held(client.id(), &key).is_some() {
+        return lead(client, key, options, function, None, body).await;
+    }
+    let deadline = Instant::now() + options.wait();
+    let flight = (client.id(), key.clone(), function, TypeId::of::<R::Value>());
+    let (leading, options) = loop {
+        let following = match join(&flight) {
+            Ok(leading) => break (leading, options),
             Err(following) => following,
         };
-        match follow(&flight, joined, following).await {
-            Ok(Some(value)) => return R::from_value(value),
+        match tokio::time::timeout_at(deadline, follow(following)).await {
+            Ok(Ok(Some(value))) => return R::from_value(value),
             // A flight that ended without a value this call can take: another one.
-            Ok(None) => {}
-            Err(leading) => break leading,
+            Ok(Ok(None)) => {}
+            // A follower that leads waits for the lock what is left of its wait.
+            Ok(Err(leading)) => {
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_millis();
+                break (
+                    leading,
+                    options.within(u64::try_from(left).unwrap_or(u64::MAX).max(1)),
+                );
+            }
+            Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
         }
     };
-    let computed = lead(client, key, options, body).await;
-    if let Some(value) = computed.value() {
-        leading.done(Arc::new(value.clone()));
-    }
-    computed
+    lead(client, key, options, function, Some(leading), body).await
 }
 
-/// The leader's call: under the key's mutex, the value another process left since this call
-/// started, else the body's, left for the others.
-async fn lead<R, F>(client: LockClient, key: String, options: LockOptions, body: F) -> R
+/// The leader's call: under the key's mutex, the value of `function` another process left
+/// since the flight started, else the body's, left for the others. The flight ends before the
+/// release, with the value, unless the lock was lost.
+async fn lead<R, F>(
+    client: LockClient,
+    key: String,
+    options: LockOptions,
+    function: &'static str,
+    mut leading: Option<Leading>,
+    body: F,
+) -> R
 where
     R: SharedOutput,
     F: Future<Output = R>,
@@ -212,32 +280,45 @@ where
     let Some(results) = client.backend().results() else {
         return R::from_lock_error(not_offered());
     };
-    let seen = match results.read_result(&key).await {
-        Ok(seen) => seen.map(|result| result.token),
+    let seen = match &leading {
+        Some(leading) => leading.seen(results, &key).await,
+        None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+    };
+    let seen = match seen {
+        Ok(seen) => seen,
         Err(error) => return R::from_lock_error(error),
     };
     let keep = options.ttl();
     let shared_body = async {
-        match results.read_result(&key).await {
-            Ok(Some(left)) if Some(left.token) > seen => {
-                match serde_json::from_slice(&left.value) {
-                    Ok(value) => return R::from_value(value),
-                    // Another type's value under the same key: computed here instead.
-                    Err(error) => {
-                        tracing::debug!(target: "fencelock", %key, %error, "a shared value of another type; computing it here");
-                    }
+        let left = match results.read_result(&key).await {
+            Ok(left) => left.filter(|left| Some(left.token) > seen),
+            Err(error) => return R::from_lock_error(error),
+        };
+        // The output is not held across an await below: with an error type that is not
+        // `Send` (a boxed error), the call's future stays `Send`.
+        let found = left.and_then(|left| decode::<R::Value>(function, &left.value));
+        let (value, computed) = match found {
+            Some(value) => (value, false),
+            None => {
+                let output = body.await;
+                // A value computed without the lock is nobody else's to take.
+                match (output.value(), current_token(), is_lost()) {
+                    (Some(value), Some(_), false) => (value.clone(), true),
+                    _ => return output,
                 }
             }
-            Ok(_) => {}
-            Err(error) => return R::from_lock_error(error),
+        };
+        if let (true, Some(token)) = (computed, current_token()) {
+            publish(results, &key, function, token, &value, keep).await;
         }
-        let output = body.await;
-        if let (Some(value), Some(token)) = (output.value(), current_token()) {
-            publish(results, &key, token, value, keep).await;
+        if let Some(leading) = leading.take() {
+            leading.done(Arc::new(value.clone()));
         }
-        output
+        R::from_value(value)
     };
-    let call: LockedCall<_, AwaitRelease> = LockedCall::new(
+    // Released in the background once the value is out: the call's future holds no output
+    // across the release, and stays `Send` whatever the error type.
+    let call: LockedCall<_, ReleaseInBackground> = LockedCall::new(
         Ok(client.clone()),
         Ok(key.clone()),
         LockKind::Mutex,
@@ -247,15 +328,29 @@ where
     Box::pin(call).await
 }
 
+/// A value as the store keeps it: `<function> <json>`.
+fn encode<T: Serialize>(function: &str, value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let json = serde_json::to_vec(value)?;
+    Ok([function.as_bytes(), b" ", &json].concat())
+}
+
+/// The value `function` left, if this is one; another function's, or a value that does not
+/// decode as `T`, is computed here instead.
+fn decode<T: DeserializeOwned>(function: &str, kept: &[u8]) -> Option<T> {
+    let json = kept.strip_prefix(function.as_bytes())?.strip_prefix(b" ")?;
+    serde_json::from_slice(json).ok()
+}
+
 /// Leaves `value` for the callers of other processes; a failure only makes them compute it.
 async fn publish<T: Serialize>(
-    results: &dyn crate::backend::ResultStore,
+    results: &dyn ResultStore,
     key: &str,
+    function: &str,
     token: u64,
     value: &T,
     keep: std::time::Duration,
 ) {
-    let value = match serde_json::to_vec(value) {
+    let value = match encode(function, value) {
         Ok(value) => value,
         Err(error) => {
             tracing::warn!(target: "fencelock", %key, %error, "a shared value cannot be serialized; the callers of other processes compute it");

@@ -16,6 +16,7 @@ async fn report(day: u32) -> Result<Report, ReportError> {
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,
+            ::core::concat!(::core::module_path!(), "::", "report"),
             async move {
                 #[allow(
                     unknown_lints,

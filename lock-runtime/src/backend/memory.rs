@@ -791,7 +791,13 @@ impl AsyncResults for MemoryBackend {
     async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
         let mut state = lock_ignoring_poison(&self.state);
         let now = Instant::now();
-        state.results.retain(|_, (_, lapses_at)| *lapses_at > now);
+        if state
+            .results
+            .get(key)
+            .is_some_and(|(_, lapses_at)| *lapses_at <= now)
+        {
+            state.results.remove(key);
+        }
         Ok(state.results.get(key).map(|(result, _)| result.clone()))
     }
 

@@ -449,12 +449,7 @@ pub struct SharedResult {
 }
 
 impl SharedResult {
-    /// As a store keeps it: `<token> <value>`.
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        [format!("{} ", self.token).as_bytes(), &self.value].concat()
-    }
-
-    /// What [`encode`](Self::encode) wrote; `None` for anything else.
+    /// A value as a store keeps it, `<token> <value>`; `None` for anything else.
     pub(crate) fn decode(kept: &[u8]) -> Option<SharedResult> {
         let space = kept.iter().position(|&b| b == b' ')?;
         let token = std::str::from_utf8(&kept[..space]).ok()?;

@@ -202,3 +202,183 @@ async fn a_store_that_cannot_keep_the_value_refuses() {
     );
     fencelock::testing::assertions::assert_free(&locks, "report:1").await;
 }
+
+// What the review of single-flight found (2026-12-05); each test failed before its fix.
+
+#[redis_lock(key = "rec:{id}", action = Share)]
+async fn part(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[redis_lock(key = "rec:{id}", action = Share)]
+async fn whole(id: u32) -> Result<u32, LockError> {
+    Ok(part(id).await? + 1)
+}
+
+/// A Share call nested in a body that holds its key re-enters it, instead of waiting for a
+/// flight whose leader waits for that very holder.
+#[tokio::test]
+async fn a_share_call_nested_under_its_own_key_reenters() {
+    let locks = LockClient::memory();
+    let nested = tokio::time::timeout(Duration::from_secs(10), with_client(locks, whole(2)));
+    assert_eq!(nested.await.expect("no hang").unwrap(), 3);
+}
+
+#[redis_lock(key = "user:{id}", action = Share)]
+async fn user_name(id: u32, started: Arc<Notify>, go: Arc<Notify>) -> Result<String, LockError> {
+    started.notify_one();
+    go.notified().await;
+    Ok(format!("name-{id}"))
+}
+
+#[redis_lock(key = "user:{id}", action = Share)]
+async fn user_email(id: u32) -> Result<String, LockError> {
+    Ok(format!("{id}@example.com"))
+}
+
+/// Two functions that lock the same key share nothing: in a process, and through the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_functions_of_one_key_share_nothing() {
+    let backend = Arc::new(fencelock::backend::memory::MemoryBackend::new());
+    let process = || {
+        let interceptor = Arc::new(fencelock::testing::Faults::default());
+        LockClient::from_backend(fencelock::testing::Intercepted {
+            backend: backend.clone(),
+            interceptor,
+        })
+    };
+    let (first, second) = (process(), process());
+    for other in [first.clone(), second] {
+        let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let name = tokio::spawn(with_client(
+            first.clone(),
+            user_name(1, started.clone(), go.clone()),
+        ));
+        started.notified().await;
+        let email = tokio::spawn(with_client(other.clone(), user_email(1)));
+        // The email call waits in line for the lock (another process) or computes its own.
+        let admin = other.admin();
+        for _ in 0..1_000 {
+            let waiting = admin.inspect("user:1").await.unwrap().waiters > 0;
+            if waiting || email.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        go.notify_one();
+        assert_eq!(name.await.unwrap().unwrap(), "name-1");
+        assert_eq!(email.await.unwrap().unwrap(), "1@example.com");
+    }
+}
+
+#[redis_lock(key = "busy", action = Share, wait_ms = 300, sleep_ms = 50)]
+async fn busy() -> Result<u32, LockError> {
+    Ok(1)
+}
+
+/// Each caller waits its own `wait_ms`, not one after another's (on the paused clock).
+#[tokio::test(start_paused = true)]
+async fn followers_wait_within_their_own_wait() {
+    let locks = LockClient::memory();
+    let held = locks.lock("busy").acquire().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(with_client(locks.clone(), busy())))
+        .collect();
+    for call in calls {
+        let refused = call.await.unwrap();
+        assert!(refused.is_err(), "{refused:?}");
+        let waited = started.elapsed();
+        assert!(waited <= Duration::from_millis(400), "waited {waited:?}");
+    }
+    held.release().await.unwrap();
+}
+
+static COUNTED: AtomicU32 = AtomicU32::new(0);
+
+#[redis_lock(key = "counted", action = Share)]
+async fn counted() -> Result<u32, LockError> {
+    Ok(COUNTED.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+/// Holds every release until `open` is notified.
+#[derive(Debug, Default)]
+struct HeldReleases {
+    open: Notify,
+}
+
+impl fencelock::testing::Interceptor for HeldReleases {
+    fn before<'a>(
+        &'a self,
+        call: fencelock::testing::Call<'a>,
+    ) -> fencelock::backend::BoxFuture<'a, fencelock::testing::Verdict> {
+        Box::pin(async move {
+            if matches!(call, fencelock::testing::Call::Release { .. }) {
+                self.open.notified().await;
+            }
+            fencelock::testing::Verdict::Pass
+        })
+    }
+}
+
+/// The flight ends with its value before the release: a call that starts after the
+/// computation ended, while the release is still on its way, computes anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_the_computation_computes_anew() {
+    let backend = fencelock::testing::Intercepted::new(
+        fencelock::backend::memory::MemoryBackend::new(),
+        HeldReleases::default(),
+    );
+    let releases = backend.interceptor.clone();
+    let locks = LockClient::from_backend(backend);
+    assert_eq!(with_client(locks.clone(), counted()).await.unwrap(), 1);
+    let late = tokio::spawn(with_client(locks.clone(), counted()));
+    releases.open.notify_one();
+    let late = tokio::time::timeout(Duration::from_secs(10), late).await;
+    releases.open.notify_one();
+    assert_eq!(late.expect("answered").unwrap().unwrap(), 2, "not a cache");
+}
+
+static LOST_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[redis_lock(key = "lost", action = Share, ttl_ms = 3_000, wait_ms = 30_000, on_lost = Continue)]
+async fn computed_while_lost(started: Arc<Notify>) -> Result<String, LockError> {
+    let run = LOST_RUNS.fetch_add(1, Ordering::SeqCst) + 1;
+    if run == 1 {
+        started.notify_one();
+        fencelock::lost().await;
+    }
+    Ok(format!("run {run}, lost = {}", fencelock::is_lost()))
+}
+
+/// With `on_lost = Continue`, a value computed after the lock was lost is the leader's only:
+/// a follower computes its own under the lock (on the paused clock).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_value_computed_without_the_lock_is_not_shared() {
+    let (locks, faults) = fencelock::testing::Faults::memory_client();
+    let started = Arc::new(Notify::new());
+    let leader = tokio::spawn(with_client(
+        locks.clone(),
+        computed_while_lost(started.clone()),
+    ));
+    started.notified().await;
+    let follower = tokio::spawn(with_client(locks.clone(), computed_while_lost(started)));
+    tokio::task::yield_now().await;
+    faults.fail_renewals(true);
+    assert_eq!(leader.await.unwrap().unwrap(), "run 1, lost = true");
+    faults.fail_renewals(false);
+    assert_eq!(follower.await.unwrap().unwrap(), "run 2, lost = false");
+}
+
+#[redis_lock(key = "boxed", action = Share)]
+async fn boxed_error() -> Result<u32, Box<dyn std::error::Error>> {
+    Ok(1)
+}
+
+/// A Share call's future is `Send` whatever the error type, as a plain call's is.
+#[tokio::test]
+async fn a_share_call_with_a_boxed_error_can_be_spawned() {
+    let locks = LockClient::memory();
+    let spawned = tokio::spawn(with_client(locks, async { boxed_error().await.is_ok() }));
+    assert!(spawned.await.unwrap());
+}

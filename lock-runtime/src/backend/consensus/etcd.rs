@@ -23,7 +23,7 @@ use etcd_client::{
 };
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
@@ -576,10 +576,7 @@ impl ConsensusStore for EtcdStore {
         })
     }
 
-    fn result<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
         Box::pin(async move {
             let mut client = self.client.clone();
             let read = client.get(self.result_key(key), None).await;

@@ -87,6 +87,9 @@ pub(crate) struct Entry {
     pub(crate) session: u64,
 }
 
+/// A single-flight value as a store keeps it (`<token> <value>`), and its version.
+pub(crate) type KeptResult = Option<(Vec<u8>, i64)>;
+
 /// What a store must offer for a line of entries: the ZooKeeper and etcd glue.
 pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
     /// Appends an entry of `owner` for a `kind` lock to `key`'s line, in the current session.
@@ -132,10 +135,7 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// The single-flight value kept for `key` (`action = Share`), as written, and its
     /// version; `None` when there is none.
-    fn result<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>>;
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>>;
 
     /// Writes `data` as `key`'s single-flight value if it still has `version` (`None`: if
     /// there is none), tied to the current session; whether it did.
@@ -1078,7 +1078,7 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
         if !holds {
             return Ok(false);
         }
-        let data = result.encode();
+        let data = [format!("{} ", result.token).as_bytes(), &result.value].concat();
         // Another pass when another client wrote in between.
         for _ in 0..3 {
             let version = match store.result(key).await? {

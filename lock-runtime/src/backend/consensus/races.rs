@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry};
+use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult};
 use crate::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, Turn};
 use crate::background::Background;
 use crate::release_hub::owner_tag;
@@ -192,10 +192,7 @@ impl ConsensusStore for HeldStore {
         1
     }
 
-    fn result<'a>(
-        &'a self,
-        _: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+    fn result<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 

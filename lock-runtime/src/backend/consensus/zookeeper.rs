@@ -13,7 +13,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::sync::lock_ignoring_poison;
@@ -460,10 +460,7 @@ impl ConsensusStore for ZooKeeperStore {
         })
     }
 
-    fn result<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Vec<u8>, i64)>, LockError>> {
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             match session.client.get_data(&self.result_path(key)).await {
