@@ -30,11 +30,13 @@
 //! the same line: an entry says its count, and holds a permit while fewer entries are ahead
 //! of it than its count and every count ahead (the smallest count wins, as on every store);
 //! a waiting permit watches the oldest entry, which leaves first when leases are alike, and
-//! learns of other departures at its next attempt. A line serves one family: the mutex,
+//! learns of other departures at its next attempt (so every permit waiter wakes at each
+//! change of the oldest entry: a herd, unlike the mutex's one watch per waiter). A line serves one family: the mutex,
 //! readers and writers, or permits.
 //!
 //! Fencing tokens are each entry's creation id (ZooKeeper's czxid, etcd's create revision):
-//! the store's global counter, so strictly increasing in line order, which is grant order.
+//! the store's global counter, so strictly increasing in line order, which is grant order
+//! for the mutex and a writer (a permit further back may be granted before one ahead).
 //! The line is always fair: a free key goes to its oldest waiter, whatever the mode.
 
 #[cfg(feature = "etcd")]
@@ -333,18 +335,6 @@ impl<S: ConsensusStore> Shared<S> {
             return Ok(Standing::Missing);
         };
         let kind = line[at].kind;
-        let other_kind = line[..at].iter().find(|e| !e.kind.mixes_with(kind));
-        if let Some(other) = other_kind.filter(|e| e.state != State::Foreign) {
-            return Err(LockError::key_in_use(
-                key,
-                format!(
-                    "the key is taken by a {} lock, and this is a {} lock: use one kind of lock \
-                     per key",
-                    other.kind.name(),
-                    kind.name()
-                ),
-            ));
-        }
         if let Some(foreign) = line[..at].iter().find(|e| e.state == State::Foreign) {
             return Err(LockError::key_in_use(
                 key,
@@ -368,12 +358,33 @@ impl<S: ConsensusStore> Shared<S> {
                 ours.entry = mine.clone();
             }
         });
-        let mut live = Vec::new();
-        let mut admission = Admission::default();
+        let mut survivors = Vec::new();
         for (entry, left) in line[..at].iter().zip(left) {
             let lapsed = left == Some(Duration::ZERO);
             if lapsed && self.store.remove(key, entry, Some(entry.version)).await? {
                 tracing::debug!(target: "fencelock", key, owner = %owner_tag(&entry.owner), "deleted an entry that lapsed");
+                continue;
+            }
+            survivors.push((entry, left));
+        }
+        // The key's family is its oldest live entry's (after the lapsed ones went): an entry
+        // of another family behind that one is a request being refused (it deletes itself),
+        // which must not refuse the requests of the key's family.
+        if let Some((other, _)) = survivors.first().filter(|(e, _)| !e.kind.mixes_with(kind)) {
+            return Err(LockError::key_in_use(
+                key,
+                format!(
+                    "the key is held by {} locks, and this request is for {} locks: use one \
+                     kind of lock per key",
+                    other.kind.name(),
+                    kind.name()
+                ),
+            ));
+        }
+        let mut live = Vec::new();
+        let mut admission = Admission::default();
+        for (entry, left) in survivors {
+            if !entry.kind.mixes_with(kind) {
                 continue;
             }
             admission.next(entry.kind);
@@ -682,23 +693,39 @@ impl<S: ConsensusStore> Shared<S> {
             return Ok(false);
         };
         let state = State::Held(held.lease.ttl);
-        match self
-            .store
-            .write(&held.lease.key, &ours.entry, state, None)
-            .await?
-        {
-            Some(version) => {
+        // Only over a held version of the entry: a release's kept entry written meanwhile is
+        // not revived. A version changed by another write of this client (a second renewal
+        // in the same batch) is read again and written over.
+        let key = &held.lease.key;
+        let mut entry = ours.entry.clone();
+        for _ in 0..3 {
+            if let Some(version) = self
+                .store
+                .write(key, &entry, state, Some(entry.version))
+                .await?
+            {
                 self.update(&id, |ours| {
                     ours.entry.version = version;
                     ours.entry.state = state;
                 });
-                Ok(true)
+                return Ok(true);
             }
-            None => {
-                self.forget(&id);
-                Ok(false)
+            let line = self.store.line(key).await?;
+            match line
+                .into_iter()
+                .find(|e| e.id == entry.id && e.token == entry.token)
+            {
+                Some(now) if matches!(now.state, State::Held(_)) => {
+                    entry = Entry {
+                        session: entry.session,
+                        ..now
+                    }
+                }
+                _ => break,
             }
         }
+        self.forget(&id);
+        Ok(false)
     }
 
     async fn release(

@@ -7,12 +7,13 @@ mod lifecycle;
 
 pub use kinds::{
     a_kind_not_offered_is_refused, a_release_hands_over_to_the_readers_at_the_head,
-    a_semaphore_lets_in_its_permits, a_shared_min_hold_keeps_the_grant,
-    a_shared_release_is_announced_and_remembered, a_waiting_writer_goes_before_later_readers,
-    an_expired_permit_comes_back, an_operator_sees_and_ends_shared_grants,
-    kinds_do_not_mix_on_one_key, kinds_not_offered_are_refused,
-    readers_share_and_a_writer_excludes, shards_are_exclusive_and_named,
-    shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
+    a_renewal_in_flight_never_revives_a_kept_release, a_semaphore_lets_in_its_permits,
+    a_shared_min_hold_keeps_the_grant, a_shared_release_is_announced_and_remembered,
+    a_waiting_writer_goes_before_later_readers, an_expired_permit_comes_back,
+    an_operator_sees_and_ends_shared_grants, kinds_do_not_mix_on_one_key,
+    kinds_not_offered_are_refused, readers_share_and_a_writer_excludes,
+    shards_are_exclusive_and_named, shared_grants_are_renewed_owner_checked,
+    the_smallest_count_inside_wins,
 };
 pub use lifecycle::{
     a_release_in_flight_does_not_refuse_the_same_client, a_shared_value_is_kept_for_its_grant_only,
@@ -154,6 +155,7 @@ pub const RULES: &[Rule] = &[
     ),
     rule!(kinds_do_not_mix_on_one_key),
     rule!(shared_grants_are_renewed_owner_checked),
+    rule!(a_renewal_in_flight_never_revives_a_kept_release),
 ];
 
 /// Checks every rule that applies, one after the other. `namespace` keeps keys apart from
