@@ -257,6 +257,10 @@ async fn a_kind_the_database_does_not_offer_names_the_stores_that_do() {
         };
         let read = refusal(client.read_lock("kinds").acquire().await);
         assert!(read.contains("ZooKeeper and etcd offer them"), "{read}");
+        assert!(
+            read.contains("PostgreSQL and MySQL keep one holder per key"),
+            "{read}"
+        );
         let permits = refusal(client.semaphore("kinds", 2).acquire().await);
         assert!(
             permits.contains("ZooKeeper and etcd offer them"),
@@ -264,7 +268,7 @@ async fn a_kind_the_database_does_not_offer_names_the_stores_that_do() {
         );
         let shards = refusal(client.segmented("kinds", 2).acquire().await);
         assert!(
-            shards.contains("the memory backend and Redis (") && !shards.contains("etcd"),
+            shards.contains("the memory backend and Redis (") && !shards.contains("etcd offer"),
             "{shards}"
         );
     }
