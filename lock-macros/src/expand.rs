@@ -83,8 +83,13 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     let call = if spec.options.action == Some(Action::Share) {
         // Calls of one function share values; another function of the same key computes its
         // own.
+        // The path and the place: two methods of one name in one module are two functions.
         let name = LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span());
-        let function = quote!(::core::concat!(::core::module_path!(), "::", #name));
+        let function = quote_spanned! {sig.ident.span()=>
+            ::core::concat!(
+                ::core::module_path!(), "::", #name, "@", ::core::line!(), ":", ::core::column!()
+            )
+        };
         run_shared(
             krate,
             &spec.return_type,

@@ -293,6 +293,12 @@ impl LockOptions {
     /// The options of one key of a `lock_all` whose whole wait has `left_ms` left: the wait
     /// cut to it, and a pause given cut to the wait, so that the two never contradict.
     pub(crate) const fn within(mut self, left_ms: u64) -> Self {
+        // A wait of `retry` × `sleep_ms` may be longer than any `wait_ms` may be.
+        let left_ms = if left_ms < MAX_TTL_MS {
+            left_ms
+        } else {
+            MAX_TTL_MS
+        };
         self.wait_ms = Some(left_ms);
         if let Some(sleep_ms) = self.sleep_ms
             && sleep_ms > left_ms

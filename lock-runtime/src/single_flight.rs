@@ -25,10 +25,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::__private::{LockResult, ReleaseInBackground};
-use crate::backend::{ResultStore, SharedResult};
+use crate::backend::{Published, ResultStore, SharedResult};
 use crate::locked_call::LockedCall;
 use crate::sync::lock_ignoring_poison;
-use crate::{LockClient, LockError, LockKind, LockOptions, current_token, is_lost};
+use crate::{
+    LockClient, LockError, LockKind, LockOptions, LossCause, OnLost, current_token, is_lost,
+};
 
 /// What `action = Share` needs of a function's return type: `Result<T, E>` whose value can
 /// be handed to the other callers, in this process (`Clone`) and in others (serde).
@@ -288,7 +290,7 @@ where
         Ok(seen) => seen,
         Err(error) => return R::from_lock_error(error),
     };
-    let keep = options.ttl();
+    let (keep, on_lost) = (options.ttl(), options.on_lost);
     let shared_body = async {
         let left = match results.read_result(&key).await {
             Ok(left) => left.filter(|left| Some(left.token) > seen),
@@ -309,7 +311,17 @@ where
             }
         };
         if let (true, Some(token)) = (computed, current_token()) {
-            publish(results, &key, function, token, &value, keep).await;
+            let published = publish(results, &key, function, token, &value, keep).await;
+            // The store saw another grant hold the key, which renewal had not told yet: the
+            // value was computed, at least in part, without the lock. Nobody else's.
+            if published == Some(Published::NotHeld) {
+                return match on_lost {
+                    OnLost::Abort => {
+                        R::from_lock_error(LockError::lost(&*key, LossCause::NotOwner))
+                    }
+                    OnLost::Continue => R::from_value(value),
+                };
+            }
         }
         if let Some(leading) = leading.take() {
             leading.done(Arc::new(value.clone()));
@@ -341,7 +353,8 @@ fn decode<T: DeserializeOwned>(function: &str, kept: &[u8]) -> Option<T> {
     serde_json::from_slice(json).ok()
 }
 
-/// Leaves `value` for the callers of other processes; a failure only makes them compute it.
+/// Leaves `value` for the callers of other processes, and says what the store did; `None`
+/// when it could not be asked (a failure only makes the others compute it).
 async fn publish<T: Serialize>(
     results: &dyn ResultStore,
     key: &str,
@@ -349,17 +362,21 @@ async fn publish<T: Serialize>(
     token: u64,
     value: &T,
     keep: std::time::Duration,
-) {
+) -> Option<Published> {
     let value = match encode(function, value) {
         Ok(value) => value,
         Err(error) => {
             tracing::warn!(target: "fencelock", %key, %error, "a shared value cannot be serialized; the callers of other processes compute it");
-            return;
+            return None;
         }
     };
     let result = SharedResult { token, value };
-    if let Err(error) = results.publish_result(key, &result, keep).await {
-        tracing::warn!(target: "fencelock", %key, error = %crate::WithSources(&error), "a shared value was not left in the store; the callers of other processes compute it");
+    match results.publish_result(key, &result, keep).await {
+        Ok(published) => Some(published),
+        Err(error) => {
+            tracing::warn!(target: "fencelock", %key, error = %crate::WithSources(&error), "a shared value was not left in the store; the callers of other processes compute it");
+            None
+        }
     }
 }
 

@@ -16,7 +16,10 @@ async fn report(day: u32) -> Result<Report, ReportError> {
             __fencelock_client,
             __fencelock_key,
             __fencelock_options,
-            ::core::concat!(::core::module_path!(), "::", "report"),
+            ::core::concat!(
+                ::core::module_path!(), "::", "report", "@", ::core::line!(), ":",
+                ::core::column!()
+            ),
             async move {
                 #[allow(
                     unknown_lints,

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use super::sharing::{Share, admit, conflict, slot_of};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Release,
-    ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of, release_memory,
-    released_mark,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Published,
+    Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of,
+    release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
@@ -806,7 +806,7 @@ impl AsyncResults for MemoryBackend {
         key: &str,
         result: &SharedResult,
         keep: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Published, LockError> {
         let mut state = lock_ignoring_poison(&self.state);
         let now = Instant::now();
         let holds = state
@@ -816,13 +816,16 @@ impl AsyncResults for MemoryBackend {
             .results
             .get(key)
             .is_some_and(|(kept, lapses_at)| *lapses_at > now && kept.token >= result.token);
-        if !holds || later {
-            return Ok(false);
+        if !holds {
+            return Ok(Published::NotHeld);
+        }
+        if later {
+            return Ok(Published::LaterKept);
         }
         state
             .results
             .insert(key.to_owned(), (result.clone(), now + keep));
-        Ok(true)
+        Ok(Published::Kept)
     }
 }
 

@@ -480,13 +480,26 @@ pub trait ResultStore: Send + Sync {
 
     /// Leaves `result` for `key` for `keep` at least (ZooKeeper and etcd keep it while the
     /// writer's session lasts), if `result.token` is the token of the grant that holds `key`'s
-    /// mutex now and no later token's value is kept; whether it did.
+    /// mutex now and no value of that token or a later one is kept; says which it was.
     fn publish_result<'a>(
         &'a self,
         key: &'a str,
         result: &'a SharedResult,
         keep: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>>;
+    ) -> BoxFuture<'a, Result<Published, LockError>>;
+}
+
+/// What [`ResultStore::publish_result`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Published {
+    /// The value is kept.
+    Kept,
+    /// The token does not hold the key's mutex (any more): the value was computed, at least
+    /// in part, without the lock, and nothing was kept.
+    NotHeld,
+    /// A value of the same token or a later one is kept already; this one was not.
+    LaterKept,
 }
 
 /// The operator's calls on a backend ([`LockBackend::operator`]), apart from the calls every

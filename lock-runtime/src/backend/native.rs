@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
-    LockBackend, LockState, OperatorBackend, Release, ReleaseWatch, ResultStore, SharedResult,
-    Turn,
+    LockBackend, LockState, OperatorBackend, Published, Release, ReleaseWatch, ResultStore,
+    SharedResult, Turn,
 };
 use crate::LockError;
 
@@ -77,7 +77,7 @@ pub(crate) trait AsyncResults: Send + Sync {
         key: &str,
         result: &SharedResult,
         keep: Duration,
-    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+    ) -> impl Future<Output = Result<Published, LockError>> + Send;
 }
 
 /// [`OperatorBackend`], with `async fn`s; each method is that trait's of the same meaning.
@@ -157,7 +157,7 @@ impl<R: AsyncResults> ResultStore for R {
         key: &'a str,
         result: &'a SharedResult,
         keep: Duration,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
+    ) -> BoxFuture<'a, Result<Published, LockError>> {
         Box::pin(self.publish(key, result, keep))
     }
 }

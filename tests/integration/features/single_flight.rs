@@ -127,19 +127,55 @@ static RUNS: AtomicU32 = AtomicU32::new(0);
 /// The first run fails once every other caller is waiting for it; later runs succeed.
 #[redis_lock(key = "flaky", action = Share)]
 async fn flaky(started: Arc<Notify>, go: Arc<Notify>) -> Result<u32, LockError> {
-    let run = RUNS.fetch_add(1, Ordering::SeqCst) + 1;
+    first_run_fails(&RUNS, &started, &go).await
+}
+
+/// Counts the run in `runs`; the first fails once `go` is notified, the others succeed with
+/// their number after an await (their followers wait meanwhile).
+async fn first_run_fails(
+    runs: &AtomicU32,
+    started: &Notify,
+    go: &Notify,
+) -> Result<u32, LockError> {
+    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
     if run == 1 {
         started.notify_one();
         go.notified().await;
         return Err(LockError::invalid_config("the first run fails"));
     }
-    // The next leader computes across an await: its followers wait meanwhile.
     tokio::task::yield_now().await;
     Ok(run)
 }
 
-/// On one thread: a follower that counted itself has joined the flight (its first poll runs
-/// to the wait for the leader before the test runs again).
+/// Spawns `calls` on a one-thread runtime and returns once each has been polled: a follower
+/// polled once has joined its flight (its first poll runs to the wait for the leader).
+async fn spawn_followers<F>(calls: Vec<F>) -> Vec<tokio::task::JoinHandle<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    let joined = Arc::new(AtomicU32::new(0));
+    let count = calls.len() as u32;
+    let followers: Vec<_> = calls
+        .into_iter()
+        .map(|call| {
+            let joined = joined.clone();
+            tokio::spawn(async move {
+                joined.fetch_add(1, Ordering::SeqCst);
+                call.await
+            })
+        })
+        .collect();
+    for _ in 0..1_000 {
+        if joined.load(Ordering::SeqCst) == count {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(joined.load(Ordering::SeqCst), count, "the followers joined");
+    followers
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_failed_leader_hands_over_to_one_follower() {
     let locks = LockClient::memory();
@@ -149,24 +185,8 @@ async fn a_failed_leader_hands_over_to_one_follower() {
         flaky(started.clone(), go.clone()),
     ));
     started.notified().await;
-    let joined = Arc::new(AtomicU32::new(0));
-    let followers: Vec<_> = (0..10)
-        .map(|_| {
-            let call = with_client(locks.clone(), flaky(started.clone(), go.clone()));
-            let joined = joined.clone();
-            tokio::spawn(async move {
-                joined.fetch_add(1, Ordering::SeqCst);
-                call.await
-            })
-        })
-        .collect();
-    for _ in 0..1_000 {
-        if joined.load(Ordering::SeqCst) == 10 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(joined.load(Ordering::SeqCst), 10, "the followers joined");
+    let calls = (0..10).map(|_| with_client(locks.clone(), flaky(started.clone(), go.clone())));
+    let followers = spawn_followers(calls.collect()).await;
     go.notify_one();
     assert!(
         leader.await.unwrap().is_err(),
@@ -381,4 +401,94 @@ async fn a_share_call_with_a_boxed_error_can_be_spawned() {
     let locks = LockClient::memory();
     let spawned = tokio::spawn(with_client(locks, async { boxed_error().await.is_ok() }));
     assert!(spawned.await.unwrap());
+}
+
+// What the second review of single-flight found (2026-12-05); each test failed before its
+// fix.
+
+/// The lease is taken away (an operator, an expiry or a failover that no renewal has seen
+/// yet) and another holder takes the key while the body still runs.
+#[redis_lock(key = "stolen", action = Share, wait_ms = 5_000)]
+async fn computed_while_stolen(locks: LockClient) -> Result<u64, LockError> {
+    locks.admin().force_release("stolen").await?;
+    let other = locks.lock("stolen").give_up().acquire().await?;
+    assert!(!fencelock::is_lost(), "no renewal has seen the loss yet");
+    let token = other.token();
+    std::mem::forget(other);
+    Ok(token)
+}
+
+/// A leader whose value the store refuses because another grant holds the key fails with
+/// `Lost` (`on_lost = Abort`), and leaves no value, as a plain call would.
+#[tokio::test]
+async fn a_value_the_store_refuses_as_not_held_is_a_loss() {
+    let locks = LockClient::memory();
+    let computed = with_client(locks.clone(), computed_while_stolen(locks.clone())).await;
+    assert!(
+        computed.as_ref().is_err_and(LockError::is_lost),
+        "{computed:?}"
+    );
+    let left = fencelock::testing::assertions::assert_held(&locks, "stolen").await;
+    assert!(left.token().is_some(), "the other holder keeps the key");
+}
+
+struct Users;
+struct Admins;
+
+impl Users {
+    #[redis_lock(key = "person:{id}", action = Share, wait_ms = 10_000)]
+    async fn load(id: u32, started: Arc<Notify>, go: Arc<Notify>) -> Result<String, LockError> {
+        started.notify_one();
+        go.notified().await;
+        Ok(format!("user {id}"))
+    }
+}
+
+impl Admins {
+    #[redis_lock(key = "person:{id}", action = Share, wait_ms = 10_000)]
+    async fn load(id: u32) -> Result<String, LockError> {
+        Ok(format!("admin {id}"))
+    }
+}
+
+/// Two methods of one name in one module, on one key, are two functions: neither gets the
+/// other's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_of_one_name_share_nothing() {
+    let locks = LockClient::memory();
+    let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let users = tokio::spawn(with_client(
+        locks.clone(),
+        Users::load(7, started.clone(), go.clone()),
+    ));
+    started.notified().await;
+    let admins = tokio::spawn(with_client(locks.clone(), Admins::load(7)));
+    go.notify_one();
+    assert_eq!(users.await.unwrap().unwrap(), "user 7");
+    assert_eq!(admins.await.unwrap().unwrap(), "admin 7");
+}
+
+static LONG_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[redis_lock(key = "long", action = Share, retry = 1_000_000)]
+async fn long_wait(started: Arc<Notify>, go: Arc<Notify>) -> Result<u32, LockError> {
+    first_run_fails(&LONG_RUNS, &started, &go).await
+}
+
+/// A follower that takes over a flight whose wait (`retry` × `sleep_ms`) is longer than any
+/// `wait_ms` may be still waits for the lock, rather than failing as misconfigured.
+#[tokio::test(flavor = "current_thread")]
+async fn a_follower_with_a_wait_beyond_a_day_takes_over() {
+    let locks = LockClient::memory();
+    let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let leader = tokio::spawn(with_client(
+        locks.clone(),
+        long_wait(started.clone(), go.clone()),
+    ));
+    started.notified().await;
+    let call = with_client(locks, long_wait(started, go.clone()));
+    let follower = spawn_followers(vec![call]).await.remove(0);
+    go.notify_one();
+    assert!(leader.await.unwrap().is_err());
+    assert_eq!(follower.await.unwrap().unwrap(), 2);
 }

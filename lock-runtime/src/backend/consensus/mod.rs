@@ -56,8 +56,8 @@ use tokio::time::Instant;
 use self::state::{Admission, EntryKind, State};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, BoxFuture, Extended, HeldLease, Lease,
-    Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, foreign_result,
-    release_memory,
+    Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn,
+    foreign_result, release_memory,
 };
 use crate::LockError;
 use crate::backend::{
@@ -1093,7 +1093,7 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
         key: &str,
         result: &SharedResult,
         keep: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Published, LockError> {
         // Kept by the session: a value lasts as long as its writer's client, and only a
         // later token's replaces it; `keep` is what a lease-less store cannot count.
         let _ = keep;
@@ -1103,7 +1103,7 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
             .iter()
             .any(|entry| entry.token == result.token && matches!(entry.state, State::Held(_)));
         if !holds {
-            return Ok(false);
+            return Ok(Published::NotHeld);
         }
         let data = [format!("{} ", result.token).as_bytes(), &result.value].concat();
         // Another pass when another client wrote in between.
@@ -1112,17 +1112,18 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
                 Some((kept, version)) => {
                     let kept = SharedResult::decode(&kept).ok_or_else(|| foreign_result(key))?;
                     if kept.token >= result.token {
-                        return Ok(false);
+                        return Ok(Published::LaterKept);
                     }
                     Some(version)
                 }
                 None => None,
             };
             if store.put_result(key, &data, version).await? {
-                return Ok(true);
+                return Ok(Published::Kept);
             }
         }
-        Ok(false)
+        // Written by others in between, each time: theirs, of later grants, is kept.
+        Ok(Published::LaterKept)
     }
 }
 

@@ -22,8 +22,8 @@ use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
-    Acquire, AsyncBackend, AsyncResults, Extended, HeldLease, Lease, Release, ReleaseWatch,
-    ResultStore, SharedResult, Turn, release_memory,
+    Acquire, AsyncBackend, AsyncResults, Extended, HeldLease, Lease, Published, Release,
+    ReleaseWatch, ResultStore, SharedResult, Turn, release_memory,
 };
 use crate::backend::{Capabilities, OperatorBackend, Timeouts, foreign_result};
 use crate::{LockError, random};
@@ -1003,7 +1003,7 @@ impl AsyncResults for RedisBackend {
         key: &str,
         result: &SharedResult,
         keep: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Published, LockError> {
         let lock_key = self.lock_key(key);
         let keys = [lock_key.clone(), layout::result_key(&lock_key)];
         let value = std::str::from_utf8(&result.value).map_err(|_| {
@@ -1016,7 +1016,9 @@ impl AsyncResults for RedisBackend {
         let args = [token.as_str(), value, keep.as_str()];
         let reply = self.run(&LIBRARY.result_publish, &keys, &args, key).await?;
         match integer(&reply) {
-            Some(kept @ (0 | 1)) => Ok(kept == 1),
+            Some(1) => Ok(Published::Kept),
+            Some(0) => Ok(Published::NotHeld),
+            Some(3) => Ok(Published::LaterKept),
             Some(2) => Err(foreign_result(key)),
             _ => Err(unexpected(key, "result publish", &reply)),
         }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{LONG, LONG_TTL_MS, hands_off, hold};
-use crate::backend::SharedResult;
+use crate::backend::{Published, SharedResult};
 use crate::background::Background;
 use crate::{LockClient, LockError, LossCause};
 
@@ -147,41 +147,37 @@ pub async fn a_shared_value_is_kept_for_its_grant_only(client: &LockClient, key:
         None,
         "nothing yet"
     );
-    let first = hold(client, key).await;
-    let stranger = value(first.token() + 1_000, "\"not the holder's\"");
-    let kept = results
-        .publish_result(key, &stranger, keep)
-        .await
-        .expect("answers");
-    assert!(!kept, "a token that does not hold the key leaves nothing");
-    let mine = value(first.token(), "{\"orders\":7}");
-    assert!(
+    let publish = |result: SharedResult| async move {
         results
-            .publish_result(key, &mine, keep)
+            .publish_result(key, &result, keep)
             .await
             .expect("answers")
+    };
+    let first = hold(client, key).await;
+    let stranger = value(first.token() + 1_000, "\"not the holder's\"");
+    let kept = publish(stranger).await;
+    assert_eq!(
+        kept,
+        Published::NotHeld,
+        "a token that does not hold the key leaves nothing"
     );
+    let mine = value(first.token(), "{\"orders\":7}");
+    assert_eq!(publish(mine.clone()).await, Published::Kept);
     assert_eq!(
         results.read_result(key).await.expect("answers"),
         Some(mine.clone())
     );
+    let again = publish(value(first.token(), "\"a second value\"")).await;
+    assert_eq!(again, Published::LaterKept, "one value per grant");
     first.release().await.expect("release");
     let second = hold(client, key).await;
     assert!(second.token() > mine.token);
     let later = value(second.token(), "[1,2]");
-    assert!(
-        results
-            .publish_result(key, &later, keep)
-            .await
-            .expect("answers")
-    );
-    let earlier = value(mine.token, "{\"orders\":7}");
-    let kept = results
-        .publish_result(key, &earlier, keep)
-        .await
-        .expect("answers");
-    assert!(
-        !kept,
+    assert_eq!(publish(later.clone()).await, Published::Kept);
+    let earlier = publish(mine).await;
+    assert_eq!(
+        earlier,
+        Published::NotHeld,
         "an earlier grant's value never replaces a later one's"
     );
     assert_eq!(

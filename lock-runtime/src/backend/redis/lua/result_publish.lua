@@ -4,8 +4,8 @@
 -- Kept only while the publisher's grant holds the key's mutex (`<owner>:<token>`), and never
 -- over a value of a later grant. The result key holds `<token> <value>`; anything else there
 -- is another program's, and left alone.
--- Returns 1 if it was kept, 0 if not (the grant no longer holds the key, or a later one's
--- value is kept), 2 if the result key holds foreign data.
+-- Returns 1 if it was kept, 0 if the grant no longer holds the key, 3 if a value of this
+-- token or a later one is kept, 2 if the result key holds foreign data.
 local holder = redis.call('GET', KEYS[1])
 if not holder or string.sub(holder, -#ARGV[1] - 1) ~= ':' .. ARGV[1] then
   return 0
@@ -18,7 +18,7 @@ if kept then
   end
   -- Decimal tokens compared as text: longer is later, then by digits.
   if #token > #ARGV[1] or (#token == #ARGV[1] and token >= ARGV[1]) then
-    return 0
+    return 3
   end
 end
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
