@@ -2,7 +2,7 @@
 //! by the errors.
 
 use fencelock_options::{DEFAULT_TTL_MS, digit_grouped};
-use proc_macro2::{Ident, Literal, Span, TokenStream};
+use proc_macro2::{Ident, Literal, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
@@ -73,8 +73,12 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
     let templates: Vec<&str> = spec.keys.iter().map(|key| &key.template[..]).collect();
     let options = lock_options(krate, &spec.options, &templates.join(", "));
     let fake_return = fake_return(&spec.return_type);
+    // A segmented body that may mark its shard exhausted runs again on another shard: it
+    // borrows its arguments rather than taking them.
+    let runs_again = matches!(spec.kind, Kind::Segmented { .. }) && names_shard_exhausted(&body);
+    let capture = (!runs_again).then(|| quote!(move));
     let body = quote! {
-        async move {
+        async #capture {
             #fake_return
             { #body }
         }
@@ -95,6 +99,33 @@ fn locked_fn(spec: &LockSpec, func: LockedFn) -> TokenStream {
             &spec.return_type,
             quote!(#client_var, #key_var, #options_var, #function, #body),
         )
+    } else if runs_again {
+        let ending = ending(krate, &spec.return_type);
+        let runs_var = format_ident!("__fencelock_runs", span = Span::mixed_site());
+        let kind_var = format_ident!("__fencelock_kind", span = Span::mixed_site());
+        let output_var = format_ident!("__fencelock_output", span = Span::mixed_site());
+        let run_locked = run_locked(
+            &spec.return_type,
+            &ending_var,
+            quote! {
+                ::core::clone::Clone::clone(&#client_var),
+                #runs_var.key(&#key_var),
+                #kind_var,
+                #runs_var.options(),
+                #body
+            },
+        );
+        quote! {
+            let #ending_var = #ending;
+            let #kind_var = #kind;
+            let mut #runs_var = #krate::__private::ShardRuns::new(#kind_var, #options_var);
+            loop {
+                let #output_var = #run_locked;
+                if let ::core::option::Option::Some(#output_var) = #runs_var.finished(#output_var) {
+                    break #output_var;
+                }
+            }
+        }
     } else {
         let ending = ending(krate, &spec.return_type);
         let run_locked = run_locked(
@@ -334,6 +365,16 @@ fn ending(krate: &Path, return_type: &Type) -> TokenStream {
             (&&#krate::__private::Ending::<#output>::new()).ending()
         }
     }
+}
+
+/// Whether `body` names `shard_exhausted` (a call of `fencelock::shard_exhausted`, under any
+/// path).
+fn names_shard_exhausted(body: &TokenStream) -> bool {
+    body.clone().into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => ident == "shard_exhausted",
+        TokenTree::Group(group) => names_shard_exhausted(&group.stream()),
+        _ => false,
+    })
 }
 
 /// `ending.run_locked(args).await`, located at the return type: its

@@ -236,6 +236,24 @@ fn semaphore() {
 }
 
 #[test]
+fn segmented_runs_again() {
+    assert_snapshot(
+        "segmented_runs_again",
+        quote!(key = "stock:{sku}", shards = 8),
+        quote! {
+            /// Sells one unit, from whichever shard still has stock.
+            async fn buy(sku: &Sku) -> Result<u32, ShopError> {
+                match stock::take(sku, current_shard()).await? {
+                    Some(left) => Ok(left),
+                    None => Err(fencelock::shard_exhausted().await.into()),
+                }
+            }
+        },
+        unwrapped,
+    );
+}
+
+#[test]
 fn segmented() {
     assert_snapshot(
         "segmented",

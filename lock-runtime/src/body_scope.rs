@@ -7,9 +7,11 @@
 //! else.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::renewal::LossSignal;
-use crate::{LockError, LockGuard, LockKind};
+use crate::backend::{HeldLease, not_offered};
+use crate::renewal::{LossCause, LossSignal};
+use crate::{LockClient, LockError, LockGuard, LockKind};
 
 tokio::task_local! {
     static HELD: Arc<Chain>;
@@ -51,11 +53,13 @@ pub(crate) struct Held {
     pub(crate) token: u64,
     pub(crate) shard: Option<u32>,
     pub(crate) signal: Arc<LossSignal>,
+    /// A segmented lock's shard, for [`shard_exhausted`].
+    marking: Option<Arc<ShardMarking>>,
 }
 
 impl Held {
-    /// The lock `guard` holds.
-    pub(crate) fn of(guard: &LockGuard) -> Held {
+    /// The lock `guard` holds; `exhausted` is set if the body marks its shard exhausted.
+    pub(crate) fn of(guard: &LockGuard, exhausted: &Arc<AtomicBool>) -> Held {
         Held {
             client_id: guard.client_id(),
             key: guard.key().to_owned(),
@@ -63,6 +67,7 @@ impl Held {
             token: guard.token(),
             shard: guard.shard(),
             signal: guard.loss_signal(),
+            marking: guard.shard_marking(exhausted.clone()).map(Arc::new),
         }
     }
 
@@ -134,6 +139,101 @@ pub fn current_shard() -> Option<u32> {
     HELD.try_with(|chain| chain.locks().find_map(|h| h.shard))
         .ok()
         .flatten()
+}
+
+/// A segmented lock's grant, as marking its shard exhausted needs it.
+#[derive(Debug)]
+pub(crate) struct ShardMarking {
+    pub(crate) client: LockClient,
+    pub(crate) held: HeldLease,
+    pub(crate) signal: Arc<LossSignal>,
+    /// Set once the shard is marked: the call runs its body again on another shard.
+    pub(crate) exhausted: Arc<AtomicBool>,
+}
+
+impl ShardMarking {
+    /// Marks the shard exhausted in the store, if the grant still holds it; a grant that
+    /// does not is lost.
+    pub(crate) async fn mark(&self) -> Result<u32, LockError> {
+        let (key, shard) = (&self.held.lease.key, self.held.slot.unwrap_or_default());
+        let Some(marks) = self.client.backend().shard_marks() else {
+            return Err(not_offered("exhausted shards"));
+        };
+        if !marks.mark_exhausted(&self.held).await? {
+            self.signal.lose(LossCause::NotOwner);
+            let cause = self.signal.cause().unwrap_or(LossCause::NotOwner);
+            return Err(LockError::lost(key.clone(), cause));
+        }
+        self.exhausted.store(true, Ordering::Release);
+        Ok(shard)
+    }
+}
+
+/// Inside the body of a segmented lock (`#[redis_lock(shards = N)]`), marks the shard held
+/// (the innermost segmented lock's) exhausted in the store, if it is still held, and returns
+/// the error for the body to return: every client's later calls skip the shard until
+/// [`LockClient::refill_shards`] clears the mark, and a call whose body names
+/// `shard_exhausted` runs its body again on another shard, within its wait, until a run
+/// returns something else or no shard is left ([`LockError::Exhausted`] with `shard: None`).
+///
+/// Returns [`LockError::Exhausted`] naming the shard once it is marked; [`LockError::Lost`]
+/// if the shard is no longer held (nothing is marked: what the body saw may be stale, and
+/// the call does not move on); the store's error if the mark could not be sent; and
+/// [`LockError::InvalidConfig`] outside the body of a segmented lock. A body that runs
+/// again must not move its arguments: take them by reference, or clone them.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// use fencelock::{LockClient, LockError, current_shard, redis_lock, shard_exhausted, with_client};
+///
+/// // One unit of tea left, in shard 5 of 8.
+/// static STOCK: Mutex<[u32; 8]> = Mutex::new([0, 0, 0, 0, 0, 1, 0, 0]);
+///
+/// #[redis_lock(key = "stock:{sku}", shards = 8)]
+/// async fn buy(sku: &str) -> Result<u32, LockError> {
+///     let shard = current_shard().expect("runs under a segmented lock");
+///     let taken = {
+///         let mut stock = STOCK.lock().unwrap();
+///         let left = &mut stock[shard as usize];
+///         left.checked_sub(1).map(|after| *left = after)
+///     };
+///     match taken {
+///         Some(()) => Ok(shard),
+///         None => Err(shard_exhausted().await),
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let locks = LockClient::memory();
+/// assert_eq!(with_client(locks.clone(), buy("tea")).await?, 5, "the last unit is sold");
+/// let sold_out = with_client(locks.clone(), buy("tea")).await.unwrap_err();
+/// assert!(matches!(sold_out, LockError::Exhausted { shard: None, .. }));
+///
+/// STOCK.lock().unwrap()[2] = 10;
+/// locks.refill_shards("stock:tea").await?;
+/// assert_eq!(with_client(locks, buy("tea")).await?, 2);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn shard_exhausted() -> LockError {
+    let marking = HELD
+        .try_with(|chain| chain.locks().find_map(|h| h.marking.clone()))
+        .ok()
+        .flatten();
+    let Some(marking) = marking else {
+        return LockError::invalid_config(
+            "shard_exhausted() was called outside the body of a segmented lock: call it in the \
+             body of a `#[redis_lock(shards = N)]` function, or mark a guard's shard with \
+             `LockGuard::mark_exhausted`",
+        );
+    };
+    match marking.mark().await {
+        Ok(shard) => LockError::exhausted(marking.held.lease.key.clone(), Some(shard)),
+        Err(error) => error,
+    }
 }
 
 /// Inside the body of a `#[redis_lock]` function, each key of the innermost call with the

@@ -264,6 +264,44 @@ impl LockClient {
         self.request(key, LockKind::Segmented { shards })
     }
 
+    /// Clears every exhausted mark of the segmented lock `key` (see
+    /// [`shard_exhausted`](crate::shard_exhausted)): call it once the stock its shards guard
+    /// is back, and calls take every shard again. Clearing a key without marks does nothing.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let guard = locks.segmented("stock:tea", 1).acquire().await?;
+    /// guard.mark_exhausted().await?;
+    /// guard.release().await?;
+    ///
+    /// locks.refill_shards("stock:tea").await?;
+    /// let guard = locks.segmented("stock:tea", 1).acquire().await?;
+    /// assert_eq!(guard.shard(), Some(0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn refill_shards(&self, key: &str) -> Result<(), LockError> {
+        self.clear_shard_marks(key, None).await
+    }
+
+    /// Clears the exhausted mark of one shard of the segmented lock `key` (see
+    /// [`refill_shards`](Self::refill_shards)).
+    pub async fn refill_shard(&self, key: &str, shard: u32) -> Result<(), LockError> {
+        self.clear_shard_marks(key, Some(shard)).await
+    }
+
+    async fn clear_shard_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        crate::key::validate(key)?;
+        let Some(marks) = self.backend().shard_marks() else {
+            return Err(crate::backend::not_offered("exhausted shards"));
+        };
+        marks.refill(key, shard).await
+    }
+
     /// A request for a `kind` lock of `key`.
     pub fn request(&self, key: impl Into<String>, kind: LockKind) -> LockRequest {
         LockRequest::new(self.clone(), key.into(), kind)

@@ -77,6 +77,18 @@ pub enum LockError {
         /// The lock key, as the caller wrote it.
         key: String,
     },
+    /// A segmented lock's shards ran out: `shard` is the one a body said is exhausted
+    /// ([`shard_exhausted`](crate::shard_exhausted)); `None` says that every shard a request
+    /// could take is marked exhausted, so it was refused without waiting. Marks stay until
+    /// [`LockClient::refill_shards`](crate::LockClient::refill_shards) clears them.
+    #[error("{}", exhausted_message(key, *shard))]
+    #[non_exhaustive]
+    Exhausted {
+        /// The lock key, as the caller wrote it.
+        key: String,
+        /// The shard found exhausted, or `None` when every shard is.
+        shard: Option<u32>,
+    },
     /// A request or client was configured with values the runtime refuses.
     #[error("invalid lock configuration: {reason}")]
     #[non_exhaustive]
@@ -219,6 +231,31 @@ impl LockError {
         LockError::ShutDown { key: key.into() }
     }
 
+    /// A [`LockError::Exhausted`]: `shard` of `key` is exhausted, or every shard if `None`.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// let error = LockError::exhausted("stock:tea", None);
+    /// assert!(error.is_exhausted());
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "every shard of lock `stock:tea` is marked exhausted: refill them with \
+    ///      `LockClient::refill_shards` once there is stock again"
+    /// );
+    /// ```
+    pub fn exhausted(key: impl Into<String>, shard: Option<u32>) -> Self {
+        LockError::Exhausted {
+            key: key.into(),
+            shard,
+        }
+    }
+
+    /// `true` for [`LockError::Exhausted`]: a segmented lock's shard, or all of them, ran out.
+    pub fn is_exhausted(&self) -> bool {
+        matches!(self, LockError::Exhausted { .. })
+    }
+
     /// `true` for [`LockError::NotAcquired`]: someone else held the lock.
     pub fn is_not_acquired(&self) -> bool {
         matches!(self, LockError::NotAcquired { .. })
@@ -288,5 +325,18 @@ pub(crate) fn redacted_url(url: &str) -> String {
             format!("{scheme}://{user}@{after}")
         }
         None => format!("{scheme}://{rest}"),
+    }
+}
+
+fn exhausted_message(key: &str, shard: Option<u32>) -> String {
+    match shard {
+        Some(shard) => format!(
+            "shard {shard} of lock `{key}` is exhausted: the call moves on to another shard, \
+             or fails with this error when none is left"
+        ),
+        None => format!(
+            "every shard of lock `{key}` is marked exhausted: refill them with \
+             `LockClient::refill_shards` once there is stock again"
+        ),
     }
 }

@@ -3,8 +3,9 @@
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Lease, Release, resend_once};
+use crate::backend::{HeldLease, Lease, Release, resend_once};
 use crate::background_release::{Holder, release_in_background};
+use crate::body_scope::ShardMarking;
 use crate::release_hub::{OwnerTag, owner_tag};
 use crate::renewal::{LossCause, LossSignal, Tracking};
 use crate::telemetry::Holding;
@@ -79,6 +80,60 @@ impl LockGuard {
     /// for other kinds.
     pub fn shard(&self) -> Option<u32> {
         self.shard
+    }
+
+    /// For a segmented lock: marks the shard held exhausted in the store, if this grant still
+    /// holds it, so that every client's later acquisitions of the key skip it until
+    /// [`LockClient::refill_shards`] clears the mark (and one for which every shard is marked
+    /// fails with [`LockError::Exhausted`]). Release the guard afterwards and acquire again to
+    /// move on to another shard.
+    ///
+    /// Returns [`LockError::Lost`] if the grant no longer holds the shard (nothing is marked),
+    /// and [`LockError::InvalidConfig`] for another kind of lock or a backend without
+    /// segmented locks.
+    ///
+    /// ```
+    /// use fencelock::{LockClient, LockError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locks = LockClient::memory();
+    /// let guard = locks.segmented("stock:tea", 1).acquire().await?;
+    /// guard.mark_exhausted().await?;
+    /// guard.release().await?;
+    /// let none_left = locks.segmented("stock:tea", 1).acquire().await.unwrap_err();
+    /// assert!(none_left.is_exhausted());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn mark_exhausted(&self) -> Result<(), LockError> {
+        let Some(marking) = self.shard_marking(Default::default()) else {
+            return Err(LockError::invalid_config(format!(
+                "`mark_exhausted` marks a segmented lock's shard, and `{}` is held as a {} lock: \
+                 take it with `LockClient::segmented`",
+                self.lease.key,
+                self.lease.kind.name()
+            )));
+        };
+        marking.mark().await.map(drop)
+    }
+
+    /// What marking this grant's shard exhausted needs, for a segmented lock.
+    pub(crate) fn shard_marking(
+        &self,
+        exhausted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Option<ShardMarking> {
+        let shard = self.shard?;
+        Some(ShardMarking {
+            client: self.client.clone(),
+            held: HeldLease {
+                lease: self.lease.clone(),
+                token: self.token,
+                slot: Some(shard),
+            },
+            signal: self.loss_signal(),
+            exhausted,
+        })
     }
 
     /// Completes when the lease is lost (at once if it already was), with the

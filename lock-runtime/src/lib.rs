@@ -58,7 +58,9 @@ pub use backend::consensus::etcd::EtcdClientBuilder;
 pub use backend::consensus::zookeeper::ZooKeeperClientBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use backend::sql::SqlClientBuilder;
-pub use body_scope::{assert_locked, current_shard, current_token, current_tokens, is_lost, lost};
+pub use body_scope::{
+    assert_locked, current_shard, current_token, current_tokens, is_lost, lost, shard_exhausted,
+};
 #[allow(deprecated)]
 pub use client::LockClientBuilder;
 pub use client::{LockClient, RedisClientBuilder};

@@ -11,6 +11,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -115,6 +116,7 @@ enum State<K> {
         acquire: BoxFuture<'static, Result<Vec<LockGuard>, LockError>>,
         reentered: Vec<Held>,
         on_lost: OnLost,
+        exhausted: Arc<AtomicBool>,
     },
     /// The body runs with `chain` as its locks; `guards` holds those taken by this call (not
     /// a reentered lock, which only its outermost holder releases). `waiting`: the call's
@@ -157,7 +159,8 @@ where
         options: LockOptions,
         body: F,
     ) -> Self {
-        let keys = keys.into().0.map(|mut keys| {
+        let CallKeys { keys, exhausted } = keys.into();
+        let keys = keys.map(|mut keys| {
             keys.sort_unstable();
             keys.dedup();
             keys
@@ -179,24 +182,41 @@ where
         LockedCall {
             body: Some(body),
             span,
-            state: first_state(client, keys, kind, options, lock_span),
+            state: first_state(client, (keys, exhausted), kind, options, lock_span),
         }
     }
 }
 
-/// The keys of a locked call, as rendered from the attribute's `key` or `keys`.
+/// The keys of a locked call, as rendered from the attribute's `key` or `keys`, and what its
+/// body's [`shard_exhausted`](crate::shard_exhausted) sets (see `ShardRuns`).
 #[derive(Debug)]
-pub struct CallKeys(Result<Vec<String>, LockError>);
+pub struct CallKeys {
+    keys: Result<Vec<String>, LockError>,
+    exhausted: Arc<AtomicBool>,
+}
+
+impl CallKeys {
+    /// `key`, whose body's marking of its shard exhausted sets `exhausted`.
+    pub(crate) fn marking(key: Result<String, LockError>, exhausted: Arc<AtomicBool>) -> Self {
+        CallKeys {
+            keys: key.map(|key| vec![key]),
+            exhausted,
+        }
+    }
+}
 
 impl From<Result<String, LockError>> for CallKeys {
     fn from(key: Result<String, LockError>) -> Self {
-        CallKeys(key.map(|key| vec![key]))
+        CallKeys::marking(key, Arc::default())
     }
 }
 
 impl From<Result<Vec<String>, LockError>> for CallKeys {
     fn from(keys: Result<Vec<String>, LockError>) -> Self {
-        CallKeys(keys)
+        CallKeys {
+            keys,
+            exhausted: Arc::default(),
+        }
     }
 }
 
@@ -211,14 +231,14 @@ fn stop_waiting(chain: &Chain, waiting: &mut [Option<u64>]) {
 /// `fencelock.lock` span of a one-key call.
 fn first_state<K>(
     client: Result<LockClient, LockError>,
-    keys: Result<Vec<String>, LockError>,
+    (keys, exhausted): (Result<Vec<String>, LockError>, Arc<AtomicBool>),
     kind: LockKind,
     options: LockOptions,
     span: Option<LockSpan>,
 ) -> State<K> {
     let started = client
         .and_then(|client| Ok((client, keys?)))
-        .and_then(|(client, keys)| start(client, keys, kind, options, span.as_ref()));
+        .and_then(|(client, keys)| start(client, keys, kind, options, span.as_ref(), exhausted));
     started.unwrap_or_else(|error| {
         if let Some(span) = &span {
             span.acquired(Err(&error), 0);
@@ -234,6 +254,7 @@ fn start<K>(
     kind: LockKind,
     options: LockOptions,
     span: Option<&LockSpan>,
+    exhausted: Arc<AtomicBool>,
 ) -> Result<State<K>, LockError> {
     if keys.len() > 1 && kind != LockKind::Mutex {
         return Err(LockError::invalid_config(format!(
@@ -286,6 +307,7 @@ fn start<K>(
         acquire,
         reentered,
         on_lost,
+        exhausted,
     })
 }
 
@@ -359,17 +381,19 @@ where
                     mut acquire,
                     mut reentered,
                     on_lost,
+                    exhausted,
                 } => match acquire.as_mut().poll(cx) {
                     Poll::Pending => {
                         *this.state = State::Acquiring {
                             acquire,
                             reentered,
                             on_lost,
+                            exhausted,
                         };
                         return Poll::Pending;
                     }
                     Poll::Ready(Ok(guards)) => {
-                        reentered.extend(guards.iter().map(Held::of));
+                        reentered.extend(guards.iter().map(|guard| Held::of(guard, &exhausted)));
                         reentered.sort_unstable_by(|a, b| a.key.cmp(&b.key));
                         State::Running {
                             waiting: vec![None; reentered.len()],

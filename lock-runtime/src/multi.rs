@@ -67,7 +67,7 @@ impl MultiLockRequest {
         let started = Instant::now();
         let mut guards = Vec::with_capacity(keys.len());
         for key in keys {
-            let options = within_wait(self.options, started);
+            let options = self.options.left_since(started);
             let taken = self.client.request(key, LockKind::Mutex).options(options);
             match taken.acquire().await {
                 Ok(guard) => guards.push(guard),
@@ -88,18 +88,6 @@ impl MultiLockRequest {
             return Err(lost);
         }
         Ok(MultiGuard { guards })
-    }
-}
-
-/// `options` for the next key, whose wait is what is left of the whole call's `wait_ms`
-/// (at least a millisecond: that key is still asked for once).
-fn within_wait(options: LockOptions, started: Instant) -> LockOptions {
-    match options.wait_bound() {
-        Some(wait) => {
-            let left = wait.saturating_sub(started.elapsed()).as_millis();
-            options.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
-        }
-        None => options,
     }
 }
 

@@ -290,6 +290,20 @@ impl LockOptions {
         }
     }
 
+    /// These options for the next request of a call that started at `started` (the next key
+    /// of `lock_all`, the next shard of a body that found its shard exhausted): its wait is
+    /// what is left of the whole call's `wait_ms`, at least a millisecond, so that it is
+    /// still asked for once.
+    pub(crate) fn left_since(self, started: tokio::time::Instant) -> Self {
+        match self.wait_bound() {
+            Some(wait) => {
+                let left = wait.saturating_sub(started.elapsed()).as_millis();
+                self.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
+            }
+            None => self,
+        }
+    }
+
     /// The options of one key of a `lock_all` whose whole wait has `left_ms` left: the wait
     /// cut to it, and a pause given cut to the wait, so that the two never contradict.
     pub(crate) const fn within(mut self, left_ms: u64) -> Self {

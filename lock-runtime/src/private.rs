@@ -5,6 +5,9 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::time::Instant;
 
 pub use crate::LockKind;
 pub use crate::key::{KeyPart, KeyValue, render_key, render_keys};
@@ -160,5 +163,50 @@ impl ReleaseInBackground {
         body: F,
     ) -> LockedCall<F, Self> {
         LockedCall::new(client, keys, kind, options, body)
+    }
+}
+
+/// The runs of a segmented `#[redis_lock]` body that names
+/// [`shard_exhausted`](crate::shard_exhausted): after a run that marked its shard exhausted,
+/// the body runs again on another shard, within what is left of the call's wait, at most once
+/// per shard; once every shard is marked, the next run's acquisition fails with
+/// [`LockError::Exhausted`] (`shard: None`). The expansion loops in the function itself (the body borrows its arguments, so
+/// it cannot be a closure called again).
+#[derive(Debug)]
+pub struct ShardRuns {
+    options: LockOptions,
+    started: Instant,
+    runs_left: u32,
+    exhausted: Arc<AtomicBool>,
+}
+
+impl ShardRuns {
+    /// The runs of a call of `kind` (a segmented lock's) with `options`.
+    pub fn new(kind: LockKind, options: LockOptions) -> Self {
+        ShardRuns {
+            options,
+            started: Instant::now(),
+            runs_left: kind.count().unwrap_or(0).saturating_add(1),
+            exhausted: Arc::default(),
+        }
+    }
+
+    /// The next run's key, whose body's marks this tells of.
+    pub fn key(&self, key: &Result<String, LockError>) -> CallKeys {
+        self.exhausted.store(false, Ordering::Relaxed);
+        CallKeys::marking(key.clone(), self.exhausted.clone())
+    }
+
+    /// The next run's options: its wait is what is left of the call's.
+    pub fn options(&self) -> LockOptions {
+        self.options.left_since(self.started)
+    }
+
+    /// `output` if the call ends with it; `None` if the body runs again, having marked its
+    /// shard exhausted with shards left to try.
+    pub fn finished<R>(&mut self, output: R) -> Option<R> {
+        self.runs_left = self.runs_left.saturating_sub(1);
+        let again = self.exhausted.load(Ordering::Acquire) && self.runs_left > 0;
+        (!again).then_some(output)
     }
 }

@@ -13,6 +13,7 @@ mod memory_test;
 mod observability;
 mod redis_test;
 mod several_keys;
+mod shard_stock;
 mod shutdown;
 mod single_flight;
 mod spawned_tasks;
@@ -31,6 +32,7 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
         &[
             ("usage.rs", include_str!("readme/usage.rs")),
             ("guard.rs", include_str!("readme/guard.rs")),
+            ("shard_stock.rs", include_str!("readme/shard_stock.rs")),
         ],
     ),
     (

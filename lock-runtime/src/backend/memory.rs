@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::sharing::{Share, admit, conflict, slot_of};
+use super::sharing::{Share, admit, conflict, every_shard_exhausted, slot_of};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Published,
-    Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of,
-    release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
+    Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, ShardMarks, SharedResult,
+    Turn, holding_of, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
@@ -57,6 +57,8 @@ struct State {
     last_token: u64,
     /// The values single-flight calls left, each until it lapses.
     results: HashMap<String, (SharedResult, Instant)>,
+    /// The shards of segmented locks marked exhausted, per key, until refilled.
+    exhausted: HashMap<String, Vec<u32>>,
 }
 
 struct Holder {
@@ -110,6 +112,7 @@ impl MemoryBackend {
                 released: ReleaseMemory::new(release_memory(NOMINAL_RESPONSE_TIMEOUT)),
                 last_token: 0,
                 results: HashMap::new(),
+                exhausted: HashMap::new(),
             }),
             releases: Arc::default(),
         }
@@ -192,6 +195,11 @@ impl State {
     }
 
     /// `key`'s shared grants without those whose lease ended (`None` when none is left).
+    /// The shards of `key` marked exhausted, ascending.
+    fn exhausted_shards(&self, key: &str) -> Vec<u32> {
+        self.exhausted.get(key).cloned().unwrap_or_default()
+    }
+
     fn live_shared(&mut self, key: &str, now: Instant) -> Option<&mut Vec<SharedHolder>> {
         let grants = self.shared.get_mut(key)?;
         grants.retain(|grant| grant.expires_at > now);
@@ -366,6 +374,10 @@ impl State {
             .map(|g| g.expires_at)
             .min()
             .map(|at| at.saturating_duration_since(now));
+        let exhausted = self.exhausted_shards(&lease.key);
+        if every_shard_exhausted(lease.kind, &exhausted) {
+            return Err(LockError::exhausted(&lease.key, None));
+        }
         let ahead: Vec<LockKind> = self
             .live_line(&lease.key, now)
             .map(|line| {
@@ -377,8 +389,15 @@ impl State {
             .unwrap_or_default();
         let fair = matches!(turn, Turn::Fair(_));
         let start = lease.kind.count().map_or(0, random::below);
-        let admitted = admit(lease.kind, &shares, ahead.into_iter(), fair, start)
-            .map_err(|why| LockError::key_in_use(&lease.key, why))?;
+        let admitted = admit(
+            lease.kind,
+            &shares,
+            ahead.into_iter(),
+            fair,
+            start,
+            &exhausted,
+        )
+        .map_err(|why| LockError::key_in_use(&lease.key, why))?;
         let Some(slot) = admitted.filter(|_| !kept) else {
             if let Some(place) = turn.place().filter(|_| !kept) {
                 self.keep_place(lease, place, now);
@@ -435,11 +454,14 @@ impl State {
                 .map(|grants| grants.iter().map(SharedHolder::share).collect())
                 .unwrap_or_default();
             let start = kind.count().map_or(0, random::below);
+            let exhausted = self.exhausted_shards(key);
             let admitted = match kind {
-                // A mutex's place, or one of a kind the key does not serve now, is skipped
-                // (its next attempt says why), as the Redis script does.
+                // A mutex's place, one of a kind the key does not serve now, or one whose
+                // every shard is exhausted, is skipped (its next attempt says why), as the
+                // Redis script does.
                 LockKind::Mutex => Err(String::new()),
-                kind => admit(kind, &shares, [].into_iter(), false, start),
+                kind if every_shard_exhausted(kind, &exhausted) => Err(String::new()),
+                kind => admit(kind, &shares, [].into_iter(), false, start, &exhausted),
             };
             if let Ok(None) = admitted {
                 break;
@@ -783,6 +805,52 @@ impl AsyncBackend for MemoryBackend {
 
     fn result_calls(&self) -> Option<&dyn ResultStore> {
         Some(self)
+    }
+
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        Some(self)
+    }
+}
+
+// Exhausted shards (see `ShardMarks`).
+impl AsyncShardMarks for MemoryBackend {
+    async fn mark(&self, held: &HeldLease) -> Result<bool, LockError> {
+        self.with_state(|state| {
+            let (lease, now) = (&held.lease, Instant::now());
+            let Some(shard) = held
+                .slot
+                .filter(|_| matches!(lease.kind, LockKind::Segmented { .. }))
+            else {
+                return Ok(false);
+            };
+            let holds = state.live_shared(&lease.key, now).is_some_and(|grants| {
+                grants.iter().any(|g| {
+                    g.owner == lease.owner
+                        && g.token == held.token
+                        && g.slot == shard
+                        && !g.released
+                })
+            });
+            if holds {
+                let marks = state.exhausted.entry(lease.key.clone()).or_default();
+                if let Err(at) = marks.binary_search(&shard) {
+                    marks.insert(at, shard);
+                }
+            }
+            Ok(holds)
+        })
+    }
+
+    async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        self.with_state(|state| {
+            if let Some(marks) = state.exhausted.get_mut(key) {
+                marks.retain(|marked| shard.is_some_and(|shard| shard != *marked));
+                if marks.is_empty() {
+                    state.exhausted.remove(key);
+                }
+            }
+        });
+        Ok(())
     }
 }
 

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(crate) use self::native::{AsyncBackend, AsyncOperator, AsyncResults};
+pub(crate) use self::native::{AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks};
 pub use self::state::{
     ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
@@ -436,6 +436,32 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn results(&self) -> Option<&dyn ResultStore> {
         None
     }
+
+    /// Where segmented locks keep their exhausted shards, if the backend offers it: `None` by
+    /// default, and marking or refilling a shard is refused with [`LockError::InvalidConfig`].
+    /// A backend that offers it skips the shards marked exhausted in every acquisition of a
+    /// segmented lock, and refuses one for which every shard below its count is marked with
+    /// [`LockError::Exhausted`] (`shard: None`), without waiting and without taking a place.
+    fn shard_marks(&self) -> Option<&dyn ShardMarks> {
+        None
+    }
+}
+
+/// Exhausted shards of segmented locks ([`LockBackend::shard_marks`]): a body that finds the
+/// part of a resource its shard guards used up marks the shard, and every client's later
+/// acquisitions skip it until it is refilled.
+pub trait ShardMarks: Send + Sync {
+    /// Marks the shard of `held` (a [`LockKind::Segmented`] grant) exhausted, if that grant
+    /// still holds it: `false` if it does not any more, and nothing is marked (the body's view
+    /// of the shard may be stale; a refill since must not be undone).
+    fn mark_exhausted<'a>(&'a self, held: &'a HeldLease) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Clears the marks of `key`'s shards: `shard`'s, or every one with `None`.
+    fn refill<'a>(
+        &'a self,
+        key: &'a str,
+        shard: Option<u32>,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
 }
 
 /// A value that a single-flight call computed under a key's mutex, as the store keeps it

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
     LockBackend, LockState, OperatorBackend, Published, Release, ReleaseWatch, ResultStore,
-    SharedResult, Turn,
+    ShardMarks, SharedResult, Turn,
 };
 use crate::LockError;
 
@@ -61,6 +61,24 @@ pub(crate) trait AsyncBackend: Send + Sync + std::fmt::Debug + 'static {
     fn result_calls(&self) -> Option<&dyn ResultStore> {
         None
     }
+
+    /// [`LockBackend::shard_marks`].
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        None
+    }
+}
+
+/// [`ShardMarks`], with `async fn`s; each method is that trait's of the same meaning.
+pub(crate) trait AsyncShardMarks: Send + Sync {
+    /// [`ShardMarks::mark_exhausted`].
+    fn mark(&self, held: &HeldLease) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// [`ShardMarks::refill`].
+    fn clear_marks(
+        &self,
+        key: &str,
+        shard: Option<u32>,
+    ) -> impl Future<Output = Result<(), LockError>> + Send;
 }
 
 /// [`ResultStore`], with `async fn`s; each method is that trait's of the same meaning.
@@ -141,6 +159,24 @@ impl<B: AsyncBackend> LockBackend for B {
 
     fn results(&self) -> Option<&dyn ResultStore> {
         self.result_calls()
+    }
+
+    fn shard_marks(&self) -> Option<&dyn ShardMarks> {
+        self.shard_mark_calls()
+    }
+}
+
+impl<S: AsyncShardMarks> ShardMarks for S {
+    fn mark_exhausted<'a>(&'a self, held: &'a HeldLease) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.mark(held))
+    }
+
+    fn refill<'a>(
+        &'a self,
+        key: &'a str,
+        shard: Option<u32>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(self.clear_marks(key, shard))
     }
 }
 

@@ -49,8 +49,8 @@ use futures_util::future::join_all;
 
 use super::redis::{Proposal, RedisBackend, RedisSettings};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, LockBackend, Release,
-    ReleaseWatch, Turn,
+    Acquire, AsyncBackend, AsyncOperator, AsyncShardMarks, Extended, HeldLease, Lease, LockBackend,
+    Release, ReleaseWatch, ShardMarks, Turn,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, Masters, OperatorBackend, QUEUE_SHOWN,
@@ -314,7 +314,7 @@ impl RedlockBackend {
     fn refusal(&self, lease: &Lease, replies: Vec<Answer>) -> Result<Acquire, LockError> {
         let foreign: Vec<&LockError> = replies
             .iter()
-            .filter_map(|reply| reply.as_ref().err().filter(|e| is_key_in_use(e)))
+            .filter_map(|reply| reply.as_ref().err().filter(|e| refuses_alike(e)))
             .collect();
         if foreign.len() > self.masters.len() - self.quorum() {
             return Err(foreign[0].clone());
@@ -387,8 +387,13 @@ fn clock_us() -> u64 {
         .map_or(0, |since| since.as_micros() as u64)
 }
 
-fn is_key_in_use(error: &LockError) -> bool {
-    matches!(error, LockError::KeyInUse { .. })
+/// A master's refusal that every master in the same state gives alike: foreign data in the
+/// key, or every shard marked exhausted.
+fn refuses_alike(error: &LockError) -> bool {
+    matches!(
+        error,
+        LockError::KeyInUse { .. } | LockError::Exhausted { .. }
+    )
 }
 
 // The operator's view: each lock merged over the masters.
@@ -644,6 +649,34 @@ impl AsyncBackend for RedlockBackend {
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
+    }
+
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        Some(self)
+    }
+}
+
+// Exhausted shards: marked on each master that still holds the grant, and marked for all only
+// if a majority does; a request refused as exhausted by so many masters that no majority can
+// grant is refused as such.
+impl AsyncShardMarks for RedlockBackend {
+    async fn mark(&self, held: &HeldLease) -> Result<bool, LockError> {
+        let replies = self.on_every_master(|master| master.mark(held)).await;
+        let answers = self.majority_answered(
+            Some(&held.lease.key),
+            "marking a shard exhausted failed",
+            replies,
+        )?;
+        let marked = answers.iter().filter(|(_, marked)| *marked).count();
+        Ok(marked >= self.quorum())
+    }
+
+    async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        let replies = self
+            .on_every_master(|master| master.clear_marks(key, shard))
+            .await;
+        self.majority_answered(Some(key), "refilling shards failed", replies)
+            .map(drop)
     }
 }
 

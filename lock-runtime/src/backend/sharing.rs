@@ -24,13 +24,15 @@ pub(crate) struct Share {
 ///   inside (the smallest count wins); a permit or shard takes the first free slot below its
 ///   count, looking from `start` on (a random start spreads segmented locks over their
 ///   shards). A shard needs nothing more: a request for fewer shards takes one below its
-///   count beside holders of higher ones.
+///   count beside holders of higher ones. A shard in `exhausted` is never taken (see
+///   [`every_shard_exhausted`]).
 pub(crate) fn admit(
     kind: LockKind,
     holders: &[Share],
     mut ahead: impl Iterator<Item = LockKind>,
     fair: bool,
     start: u32,
+    exhausted: &[u32],
 ) -> Result<Option<u32>, String> {
     if let Some(other) = holders.iter().find(|h| !h.kind.shares_keys_with(kind)) {
         return Err(conflict(other.kind, kind));
@@ -57,9 +59,18 @@ pub(crate) fn admit(
             }
             (0..count)
                 .map(|offset| (start % count + offset) % count)
-                .find(|slot| !holders.iter().any(|h| h.slot == *slot))
+                .find(|slot| !holders.iter().any(|h| h.slot == *slot) && !exhausted.contains(slot))
         }
     })
+}
+
+/// Whether `kind` is a segmented lock whose every shard (below its count) is in `exhausted`:
+/// such a request is refused at once, since no release would let it in.
+pub(crate) fn every_shard_exhausted(kind: LockKind, exhausted: &[u32]) -> bool {
+    match kind {
+        LockKind::Segmented { shards } => (0..shards).all(|shard| exhausted.contains(&shard)),
+        _ => false,
+    }
 }
 
 /// The slot a grant of `kind` names: the permit or shard of a semaphore or a segmented lock
@@ -114,7 +125,7 @@ mod tests {
     const WRITE: Share = share(LockKind::Write, 0);
 
     fn admitted(kind: LockKind, holders: &[Share], ahead: &[LockKind], fair: bool) -> Option<u32> {
-        admit(kind, holders, ahead.iter().copied(), fair, 0).unwrap()
+        admit(kind, holders, ahead.iter().copied(), fair, 0, &[]).unwrap()
     }
 
     #[test]
@@ -155,19 +166,37 @@ mod tests {
         let shards = LockKind::Segmented { shards: 4 };
         let inside = [share(shards, 2), share(shards, 3)];
         assert_eq!(
-            admit(shards, &inside, [].into_iter(), false, 2),
+            admit(shards, &inside, [].into_iter(), false, 2, &[]),
             Ok(Some(0))
         );
         assert_eq!(
-            admit(shards, &inside, [].into_iter(), false, 5),
+            admit(shards, &inside, [].into_iter(), false, 5, &[]),
             Ok(Some(1))
         );
         let fewer = LockKind::Segmented { shards: 2 };
         let low = [share(shards, 0), share(shards, 1)];
-        assert_eq!(admit(fewer, &low, [].into_iter(), false, 0), Ok(None));
+        assert_eq!(admit(fewer, &low, [].into_iter(), false, 0, &[]), Ok(None));
         let one = LockKind::Segmented { shards: 1 };
-        let beside = admit(shards, &[share(one, 0)], [].into_iter(), false, 0);
+        let beside = admit(shards, &[share(one, 0)], [].into_iter(), false, 0, &[]);
         assert_eq!(beside, Ok(Some(1)), "no count rule for shards");
+    }
+
+    #[test]
+    fn exhausted_shards_are_never_taken() {
+        let shards = LockKind::Segmented { shards: 4 };
+        let inside = [share(shards, 1)];
+        let free = admit(shards, &inside, [].into_iter(), false, 0, &[0, 2]);
+        assert_eq!(free, Ok(Some(3)));
+        let none = admit(shards, &inside, [].into_iter(), false, 0, &[0, 2, 3]);
+        assert_eq!(none, Ok(None), "the held shard may come back");
+        assert!(!every_shard_exhausted(shards, &[0, 2, 3]));
+        assert!(every_shard_exhausted(shards, &[3, 2, 1, 0]));
+        let fewer = LockKind::Segmented { shards: 2 };
+        assert!(every_shard_exhausted(fewer, &[0, 1]));
+        assert!(!every_shard_exhausted(
+            LockKind::Semaphore { permits: 1 },
+            &[0]
+        ));
     }
 
     #[test]
@@ -179,6 +208,7 @@ mod tests {
             [].into_iter(),
             false,
             0,
+            &[],
         );
         let why = why.unwrap_err();
         assert!(why.contains("held as a semaphore lock"), "{why}");

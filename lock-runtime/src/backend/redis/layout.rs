@@ -13,7 +13,8 @@
 //! the oldest waiter whose place lasts and publishes that on the channel `P{K}:released`
 //! (`release.lua`). A shared kind (read/write lock, semaphore, segmented lock) keeps its
 //! grants in `P{K}` as a hash and their leases in the sorted set `P{K}:leases` (`shared.lua`
-//! describes both), and remembers releases as a mutex does. The braces put every key in one
+//! describes both), and remembers releases as a mutex does; a segmented lock's shards marked
+//! exhausted are the set `P{K}:exhausted`, which stays until a refill empties it. The braces put every key in one
 //! Redis Cluster hash slot, and `K` stays
 //! readable for operators; a key starting with a brace gets one more `{` in front (`P{{}x}`),
 //! since Redis would hash the whole key for an empty tag.
@@ -69,12 +70,20 @@ pub(crate) fn lock_keys(lock_key: String) -> [String; 4] {
     [lock_key, fence_key, queue_key, deadlines_key]
 }
 
-/// [`lock_keys`] and a shared kind's leases: the keys of the operator's scripts, which read
-/// a lock of any kind.
-pub(crate) fn operator_keys(lock_key: String) -> [String; 5] {
+/// [`lock_keys`], a shared kind's leases and a segmented lock's exhausted shards: the keys of
+/// the operator's scripts, which read a lock of any kind.
+pub(crate) fn operator_keys(lock_key: String) -> [String; 6] {
     let leases_key = leases_key(&lock_key);
+    let exhausted_key = exhausted_key(&lock_key);
     let [lock_key, fence_key, queue_key, deadlines_key] = lock_keys(lock_key);
-    [lock_key, fence_key, queue_key, deadlines_key, leases_key]
+    [
+        lock_key,
+        fence_key,
+        queue_key,
+        deadlines_key,
+        leases_key,
+        exhausted_key,
+    ]
 }
 
 /// The keys of the waiters' queue next to `lock_key`.
@@ -94,6 +103,12 @@ pub(crate) fn leases_key(lock_key: &str) -> String {
 /// The channel on which the releases of `lock_key` are announced.
 pub(crate) fn release_channel(lock_key: &str) -> String {
     format!("{lock_key}:released")
+}
+
+/// The shards of a segmented lock marked exhausted (a set of shard numbers), kept until a
+/// refill takes them out.
+pub(crate) fn exhausted_key(lock_key: &str) -> String {
+    format!("{lock_key}:exhausted")
 }
 
 /// Where single-flight calls leave their values (`action = Share`).

@@ -22,10 +22,10 @@ use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
-    Acquire, AsyncBackend, AsyncResults, Extended, HeldLease, Lease, Published, Release,
-    ReleaseWatch, ResultStore, SharedResult, Turn, release_memory,
+    Acquire, AsyncBackend, AsyncResults, AsyncShardMarks, Extended, HeldLease, Lease, Published,
+    Release, ReleaseWatch, ResultStore, SharedResult, Turn, release_memory,
 };
-use crate::backend::{Capabilities, OperatorBackend, Timeouts, foreign_result};
+use crate::backend::{Capabilities, OperatorBackend, ShardMarks, Timeouts, foreign_result};
 use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -469,6 +469,7 @@ impl RedisBackend {
         let script = if lease.kind.is_shared() {
             args.extend([kind, &count, &start]);
             keys.push(leases_key);
+            keys.push(layout::exhausted_key(&keys[0]));
             &LIBRARY.shared_acquire
         } else {
             &LIBRARY.acquire
@@ -678,6 +679,7 @@ impl RedisBackend {
             let hand_over = if self.hands_over { "1" } else { "0" };
             args.extend([kind.to_owned(), count.to_string(), hand_over.to_owned()]);
             keys.push(leases_key);
+            keys.push(layout::exhausted_key(&keys[0]));
         }
         args.push(
             release_memory(self.response_timeout)
@@ -869,6 +871,11 @@ fn parse_acquire(lease: &Lease, reply: &Value) -> Result<Acquire, LockError> {
     {
         return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
     }
+    if let [status] = items.as_slice()
+        && integer(status) == Some(3)
+    {
+        return Err(LockError::exhausted(key, None));
+    }
     let numbers: Option<Vec<i64>> = items.iter().map(integer).collect();
     let granted = |token: i64, slot: Option<u32>| Acquire::Granted {
         token: token as u64,
@@ -978,6 +985,45 @@ impl AsyncBackend for RedisBackend {
 
     fn result_calls(&self) -> Option<&dyn ResultStore> {
         Some(self)
+    }
+
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        Some(self)
+    }
+}
+
+// Exhausted shards (see `ShardMarks`): a set next to the lock key in its slot.
+impl AsyncShardMarks for RedisBackend {
+    async fn mark(&self, held: &HeldLease) -> Result<bool, LockError> {
+        let key = &held.lease.key;
+        let lock_key = self.lock_key(key);
+        let (leases_key, exhausted_key) = (
+            layout::leases_key(&lock_key),
+            layout::exhausted_key(&lock_key),
+        );
+        let keys = [lock_key, leases_key, exhausted_key];
+        let (token, shard) = (
+            held.token.to_string(),
+            held.slot.unwrap_or_default().to_string(),
+        );
+        let args = [held.lease.owner.as_str(), &token, &shard];
+        let reply = self.run(&LIBRARY.shard_mark, &keys, &args, key).await?;
+        match integer(&reply) {
+            Some(marked) => Ok(marked == 1),
+            None => Err(unexpected(key, "marking a shard exhausted", &reply)),
+        }
+    }
+
+    async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        let keys = [layout::exhausted_key(&self.lock_key(key))];
+        let shard = shard.map(|shard| shard.to_string()).unwrap_or_default();
+        let reply = self
+            .run(&LIBRARY.shard_refill, &keys, &[&shard], key)
+            .await?;
+        match integer(&reply) {
+            Some(_) => Ok(()),
+            None => Err(unexpected(key, "refilling shards", &reply)),
+        }
     }
 }
 

@@ -180,7 +180,7 @@ impl RedisBackend {
     }
 
     /// The keys and argument of the inspection script for `key`.
-    fn inspect_call(&self, key: &str) -> ([String; 5], String) {
+    fn inspect_call(&self, key: &str) -> ([String; 6], String) {
         let keys = layout::operator_keys(self.lock_key(key));
         (keys, QUEUE_SHOWN.to_string())
     }

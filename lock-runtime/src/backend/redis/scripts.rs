@@ -46,6 +46,8 @@ pub(crate) struct Library {
     pub(crate) force_release: LockScript,
     pub(crate) result_publish: LockScript,
     pub(crate) result_read: LockScript,
+    pub(crate) shard_mark: LockScript,
+    pub(crate) shard_refill: LockScript,
     source: String,
 }
 
@@ -60,7 +62,7 @@ struct Part {
     flags: &'static str,
 }
 
-const PARTS: [Part; 10] = [
+const PARTS: [Part; 12] = [
     Part {
         name: "acquire",
         prelude: &[GRANT],
@@ -121,6 +123,18 @@ const PARTS: [Part; 10] = [
         body: include_str!("lua/result_read.lua"),
         flags: "'no-writes'",
     },
+    Part {
+        name: "shard_mark",
+        prelude: &[GRANT, SHARED],
+        body: include_str!("lua/shard_mark.lua"),
+        flags: "",
+    },
+    Part {
+        name: "shard_refill",
+        prelude: &[],
+        body: include_str!("lua/shard_refill.lua"),
+        flags: "'allow-oom'",
+    },
 ];
 
 /// The library, built once.
@@ -151,6 +165,8 @@ impl Library {
             force_release,
             result_publish,
             result_read,
+            shard_mark,
+            shard_refill,
         ] = PARTS.map(|part| {
             let function = format!("{library}_{}", part.name);
             source.push_str(&format!(
@@ -176,6 +192,8 @@ impl Library {
             force_release,
             result_publish,
             result_read,
+            shard_mark,
+            shard_refill,
             source,
         }
     }

@@ -338,6 +338,76 @@ pub async fn shards_are_exclusive_and_named(client: &LockClient, key: &str) {
     }
 }
 
+/// A shard marked exhausted by its holder is skipped by every later request until refilled;
+/// a request whose every shard is marked is refused at once with `Exhausted`; only the
+/// grant that holds a shard can mark it.
+pub async fn exhausted_shards_are_skipped_until_refilled(client: &LockClient, key: &str) {
+    let rule = "exhausted_shards_are_skipped_until_refilled";
+    let marks = client
+        .backend()
+        .shard_marks()
+        .expect("segmented locks keep marks");
+    let first = take(client, key, SHARDS, rule).await;
+    let marked = first.shard().expect("a shard is named");
+    first
+        .mark_exhausted()
+        .await
+        .expect("the holder marks its shard");
+    let stale = HeldLease {
+        lease: lease(key, "stale", SHARDS),
+        token: first.token(),
+        slot: first.shard(),
+    };
+    let not_held = marks.mark_exhausted(&stale).await.expect("mark");
+    assert!(!not_held, "{rule}: another owner cannot mark a shard");
+    first.release().await.expect("release");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(take(client, key, SHARDS, rule).await);
+    }
+    assert!(
+        held.iter().all(|g| g.shard() != Some(marked)),
+        "{rule}: the marked shard {marked} is skipped"
+    );
+    expect_not_acquired(try_once(client, key, SHARDS).await, 1, rule);
+    for guard in held {
+        guard
+            .mark_exhausted()
+            .await
+            .expect("the holder marks its shard");
+        guard.release().await.expect("release");
+    }
+    let refused = client
+        .request(key, SHARDS)
+        .ttl_ms(LONG_TTL_MS)
+        .wait_ms(LONG.as_millis() as u64)
+        .acquire()
+        .await;
+    match refused {
+        Err(LockError::Exhausted { shard: None, .. }) => {}
+        other => panic!("{rule}: every shard marked refuses at once, got {other:?}"),
+    }
+    client.refill_shard(key, 2).await.expect("refill");
+    let refilled = take(client, key, SHARDS, rule).await;
+    assert_eq!(refilled.shard(), Some(2), "{rule}: the refilled shard");
+    let released = HeldLease {
+        lease: lease(key, "released", SHARDS),
+        token: refilled.token(),
+        slot: refilled.shard(),
+    };
+    refilled.release().await.expect("release");
+    let gone = marks.mark_exhausted(&released).await.expect("mark");
+    assert!(!gone, "{rule}: a released grant marks nothing");
+    client.refill_shards(key).await.expect("refill");
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(take(client, key, SHARDS, rule).await);
+    }
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+}
+
 /// A key held by one kind refuses requests of another, with `KeyInUse`, whichever way round.
 pub async fn kinds_do_not_mix_on_one_key(client: &LockClient, key: &str) {
     let pairs = [

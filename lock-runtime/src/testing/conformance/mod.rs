@@ -10,10 +10,10 @@ pub use kinds::{
     a_renewal_in_flight_never_revives_a_kept_release, a_semaphore_lets_in_its_permits,
     a_shared_min_hold_keeps_the_grant, a_shared_release_is_announced_and_remembered,
     a_waiting_writer_goes_before_later_readers, an_expired_permit_comes_back,
-    an_operator_sees_and_ends_shared_grants, kinds_do_not_mix_on_one_key,
-    kinds_not_offered_are_refused, readers_share_and_a_writer_excludes,
-    shards_are_exclusive_and_named, shared_grants_are_renewed_owner_checked,
-    the_smallest_count_inside_wins,
+    an_operator_sees_and_ends_shared_grants, exhausted_shards_are_skipped_until_refilled,
+    kinds_do_not_mix_on_one_key, kinds_not_offered_are_refused,
+    readers_share_and_a_writer_excludes, shards_are_exclusive_and_named,
+    shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
 };
 pub use lifecycle::{
     a_release_in_flight_does_not_refuse_the_same_client, a_shared_value_is_kept_for_its_grant_only,
@@ -149,6 +149,10 @@ pub const RULES: &[Rule] = &[
     rule!(an_expired_permit_comes_back, kinds::offers_semaphores),
     rule!(a_shared_min_hold_keeps_the_grant, kinds::offers_semaphores),
     rule!(shards_are_exclusive_and_named, kinds::offers_shards),
+    rule!(
+        exhausted_shards_are_skipped_until_refilled,
+        kinds::offers_shards
+    ),
     rule!(
         an_operator_sees_and_ends_shared_grants,
         kinds::offers_read_write

@@ -10,7 +10,7 @@
 -- token name, among the live grants; the waiters at the head join the others as far as they
 -- may, as after a release.
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
--- KEYS[5] a shared kind's leases
+-- KEYS[5] a shared kind's leases, KEYS[6] a segmented lock's shards marked exhausted
 -- ARGV[1] the channel of the key's releases, ARGV[2] `PUBLISH`, or `SPUBLISH` on a Redis
 -- Cluster, ARGV[3] the tag of the grant's owner (see owner_tag), ARGV[4] its fencing token, or
 -- '' when it names none (a key kept after its release: the owner names it), ARGV[5] '1' to
@@ -62,7 +62,7 @@ local function force_release_shared()
   remove_grant(KEYS[1], KEYS[5], named, member, now_ms)
   local announced = {}
   if ARGV[5] == '1' then
-    announced = hand_off_shared(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], now_ms, now_us)
+    announced = hand_off_shared(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], KEYS[6], now_ms, now_us)
   end
   if #announced == 0 then
     local token = named.token ~= 'released' and named.token or

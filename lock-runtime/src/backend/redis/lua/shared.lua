@@ -173,8 +173,9 @@ end
 -- Whether a request of `kind` (asking for `count`) may join the grants of the key now, as
 -- sharing.rs's admit says: returns the slot it takes, false when it must wait, or nil and
 -- why the kinds conflict. `held_back` says whether a place ahead of it in line holds it back;
--- `start` is where the search for a free slot begins.
-local function admit(lock_key, leases_key, kind, count, held_back, start)
+-- `start` is where the search for a free slot begins. A shard in the set `exhausted_key` is
+-- never taken.
+local function admit(lock_key, leases_key, kind, count, held_back, start, exhausted_key)
   local family = redis.call('HGET', lock_key, 'f')
   if family and family ~= FAMILY[kind] then
     return nil, conflict(family, kind)
@@ -202,11 +203,35 @@ local function admit(lock_key, leases_key, kind, count, held_back, start)
   end
   for offset = 0, count - 1 do
     local slot = (start + offset) % count
-    if redis.call('HEXISTS', lock_key, 's:' .. slot) == 0 then
+    if redis.call('HEXISTS', lock_key, 's:' .. slot) == 0
+        and (kind ~= 'g' or redis.call('SISMEMBER', exhausted_key, slot) == 0) then
       return slot
     end
   end
   return false
+end
+
+-- Whether `kind` is a segmented lock whose every shard below `count` is in the set
+-- `exhausted_key` (such a request is refused at once, as sharing.rs's every_shard_exhausted
+-- says), or why that set cannot be read.
+local function every_shard_exhausted(exhausted_key, kind, count)
+  if kind ~= 'g' then
+    return false
+  end
+  local found = redis.call('TYPE', exhausted_key).ok
+  if found ~= 'set' then
+    return false, found ~= 'none' and
+      'its set of exhausted shards holds something else (a ' .. found .. ')'
+  end
+  if redis.call('SCARD', exhausted_key) < count then
+    return false
+  end
+  for shard = 0, count - 1 do
+    if redis.call('SISMEMBER', exhausted_key, shard) == 0 then
+      return false
+    end
+  end
+  return true
 end
 
 -- The key's latest fencing token: the counter's, or the latest grant's if greater (the
@@ -221,7 +246,7 @@ end
 -- `granted <sha1 of the owner token> <fencing token>` per grant (and ` <slot>` for a permit or
 -- a shard, which its waiter then holds without another attempt).
 local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadlines_key,
-                               now_ms, now_us)
+                               exhausted_key, now_ms, now_us)
   local announced = {}
   local head, last = line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
   if not head then
@@ -232,8 +257,15 @@ local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadl
     local owner, lease_ms, kind, count = string.match(head, '^(%S+) (%d+) ([rwsg]) (%d+)$')
     local lapses_at = tonumber(redis.call('ZSCORE', deadlines_key, head))
     if owner and lapses_at and lapses_at > now_ms then
-      local slot, conflicting = admit(lock_key, leases_key, kind, tonumber(count), false, now_us)
-      -- A waiter of a kind the key does not serve now is skipped (its next attempt says so).
+      local slot, conflicting
+      if every_shard_exhausted(exhausted_key, kind, tonumber(count)) then
+        slot, conflicting = false, 'exhausted'
+      else
+        slot, conflicting = admit(lock_key, leases_key, kind, tonumber(count), false, now_us,
+                                  exhausted_key)
+      end
+      -- A waiter of a kind the key does not serve now, or whose every shard is exhausted, is
+      -- skipped (its next attempt says so).
       if not slot and not conflicting then
         break
       end

@@ -2,7 +2,7 @@
 -- that may not join the holders keeps its place in the key's queue, so that a release can
 -- hand it over.
 -- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
--- KEYS[5] the leases
+-- KEYS[5] the leases, KEYS[6] the shards marked exhausted (a set)
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] how long the owner's place lasts in ms
 -- (0: it takes no place), ARGV[4] '1' in fair mode, ARGV[5] '1' when a WAIT follows (the
 -- grant must be a write of this connection), ARGV[6] the least token to grant, or '',
@@ -10,7 +10,8 @@
 -- the search for a free slot starts
 -- Returns {1, token, slot} when granted; {0, ms until the first lease ends (-3: no holder,
 -- but earlier waiters go first), the key's latest fencing token}; {2, why} when the key holds
--- another kind's grants or something that is not a lock's.
+-- another kind's grants or something that is not a lock's; {3} when every shard a segmented
+-- request may take is marked exhausted.
 local now_ms, now_us = server_time()
 local foreign = open_shared(KEYS[1], KEYS[5], now_ms)
 if foreign then
@@ -46,6 +47,13 @@ if foreign then
 end
 last = latest_shared_token(KEYS[1], last)
 head = prune_queue(KEYS[3], KEYS[4], lapsed, head)
+local exhausted, unreadable = every_shard_exhausted(KEYS[6], kind, count)
+if unreadable then
+  return {2, unreadable}
+end
+if exhausted and not mine then
+  return {3}
+end
 local entry = shared_entry(owner, ARGV[2], kind, ARGV[8])
 -- Whether a place ahead holds the request back: in fair mode any (the head is not ours);
 -- else, for a reader only, a writer's (the whole line is read only then).
@@ -63,7 +71,7 @@ elseif head and kind == 'r' then
     end
   end
 end
-local slot, why = admit(KEYS[1], KEYS[5], kind, count, held_back, tonumber(ARGV[9]))
+local slot, why = admit(KEYS[1], KEYS[5], kind, count, held_back, tonumber(ARGV[9]), KEYS[6])
 if why then
   return {2, why}
 end

@@ -2,7 +2,8 @@
 -- waiters at the head of the queue as far as they may join (unless ARGV[8] says not to), and
 -- take back the place ARGV[1] may have in the queue as a waiter.
 -- KEYS[1] lock key (a hash), KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
--- KEYS[5] the owner's release memory (`<lock key>:released:<owner>`), KEYS[6] the leases
+-- KEYS[5] the owner's release memory (`<lock key>:released:<owner>`), KEYS[6] the leases,
+-- KEYS[7] the shards marked exhausted
 -- ARGV[1] owner token; ARGV[2] ms to keep the grant (min_hold_ms), 0 to delete; ARGV[3] the
 -- channel on which waiters hear of releases; ARGV[4] the owner's lease in ms; ARGV[5]
 -- `PUBLISH`, or `SPUBLISH` on a Redis Cluster; ARGV[6] the owner's kind and ARGV[7] its count
@@ -60,7 +61,7 @@ remove_grant(KEYS[1], KEYS[6], mine, member, now_ms)
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[9])
 local announced = {}
 if ARGV[8] == '1' then
-  announced = hand_off_shared(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], now_ms, now_us)
+  announced = hand_off_shared(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[7], now_ms, now_us)
 end
 if #announced == 0 then
   announced = {'released ' .. mine.token}
