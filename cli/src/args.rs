@@ -94,6 +94,15 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Clear the exhausted marks of a segmented lock's shards (`shard_exhausted()` set them),
+    /// once the stock they guard is back: calls take those shards again.
+    Refill {
+        /// The lock key, as the applications write it.
+        key: String,
+        /// Clear this shard's mark only (every mark without it).
+        #[arg(long, value_name = "N")]
+        shard: Option<u32>,
+    },
     /// Print each release of KEY as it happens (released, handed over, waiter left) until
     /// Ctrl-C.
     Watch {

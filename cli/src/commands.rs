@@ -2,8 +2,8 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use fencelock::LockError;
 use fencelock::admin::{Grant, Holding, LockAdmin, OwnerTag, ReleaseEvent};
+use fencelock::{LockClient, LockError};
 
 use crate::args::{Cli, Command, Connection, DEFAULT_PREFIX};
 use crate::connect::{connect, is_redis};
@@ -22,10 +22,12 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
              learns of it only at its next renewal or release): add --force",
         ));
     }
-    let admin = connect(&cli.connection).await?.admin();
+    let client = connect(&cli.connection).await?;
+    let admin = client.admin();
     let json = cli.json;
     let connection = &cli.connection;
     match &cli.command {
+        Command::Refill { key, shard } => refill(&client, key, *shard, json).await,
         Command::List { pattern } => list(&admin, connection, pattern, json).await,
         Command::Inspect { key } => inspect(&admin, connection, key, json).await,
         Command::Release {
@@ -35,6 +37,26 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             note_redis_name(&admin, connection, key).await;
             watch(&admin, key, *count, json).await
         }
+    }
+}
+
+async fn refill(
+    client: &LockClient,
+    key: &str,
+    shard: Option<u32>,
+    json: bool,
+) -> Result<(), Failure> {
+    let refilled = match shard {
+        Some(shard) => client.refill_shard(key, shard).await,
+        None => client.refill_shards(key).await,
+    };
+    refilled.map_err(|error| Failure::new(format!("refilling `{key}` failed"), error))?;
+    let shards = shard.map_or("every shard".to_owned(), |shard| format!("shard {shard}"));
+    if json {
+        let view = serde_json::json!({ "key": key, "refilled": true, "shard": shard });
+        print(&output::json(&view))
+    } else {
+        print(&format!("refilled {shards} of `{key}`"))
     }
 }
 

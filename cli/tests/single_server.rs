@@ -584,3 +584,31 @@ async fn force_release_of_holder(server: &fencelock::testing::RedisServer, key: 
         "{outcome}"
     );
 }
+
+/// `refill` clears a segmented lock's exhausted marks: one shard's, or all of them; the
+/// shards are taken again.
+#[tokio::test]
+async fn refill_clears_the_exhausted_marks() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    for _ in 0..2 {
+        let guard = locks.segmented("stock:7", 2).acquire().await.unwrap();
+        guard.mark_exhausted().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let sold_out = locks.segmented("stock:7", 2).give_up().acquire().await;
+    assert!(sold_out.unwrap_err().is_exhausted());
+
+    let said = on(&server, &["refill", "stock:7", "--shard", "1"])
+        .await
+        .ok();
+    assert_eq!(said.trim_end(), "refilled shard 1 of `stock:7`");
+    let guard = locks.segmented("stock:7", 2).give_up().acquire().await;
+    assert_eq!(guard.unwrap().shard(), Some(1), "the refilled shard alone");
+
+    let said = on(&server, &["--json", "refill", "stock:7"]).await.json();
+    assert_eq!(said["refilled"], true, "{said}");
+    assert_eq!(said["shard"], serde_json::Value::Null, "{said}");
+    let guard = locks.segmented("stock:7", 1).give_up().acquire().await;
+    assert_eq!(guard.unwrap().shard(), Some(0), "every shard refilled");
+}

@@ -49,8 +49,9 @@ impl LockClient {
 
 impl MultiLockRequest {
     /// Takes every key in sorted order, each as [`LockRequest::acquire`](crate::LockRequest::acquire)
-    /// does (with `wait_ms`, within what is left of it). If one cannot be had, the keys taken
-    /// are released before its error is returned: nothing is held then.
+    /// does, within what is left of the call's wait (`wait_ms`, else `retry × sleep_ms`). If
+    /// one cannot be had, the keys taken are released before its error is returned: nothing
+    /// is held then.
     ///
     /// # Cancel safety
     /// Dropping the future drops the guards taken so far, which releases them in the

@@ -293,15 +293,14 @@ impl LockOptions {
     /// These options for the next request of a call that started at `started` (the next key
     /// of `lock_all`, the next shard of a body that found its shard exhausted): its wait is
     /// what is left of the whole call's `wait_ms`, at least a millisecond, so that it is
-    /// still asked for once.
+    /// still asked for once. Without `wait_ms`, the whole call's wait is `retry × sleep_ms`,
+    /// so the retries do not start again for each request.
     pub(crate) fn left_since(self, started: tokio::time::Instant) -> Self {
-        match self.wait_bound() {
-            Some(wait) => {
-                let left = wait.saturating_sub(started.elapsed()).as_millis();
-                self.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
-            }
-            None => self,
+        if self.give_up {
+            return self;
         }
+        let left = self.wait().saturating_sub(started.elapsed()).as_millis();
+        self.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
     }
 
     /// The options of one key of a `lock_all` whose whole wait has `left_ms` left: the wait

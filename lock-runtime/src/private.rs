@@ -73,11 +73,18 @@ forward_as_lock_client!(&T, &mut T, Arc<T>, Box<T>, Rc<T>);
 pub trait LockResult {
     /// The `Err` that reports `error`.
     fn from_lock_error(error: LockError) -> Self;
+
+    /// Whether this is an `Err`.
+    fn is_failure(&self) -> bool;
 }
 
 impl<T, E: From<LockError>> LockResult for Result<T, E> {
     fn from_lock_error(error: LockError) -> Self {
         Err(E::from(error))
+    }
+
+    fn is_failure(&self) -> bool {
+        self.is_err()
     }
 }
 
@@ -203,10 +210,12 @@ impl ShardRuns {
     }
 
     /// `output` if the call ends with it; `None` if the body runs again, having marked its
-    /// shard exhausted with shards left to try.
-    pub fn finished<R>(&mut self, output: R) -> Option<R> {
+    /// shard exhausted and failed, with shards left to try (a body that marks its shard and
+    /// returns `Ok`, having sold the last unit, ends the call with it).
+    pub fn finished<R: LockResult>(&mut self, output: R) -> Option<R> {
         self.runs_left = self.runs_left.saturating_sub(1);
-        let again = self.exhausted.load(Ordering::Acquire) && self.runs_left > 0;
+        let marked = self.exhausted.load(Ordering::Acquire);
+        let again = marked && output.is_failure() && self.runs_left > 0;
         (!again).then_some(output)
     }
 }

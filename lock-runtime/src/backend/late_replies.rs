@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, ResultStore, Turn,
+    Release, ReleaseWatch, ResultStore, ShardMarks, Turn,
 };
 use crate::LockError;
 
@@ -69,5 +69,9 @@ impl LockBackend for LateReplies {
 
     fn results(&self) -> Option<&dyn ResultStore> {
         self.inner.results()
+    }
+
+    fn shard_marks(&self) -> Option<&dyn ShardMarks> {
+        self.inner.shard_marks()
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, ResultStore, Turn,
+    Release, ReleaseWatch, ResultStore, ShardMarks, Turn,
 };
 
 /// A call on its way to the wrapped backend.
@@ -184,5 +184,9 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
 
     fn results(&self) -> Option<&dyn ResultStore> {
         self.backend.results()
+    }
+
+    fn shard_marks(&self) -> Option<&dyn ShardMarks> {
+        self.backend.shard_marks()
     }
 }

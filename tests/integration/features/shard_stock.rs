@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use fencelock::{LockClient, LockError, current_shard, redis_lock, shard_exhausted, with_client};
 use futures::future::join_all;
 
-use crate::support::{client, redis_server};
+use std::time::Duration;
+
+use crate::support::{client, eventually, inspector, redis_server};
 
 /// An item's stock, one counter per shard, and how often a body ran.
 struct Stock {
@@ -110,4 +112,106 @@ async fn one_shard_refilled_is_the_only_one_taken() {
         6
     );
     assert_eq!(stock.runs.load(Ordering::Relaxed), 9);
+}
+
+#[redis_lock(key = "stock:{sku}", shards = 2)]
+async fn buy_and_mark_the_last(sku: &str, stock: &Stock) -> Result<u32, LockError> {
+    stock.runs.fetch_add(1, Ordering::Relaxed);
+    let shard = current_shard().expect("under the segmented lock");
+    let left = {
+        let mut units = stock.units.lock().unwrap();
+        let left = &mut units[shard as usize];
+        left.checked_sub(1).inspect(|after| *left = *after)
+    };
+    match left {
+        Some(after) => {
+            if after == 0 {
+                // The last unit of the shard is sold: nobody need look here again.
+                let _ = shard_exhausted().await;
+            }
+            Ok(shard)
+        }
+        None => Err(shard_exhausted().await),
+    }
+}
+
+/// Review finding: a body that sold the shard's last unit and marked it ran again on
+/// another shard and sold a second unit. A run that returns `Ok` ends the call.
+#[tokio::test]
+async fn a_body_that_marks_and_succeeds_ends_the_call() {
+    let locks = LockClient::memory();
+    let stock = Stock::new([1, 1, 0, 0, 0, 0, 0, 0]);
+    let sold = with_client(locks.clone(), buy_and_mark_the_last("tea", &stock)).await;
+    assert!(sold.is_ok(), "{sold:?}");
+    assert_eq!(stock.runs.load(Ordering::Relaxed), 1, "one run, one unit");
+    let units = *stock.units.lock().unwrap();
+    assert_eq!(units[0] + units[1], 1, "one unit left");
+}
+
+#[redis_lock(key = "stock:{sku}", shards = 8, retry = 2, sleep_ms = 1_000)]
+async fn mark_every_shard(sku: &str) -> Result<u32, LockError> {
+    Err(shard_exhausted().await)
+}
+
+/// Review finding: without `wait_ms`, each run waited `retry × sleep_ms` afresh. The runs
+/// share the call's wait: with every shard held and one freed every 350 ms, the call ends
+/// within its 2 s (on the paused clock).
+#[tokio::test(start_paused = true)]
+async fn the_runs_share_the_wait_of_retry_and_sleep() {
+    let locks = LockClient::memory();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(locks.segmented("stock:tea", 8).acquire().await.unwrap());
+    }
+    let freeing = async move {
+        for guard in held {
+            tokio::time::sleep(Duration::from_millis(350)).await;
+            guard.release().await.unwrap();
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let call = async {
+        let call = with_client(locks.clone(), mark_every_shard("tea")).await;
+        (call, started.elapsed())
+    };
+    let ((call, waited), ()) = tokio::join!(call, freeing);
+    assert!(call.is_err(), "{call:?}");
+    assert!(waited <= Duration::from_millis(2_100), "waited {waited:?}");
+}
+
+/// Review finding: foreign data in the key of exhausted shards failed the release script
+/// halfway when a segmented waiter was in line (a WRONGTYPE error, no hand-off, no
+/// announcement). The waiter is skipped and woken, and its next attempt says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_the_marks_does_not_break_a_release() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let guard = locks.segmented("stock:tea", 1).acquire().await.unwrap();
+    // Its pauses are long: only the release's announcement wakes it in time.
+    let other = client(&server).await;
+    let waiter = other
+        .segmented("stock:tea", 1)
+        .wait_ms(20_000)
+        .sleep_ms(15_000);
+    let waiting = tokio::spawn(waiter.acquire());
+    let admin = locks.admin();
+    let queued = eventually(Duration::from_secs(5), || async {
+        admin.inspect("stock:tea").await.unwrap().waiters == 1
+    });
+    assert!(queued.await, "the waiter is in line");
+    let mut redis = inspector(&server).await;
+    let _: () = redis::cmd("SET")
+        .arg("lock:{stock:tea}:exhausted")
+        .arg("not a set")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    match refused.expect("the waiter hears of the release").unwrap() {
+        Err(LockError::KeyInUse { reason, .. }) => {
+            assert!(reason.contains("exhausted shards"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -258,7 +258,8 @@ local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadl
     local lapses_at = tonumber(redis.call('ZSCORE', deadlines_key, head))
     if owner and lapses_at and lapses_at > now_ms then
       local slot, conflicting
-      if every_shard_exhausted(exhausted_key, kind, tonumber(count)) then
+      local exhausted, unreadable = every_shard_exhausted(exhausted_key, kind, tonumber(count))
+      if exhausted or unreadable then
         slot, conflicting = false, 'exhausted'
       else
         slot, conflicting = admit(lock_key, leases_key, kind, tonumber(count), false, now_us,
