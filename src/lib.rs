@@ -57,8 +57,8 @@ pub use fencelock_runtime::{
     LockGuard, LockKind, LockOptions, LockRequest, LossCause, MAX_KEY_LEN, MAX_PERMITS, MAX_SHARDS,
     MAX_TTL_MS, MultiGuard, MultiLockRequest, OnLost, OpenBuilder, RedisClientBuilder,
     RenewalStats, WithSources, admin, assert_locked, backend, current_shard, current_token,
-    current_tokens, escape_into, is_lost, lost, open, shard_exhausted, shutdown, telemetry,
-    with_client,
+    current_tokens, escape_into, instance, is_lost, lost, open, shard_exhausted, shutdown,
+    telemetry, with_client,
 };
 
 /// The builder of an etcd client ([`LockClient::etcd_builder`]).

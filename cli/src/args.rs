@@ -94,6 +94,16 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Release every lock that one instance holds (the clients built with
+    /// `instance_id(NAME)`, every run of it; owner-unchecked; needs --force): for an instance
+    /// known to be gone, whose restart would otherwise release them.
+    ReleaseInstance {
+        /// The instance id, as its clients were built with.
+        name: String,
+        /// Confirm that the release is owner-unchecked.
+        #[arg(long)]
+        force: bool,
+    },
     /// Clear the exhausted marks of a segmented lock's shards (`shard_exhausted()` set them),
     /// once the stock they guard is back: calls take those shards again.
     Refill {

@@ -22,12 +22,20 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
              learns of it only at its next renewal or release): add --force",
         ));
     }
+    if let Command::ReleaseInstance { name, force: false } = &cli.command {
+        return Err(Failure::message(
+            format!("refusing to release the locks of instance `{name}`"),
+            "a release from here is owner-unchecked (it ends its locks also if the instance \
+             still runs, which learns of it only at its next renewal or release): add --force",
+        ));
+    }
     let client = connect(&cli.connection).await?;
     let admin = client.admin();
     let json = cli.json;
     let connection = &cli.connection;
     match &cli.command {
         Command::Refill { key, shard } => refill(&client, key, *shard, json).await,
+        Command::ReleaseInstance { name, .. } => release_instance(&admin, name, json).await,
         Command::List { pattern } => list(&admin, connection, pattern, json).await,
         Command::Inspect { key } => inspect(&admin, connection, key, json).await,
         Command::Release {
@@ -37,6 +45,36 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             note_redis_name(&admin, connection, key).await;
             watch(&admin, key, *count, json).await
         }
+    }
+}
+
+async fn release_instance(admin: &LockAdmin, name: &str, json: bool) -> Result<(), Failure> {
+    let released = admin.release_instance(name).await.map_err(|error| {
+        Failure::new(
+            format!("releasing the locks of instance `{name}` failed"),
+            error,
+        )
+    })?;
+    let keys: Vec<&str> = released.released.iter().map(|f| f.key.as_str()).collect();
+    if json {
+        let view =
+            serde_json::json!({ "instance": name, "found": released.found, "released": keys });
+        print(&output::json(&view))
+    } else {
+        let grants = if keys.len() == 1 { "grant" } else { "grants" };
+        let listed = keys
+            .iter()
+            .map(|key| format!("`{key}`"))
+            .collect::<Vec<_>>();
+        let listed = if listed.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", listed.join(", "))
+        };
+        print(&format!(
+            "released {} {grants} of instance `{name}`{listed}",
+            keys.len()
+        ))
     }
 }
 

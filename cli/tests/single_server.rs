@@ -612,3 +612,37 @@ async fn refill_clears_the_exhausted_marks() {
     let guard = locks.segmented("stock:7", 1).give_up().acquire().await;
     assert_eq!(guard.unwrap().shard(), Some(0), "every shard refilled");
 }
+
+/// `release-instance NAME --force` releases every lock of that instance's clients, and
+/// nothing else; without --force it refuses and leaves them.
+#[tokio::test]
+async fn release_instance_frees_what_one_instance_holds() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let instance = LockClient::open_builder(&server.url()).instance_id("web-3");
+    let instance = instance.connect().await.unwrap();
+    let held = instance.lock("job:a").acquire().await.unwrap();
+    let permit = instance.semaphore("pool", 2).acquire().await.unwrap();
+    let other = locks.semaphore("pool", 2).acquire().await.unwrap();
+
+    let refused = on(&server, &["release-instance", "web-3"]).await;
+    let refused = refused.failed_with_one_line();
+    assert!(refused.contains("add --force"), "{refused}");
+    fencelock::testing::assertions::assert_held_by(&locks, &held).await;
+    let said = on(&server, &["release-instance", "web-3", "--force"])
+        .await
+        .ok();
+    assert_eq!(
+        said.trim_end(),
+        "released 2 grants of instance `web-3`: `job:a`, `pool`"
+    );
+    fencelock::testing::assertions::assert_free(&locks, "job:a").await;
+    fencelock::testing::assertions::assert_held_by(&locks, &other).await;
+    assert!(held.release().await.unwrap_err().is_lost());
+    assert!(permit.release().await.unwrap_err().is_lost());
+    let said = on(&server, &["--json", "release-instance", "web-3", "--force"])
+        .await
+        .json();
+    assert_eq!(said["found"], 0, "{said}");
+    other.release().await.unwrap();
+}

@@ -20,7 +20,7 @@ use crate::release_hub::owner_tag;
 use crate::renewal::valid_until;
 use crate::sync::Ticket;
 use crate::telemetry::{AcquireRecord, Holding, LockSpan};
-use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key, random};
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key};
 
 /// One request's way to a guard: what its attempts found so far, and its bounds.
 pub(crate) struct Acquisition {
@@ -119,7 +119,7 @@ impl Acquisition {
             pending: PendingAcquire {
                 lease: Lease {
                     key,
-                    owner: random::owner_token(),
+                    owner: client.owner_token(),
                     ttl: options.ttl(),
                     replicas: options.min_replicas,
                     kind,
@@ -605,7 +605,7 @@ impl PendingAcquire {
         if self.leaves_traces {
             release_in_background(&self.client, self.lease.clone(), Instant::now(), true, None);
         }
-        self.lease.owner = random::owner_token();
+        self.lease.owner = self.client.owner_token();
         self.leaves_traces = false;
     }
 

@@ -56,6 +56,11 @@ impl LockClient {
 }
 
 impl LockAdmin {
+    /// The client whose locks this handle operates.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
     fn backend(&self) -> &Arc<dyn LockBackend> {
         self.client.backend()
     }

@@ -9,10 +9,11 @@ use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::background::Background;
+use crate::instance::InstanceId;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::shutdown::ShutdownState;
 use crate::sync::Outstanding;
-use crate::{LockError, LockKind, LockRequest};
+use crate::{LockError, LockKind, LockRequest, random};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
 /// A connection to a lock backend. Cheap to clone: clones share the backend, its connection
@@ -35,6 +36,8 @@ struct ClientInner {
     shutdown: ShutdownState,
     /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
     notifies: bool,
+    /// The instance whose owner tokens this client writes, if it was built with one.
+    instance: Option<InstanceId>,
 }
 
 impl LockClient {
@@ -142,7 +145,7 @@ impl LockClient {
 
     /// A client over any [`LockBackend`].
     pub fn from_backend(backend: impl LockBackend) -> LockClient {
-        LockClient::with_background(Arc::new(backend), Background::Driver, true)
+        LockClient::with_background(Arc::new(backend), Background::Driver, true, None)
     }
 
     /// A client over any [`LockBackend`] whose background work runs on `runtime` (see
@@ -151,13 +154,14 @@ impl LockClient {
         backend: impl LockBackend,
         runtime: tokio::runtime::Handle,
     ) -> LockClient {
-        LockClient::with_background(Arc::new(backend), Background::Runtime(runtime), true)
+        LockClient::with_background(Arc::new(backend), Background::Runtime(runtime), true, None)
     }
 
     pub(crate) fn with_background(
         backend: Arc<dyn LockBackend>,
         background: Background,
         notifies: bool,
+        instance: Option<InstanceId>,
     ) -> LockClient {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         LockClient {
@@ -169,6 +173,7 @@ impl LockClient {
                 releases_in_flight: Arc::default(),
                 shutdown: ShutdownState::default(),
                 notifies,
+                instance,
             }),
         }
     }
@@ -320,6 +325,17 @@ impl LockClient {
         &self.inner.backend
     }
 
+    /// The instance this client was built for, if any.
+    pub(crate) fn instance(&self) -> Option<&InstanceId> {
+        self.inner.instance.as_ref()
+    }
+
+    /// A fresh owner token for one acquisition: random, led by the instance id if any.
+    pub(crate) fn owner_token(&self) -> String {
+        self.instance()
+            .map_or_else(random::owner_token, InstanceId::owner_token)
+    }
+
     pub(crate) fn notifies(&self) -> bool {
         self.inner.notifies
     }
@@ -368,6 +384,7 @@ pub struct RedisClientBuilder {
     release_notifications: bool,
     allow_eviction: bool,
     tls_root_certificate: Option<Vec<u8>>,
+    instance: Option<String>,
 }
 
 // The URL may carry a password: Debug output leaves it out.
@@ -404,6 +421,7 @@ impl RedisClientBuilder {
             release_notifications: true,
             allow_eviction: false,
             tls_root_certificate: None,
+            instance: None,
         }
     }
 
@@ -457,10 +475,17 @@ impl RedisClientBuilder {
         self
     }
 
+    /// The instance this client runs as (see [`OpenBuilder::instance_id`](crate::OpenBuilder::instance_id)).
+    pub fn instance_id(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
     /// Connects, checks the servers with `PING`, and (unless allowed) refuses a server that
     /// may evict keys.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let notifies = self.release_notifications;
+        let instance = InstanceId::of_setting(self.instance.as_deref())?;
         // Boxed as a trait object: the futures of every topology, nested in the caller's,
         // would make its type deep enough to overflow rustc's query depth in applications.
         let backend: BoxFuture<'static, _> = Box::pin(self.connect_topology());
@@ -468,6 +493,7 @@ impl RedisClientBuilder {
             backend.await?,
             Background::Driver,
             notifies,
+            instance,
         ))
     }
 

@@ -22,6 +22,7 @@ mod error;
 mod feature_off;
 mod glob;
 mod guard;
+pub mod instance;
 mod key;
 mod kind;
 mod locked_call;

@@ -16,9 +16,13 @@
 //! Several hosts share the URL's user and password; the store's own constructor
 //! ([`LockClient::redlock`] and the others) takes them one by one when they differ.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::memory::MemoryBackend;
+use crate::background::Background;
 use crate::error::redacted_url;
+use crate::instance::InstanceId;
 use crate::{LockClient, LockError, RedisClientBuilder};
 
 /// The stores a URL can name, by scheme (see the [module](self)).
@@ -177,6 +181,7 @@ pub struct OpenBuilder {
     allow_eviction: Option<bool>,
     connect_timeout: Option<Duration>,
     response_timeout: Option<Duration>,
+    instance: Option<String>,
 }
 
 // The URL's password stays out of Debug output.
@@ -190,6 +195,7 @@ impl std::fmt::Debug for OpenBuilder {
             .field("allow_eviction", &self.allow_eviction)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("instance", &self.instance)
             .finish()
     }
 }
@@ -244,6 +250,31 @@ impl OpenBuilder {
         self
     }
 
+    /// The instance this client runs as, the same on each of its runs: a pod's or a host's
+    /// name (1 to [`MAX_INSTANCE_LEN`](crate::instance::MAX_INSTANCE_LEN) ASCII letters,
+    /// digits, `-`, `_`; refused at [`connect`](Self::connect) otherwise). Every owner token
+    /// the client writes then starts with it and with the process's run, so that
+    /// [`LockClient::release_orphans`] can release at start what an earlier run left held
+    /// (a process killed while holding locks), and an operator can release what one instance
+    /// holds ([`LockAdmin::release_instance`](crate::LockAdmin::release_instance), `fencelock
+    /// release --instance NAME --force`). One live process per id: see `release_orphans`.
+    ///
+    /// ```
+    /// # async fn run() -> Result<(), fencelock_runtime::LockError> {
+    /// let locks = fencelock_runtime::LockClient::open_builder("memory://")
+    ///     .instance_id("checkout-2")
+    ///     .connect()
+    ///     .await?;
+    /// let left = locks.release_orphans().await?;
+    /// assert_eq!(left.found, 0);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub fn instance_id(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
     /// Connects to the store the URL names, with these settings. The URL of one Redis
     /// server or of a database goes to its client as it is.
     pub async fn connect(self) -> Result<LockClient, LockError> {
@@ -263,7 +294,14 @@ impl OpenBuilder {
                         "memory:// takes nothing after it: each one is a new lock space",
                     ));
                 }
-                Ok(LockClient::memory())
+                let instance = InstanceId::of_setting(self.instance.as_deref())?;
+                let memory = Arc::new(MemoryBackend::new());
+                Ok(LockClient::with_background(
+                    memory,
+                    Background::Driver,
+                    true,
+                    instance,
+                ))
             }
         }
     }
@@ -336,6 +374,7 @@ impl OpenBuilder {
             &self.response_timeout,
             RedisClientBuilder::response_timeout,
         );
+        let builder = set(builder, &self.instance, RedisClientBuilder::instance_id);
         builder.connect().await
     }
 
@@ -361,6 +400,7 @@ impl OpenBuilder {
             let builder = set(builder, &self.create_tables, Sql::create_tables);
             let builder = set(builder, &self.connect_timeout, Sql::connect_timeout);
             let builder = set(builder, &self.response_timeout, Sql::response_timeout);
+            let builder = set(builder, &self.instance, Sql::instance_id);
             builder.connect().await
         }
     }
@@ -383,6 +423,7 @@ impl OpenBuilder {
             let builder = LockClient::zookeeper_builder(&connect_string);
             let builder = set(builder, &self.key_prefix, ZooKeeper::root);
             let builder = set(builder, &self.connect_timeout, ZooKeeper::connect_timeout);
+            let builder = set(builder, &self.instance, ZooKeeper::instance_id);
             builder.connect().await
         }
     }
@@ -409,6 +450,7 @@ impl OpenBuilder {
             let builder = set(builder, &self.key_prefix, Etcd::prefix);
             let builder = set(builder, &self.connect_timeout, Etcd::connect_timeout);
             let builder = set(builder, &self.response_timeout, Etcd::response_timeout);
+            let builder = set(builder, &self.instance, Etcd::instance_id);
             builder.connect().await
         }
     }
@@ -479,6 +521,7 @@ impl LockClient {
             allow_eviction: None,
             connect_timeout: None,
             response_timeout: None,
+            instance: None,
         }
     }
 }

@@ -12,6 +12,7 @@ mod memory_test;
 #[cfg(feature = "metrics")]
 mod observability;
 mod redis_test;
+mod restart;
 mod several_keys;
 mod shard_stock;
 mod shutdown;
@@ -75,7 +76,10 @@ const DOCUMENTS: [(&str, &str, &[Example]); 11] = [
     (
         "docs/guide/guarantees.md",
         include_str!("../../docs/guide/guarantees.md"),
-        &[("shutdown.rs", include_str!("readme/shutdown.rs"))],
+        &[
+            ("shutdown.rs", include_str!("readme/shutdown.rs")),
+            ("restart.rs", include_str!("readme/restart.rs")),
+        ],
     ),
     (
         "docs/guide/topologies.md",

@@ -13,11 +13,11 @@ use super::sharing::{Share, admit, conflict, every_shard_exhausted, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
     Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, ShardMarks, SharedResult,
-    Turn, holding_of, release_memory, released_mark,
+    Turn, holding_of, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
-    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
-    SharedGrant, Waiter,
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
+    OwnerPrefix, QUEUE_SHOWN, SharedGrant, Waiter,
 };
 use crate::defects::{self, Defect};
 use crate::glob::Glob;
@@ -935,6 +935,27 @@ impl AsyncOperator for MemoryBackend {
             self.releases.announce(key, event);
         }
         Ok(forced)
+    }
+
+    async fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, LockError> {
+        let glob = Glob::parse(pattern)?;
+        let now = Instant::now();
+        Ok(self.with_state(|state| {
+            let held = state.holders.iter().filter(|(_, h)| h.expires_at > now);
+            let held = held.map(|(key, h)| (key, h.owner.as_str(), h.token, false));
+            let shared = state.shared.iter().flat_map(|(key, grants)| {
+                let live = grants.iter().filter(move |g| g.expires_at > now);
+                live.map(move |g| (key, g.owner.as_str(), g.token, g.released))
+            });
+            held.chain(shared)
+                .filter(|(key, _, _, released)| !released && glob.matches(key))
+                .filter_map(|(key, owner, token, _)| owned_grant(key, owner, Some(token), owners))
+                .collect()
+        }))
     }
 }
 

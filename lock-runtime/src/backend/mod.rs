@@ -43,6 +43,7 @@ pub use self::state::{
     ForcedRelease, Grant, Holding, LockState, Masters, QUEUE_SHOWN, SharedGrant, Waiter,
 };
 pub use self::timeouts::Timeouts;
+pub use crate::instance::{OwnedGrant, OwnerPrefix};
 pub use crate::release_hub::ReleaseWatch;
 use crate::release_hub::owner_tag;
 use crate::{LockError, LockKind};
@@ -261,6 +262,22 @@ pub(crate) fn holding_of(stored_owner: &str, token: u64, remaining: Duration) ->
             remaining,
         },
     }
+}
+
+/// The grant of `key` whose stored owner (see [`holding_of`]) and fencing token are these,
+/// if `owners` matches the owner and it holds the key (a grant kept after its release by
+/// `min_hold_ms` was released on purpose, and is left to its keep).
+pub(crate) fn owned_grant(
+    key: &str,
+    stored_owner: &str,
+    token: Option<u64>,
+    owners: &OwnerPrefix,
+) -> Option<OwnedGrant> {
+    let held = !stored_owner.ends_with(RELEASED) && owners.matches(stored_owner);
+    held.then(|| {
+        let owner = owner_tag(stored_owner);
+        OwnedGrant::new(key, Grant { owner, token })
+    })
 }
 
 /// Runs a backend call; if its reply is lost (a backend error), sends it once more at once:
@@ -553,6 +570,21 @@ pub trait OperatorBackend: Send + Sync {
         key: &'a str,
         grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>>;
+
+    /// For releasing what an instance left ([`LockClient::release_orphans`](crate::LockClient::release_orphans)): every live
+    /// grant of a key matching `pattern` whose owner token `owners` matches (all of a shared
+    /// kind's grants, not the first [`QUEUE_SHOWN`]), read at once, in any order. Places in
+    /// line are left to lapse. Not offered unless a backend says otherwise.
+    fn grants_of_owners<'a>(
+        &'a self,
+        pattern: &'a str,
+        owners: &'a OwnerPrefix,
+    ) -> BoxFuture<'a, Result<Vec<OwnedGrant>, LockError>> {
+        let _ = (pattern, owners);
+        Box::pin(std::future::ready(Err(not_offered(
+            "finding an instance's grants",
+        ))))
+    }
 }
 
 /// The answer of a backend that does not offer an operator's `what`.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
-    LockBackend, LockState, OperatorBackend, Published, Release, ReleaseWatch, ResultStore,
-    ShardMarks, SharedResult, Turn,
+    LockBackend, LockState, OperatorBackend, OwnedGrant, OwnerPrefix, Published, Release,
+    ReleaseWatch, ResultStore, ShardMarks, SharedResult, Turn,
 };
 use crate::LockError;
 
@@ -115,6 +115,13 @@ pub(crate) trait AsyncOperator: Send + Sync {
         key: &str,
         grant: Grant,
     ) -> impl Future<Output = Result<ForcedRelease, LockError>> + Send;
+
+    /// [`OperatorBackend::grants_of_owners`].
+    fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> impl Future<Output = Result<Vec<OwnedGrant>, LockError>> + Send;
 }
 
 impl<B: AsyncBackend> LockBackend for B {
@@ -216,5 +223,13 @@ impl<O: AsyncOperator> OperatorBackend for O {
         grant: Grant,
     ) -> BoxFuture<'a, Result<ForcedRelease, LockError>> {
         Box::pin(self.force_release_held(key, grant))
+    }
+
+    fn grants_of_owners<'a>(
+        &'a self,
+        pattern: &'a str,
+        owners: &'a OwnerPrefix,
+    ) -> BoxFuture<'a, Result<Vec<OwnedGrant>, LockError>> {
+        Box::pin(self.owned_grants(pattern, owners))
     }
 }

@@ -53,8 +53,8 @@ use super::{
     Release, ReleaseWatch, ShardMarks, Turn,
 };
 use crate::backend::{
-    Capabilities, ForcedRelease, Grant, Holding, LockState, Masters, OperatorBackend, QUEUE_SHOWN,
-    SharedGrant,
+    Capabilities, ForcedRelease, Grant, Holding, LockState, Masters, OperatorBackend, OwnedGrant,
+    OwnerPrefix, QUEUE_SHOWN, SharedGrant,
 };
 use crate::release_hub::{OwnerTag, ReleaseEvent};
 use crate::{LockError, LockKind, random};
@@ -737,5 +737,27 @@ impl AsyncOperator for RedlockBackend {
             }),
             ..ForcedRelease::of(key, found)
         })
+    }
+
+    /// The grants found on any master that answered, once each (with its greatest token, so
+    /// that a forced release names it on every master).
+    async fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, LockError> {
+        let replies = self
+            .on_every_master(|m| m.grants_of_owners(pattern, owners))
+            .await;
+        let answers = self.majority_answered(None, "finding grants failed", replies)?;
+        let mut merged: BTreeMap<(String, OwnerTag), Option<u64>> = BTreeMap::new();
+        for owned in answers.into_iter().flat_map(|(_, owned)| owned) {
+            let token = merged.entry((owned.key, owned.grant.owner)).or_default();
+            *token = (*token).max(owned.grant.token);
+        }
+        let grants = merged
+            .into_iter()
+            .map(|((key, owner), token)| OwnedGrant::new(key, Grant { owner, token }));
+        Ok(grants.collect())
     }
 }

@@ -1,7 +1,8 @@
 //! A process that ends holding locks: on `SIGTERM` it shuts its client down and the locks
 //! are free at once; a guard dropped as `main` returns (or by a task the ending runtime
-//! drops) is still released before the process is gone. Real child processes of this test
-//! binary, on a real redis-server.
+//! drops) is still released before the process is gone; one killed (`SIGKILL`) leaves its
+//! locks to the restarted instance, which releases them as it starts. Real child processes
+//! of this test binary, on a real redis-server.
 
 use std::io::{BufRead, BufReader};
 use std::process::Child;
@@ -130,6 +131,98 @@ async fn guards_dropped_as_the_process_ends_are_released() {
     for key in ["exit:dropped", "exit:task"] {
         let state = locks.admin().inspect(key).await.unwrap();
         assert_eq!(state.holding, Holding::Free, "{key} is released at exit");
+    }
+}
+
+/// The instance id of the killed worker and of its restart.
+const INSTANCE: &str = "worker-7";
+
+/// The child of `a_restarted_instance_frees_what_its_killed_run_held`: holds a lock and a
+/// semaphore's permit for 30 s, says `ready`, and waits to be killed.
+#[tokio::test]
+#[ignore = "a child process of a_restarted_instance_frees_what_its_killed_run_held"]
+async fn killed_worker() {
+    let url = std::env::var(WORKER_URL).expect("started by the parent test");
+    let builder = LockClient::open_builder(&url).instance_id(INSTANCE);
+    let locks = builder.connect().await.unwrap();
+    let _held = locks
+        .lock("kill:held")
+        .ttl_ms(30_000)
+        .acquire()
+        .await
+        .unwrap();
+    let permit = locks.semaphore("kill:permits", 2).ttl_ms(30_000);
+    let _permit = permit.acquire().await.unwrap();
+    println!("ready");
+    std::future::pending::<()>().await;
+}
+
+/// The restart of the killed worker: the same instance id, a new process.
+#[tokio::test]
+#[ignore = "a child process of a_restarted_instance_frees_what_its_killed_run_held"]
+async fn restarted_worker() {
+    let url = std::env::var(WORKER_URL).expect("started by the parent test");
+    let builder = LockClient::open_builder(&url).instance_id(INSTANCE);
+    let locks = builder.connect().await.unwrap();
+    let left = locks.release_orphans().await.unwrap();
+    println!("found {}, released {}", left.found, left.released.len());
+    assert_eq!((left.found, left.released.len()), (2, 2), "{left:?}");
+}
+
+/// A process killed while holding a lock and a permit cannot release them; its restart,
+/// with the same instance id, releases both as it starts, and the process waiting for the
+/// lock gets it then rather than when the 30 s lease ends. Another process's permit stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_frees_what_its_killed_run_held() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let other_permit = locks.semaphore("kill:permits", 2).acquire().await.unwrap();
+    let mut child = support::spawn_test_process(
+        "features::shutdown::killed_worker",
+        WORKER_URL,
+        &server.url(),
+    );
+    let output = ChildLines::read(&mut child);
+    output.wait_for("ready", Duration::from_secs(30));
+    let killed = Instant::now();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let waiter = locks.lock("kill:held").wait_ms(60_000).acquire();
+    let waiter = tokio::spawn(async move { (waiter.await, Instant::now()) });
+    let state = locks.admin().inspect("kill:held").await.unwrap();
+    assert!(
+        state.holding.is_held(),
+        "the killed run's lock stays held: {state:?}"
+    );
+
+    let restarted_at = Instant::now();
+    let restart = support::spawn_test_process(
+        "features::shutdown::restarted_worker",
+        WORKER_URL,
+        &server.url(),
+    );
+    let restart = tokio::task::spawn_blocking(|| support::test_process_output(restart));
+    let (next, got_at) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter gets the lock before its 30 s lease would end")
+        .unwrap();
+    println!(
+        "{}: the waiter got the lock {:?} after the restart began, {:?} after the kill",
+        restart
+            .await
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("found"))
+            .unwrap_or_default(),
+        got_at - restarted_at,
+        got_at - killed,
+    );
+    let next = next.expect("the lock the killed run held");
+    let permit = locks.semaphore("kill:permits", 2).give_up().acquire().await;
+    let permit = permit.expect("the killed run's permit is free again");
+    fencelock::testing::assertions::assert_held_by(&locks, &other_permit).await;
+    for guard in [next, permit, other_permit] {
+        guard.release().await.unwrap();
     }
 }
 

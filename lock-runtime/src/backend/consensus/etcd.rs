@@ -26,6 +26,7 @@ use super::state::{EntryKind, State};
 use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
+use crate::instance::InstanceId;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
@@ -71,6 +72,7 @@ pub struct EtcdClientBuilder {
     endpoints: Vec<String>,
     settings: EtcdSettings,
     user: Option<(String, String)>,
+    instance: Option<String>,
 }
 
 // The password stays out of Debug output.
@@ -123,8 +125,15 @@ impl EtcdClientBuilder {
         self
     }
 
+    /// The instance this client runs as (see [`OpenBuilder::instance_id`](crate::OpenBuilder::instance_id)).
+    pub fn instance_id(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
     /// Connects and grants the client's lease.
     pub async fn connect(self) -> Result<LockClient, LockError> {
+        let instance = InstanceId::of_setting(self.instance.as_deref())?;
         let prefix = &self.settings.prefix;
         let bad_prefix = prefix.is_empty() || prefix.ends_with('/');
         if bad_prefix || self.endpoints.is_empty() {
@@ -156,6 +165,7 @@ impl EtcdClientBuilder {
             Arc::new(backend),
             background,
             true,
+            instance,
         ))
     }
 
@@ -213,6 +223,7 @@ impl LockClient {
                 .collect(),
             settings: EtcdSettings::default(),
             user: None,
+            instance: None,
         }
     }
 }

@@ -57,12 +57,12 @@ use self::state::{Admission, EntryKind, State};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, BoxFuture, Extended, HeldLease, Lease,
     Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn,
-    foreign_result, release_memory,
+    foreign_result, owned_grant, release_memory,
 };
 use crate::LockError;
 use crate::backend::{
-    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, QUEUE_SHOWN,
-    SharedGrant, Waiter,
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
+    OwnerPrefix, QUEUE_SHOWN, SharedGrant, Waiter,
 };
 use crate::background::Background;
 use crate::glob::Glob;
@@ -889,6 +889,19 @@ impl<S: ConsensusStore> Shared<S> {
         forced.announced = Some(announced);
         Ok(forced)
     }
+
+    /// The grants of `owners` that hold `key` (a waiter's entry at the head holds it too: its
+    /// client takes the key as soon as it looks).
+    async fn owned(&self, key: &str, owners: &OwnerPrefix) -> Result<Vec<OwnedGrant>, LockError> {
+        let line = self.store.line(key).await?;
+        let holders = &line[..holder_count(&line)];
+        let granted = holders
+            .iter()
+            .filter(|entry| matches!(entry.state, State::Held(_) | State::Waiting { .. }));
+        let owned =
+            granted.filter_map(|entry| owned_grant(key, &entry.owner, Some(entry.token), owners));
+        Ok(owned.collect())
+    }
 }
 
 /// A key as one path segment (a ZooKeeper node name, a part of an etcd key): bytes other than ASCII letters, digits, `_`, `:`, `.` and `-` are
@@ -1153,6 +1166,21 @@ impl<S: ConsensusStore> AsyncOperator for ConsensusBackend<S> {
         grant: Grant,
     ) -> Result<ForcedRelease, LockError> {
         self.shared.force_release(key, grant).await
+    }
+
+    async fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, LockError> {
+        let glob = Glob::parse(pattern)?;
+        let mut owned = Vec::new();
+        for key in self.shared.store.keys().await? {
+            if glob.matches(&key) {
+                owned.extend(self.shared.owned(&key, owners).await?);
+            }
+        }
+        Ok(owned)
     }
 }
 

@@ -16,6 +16,7 @@ use super::state::{EntryKind, State};
 use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
+use crate::instance::InstanceId;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
@@ -60,6 +61,7 @@ impl Default for ZooKeeperSettings {
 pub struct ZooKeeperClientBuilder {
     connect_string: String,
     settings: ZooKeeperSettings,
+    instance: Option<String>,
 }
 
 impl ZooKeeperClientBuilder {
@@ -90,8 +92,15 @@ impl ZooKeeperClientBuilder {
         self
     }
 
+    /// The instance this client runs as (see [`OpenBuilder::instance_id`](crate::OpenBuilder::instance_id)).
+    pub fn instance_id(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
     /// Connects, and creates the root node if missing.
     pub async fn connect(self) -> Result<LockClient, LockError> {
+        let instance = InstanceId::of_setting(self.instance.as_deref())?;
         let root = &self.settings.root;
         if !root.starts_with('/') || root.ends_with('/') || root.contains("//") {
             return Err(LockError::invalid_config(format!(
@@ -119,6 +128,7 @@ impl ZooKeeperClientBuilder {
             Arc::new(backend),
             background,
             true,
+            instance,
         ))
     }
 
@@ -197,6 +207,7 @@ impl LockClient {
         ZooKeeperClientBuilder {
             connect_string: connect_string.to_owned(),
             settings: ZooKeeperSettings::default(),
+            instance: None,
         }
     }
 }

@@ -3,17 +3,18 @@
 //! and releasing one by force. Keys are named through [`layout`], what a lock holds is read
 //! by one read-only script per key (`inspect.lua`), and owners are named by tag.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 
 use super::connection::Route;
-use super::scripts::LIBRARY;
+use super::scripts::{LIBRARY, LockScript};
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
 use crate::backend::{
-    AsyncOperator, ForcedRelease, Grant, Holding, LockState, QUEUE_SHOWN, SharedGrant, Waiter,
+    AsyncOperator, ForcedRelease, Grant, Holding, LockState, OwnedGrant, OwnerPrefix, QUEUE_SHOWN,
+    SharedGrant, Waiter,
 };
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
@@ -27,35 +28,10 @@ const SCAN_COUNT: usize = 1_000;
 impl AsyncOperator for RedisBackend {
     /// The held locks whose key matches `pattern`.
     async fn list_held(&self, pattern: &str) -> Result<Vec<LockState>, LockError> {
-        let glob = Glob::parse(pattern)?;
-        let mut replies = Vec::new();
-        match &self.link {
-            Link::Server { connection, .. } => {
-                let live = connection
-                    .get(Route::here())
-                    .await
-                    .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
-                let read = self
-                    .read_matching(&mut live.connection(), &glob, &mut replies)
-                    .await;
-                if let Err(error) = read {
-                    connection.note_error(&live, &error);
-                    return Err(backend_error(None, "listing locks failed", error));
-                }
-            }
-            Link::Cluster(cluster) => {
-                let masters = cluster
-                    .masters()
-                    .await
-                    .map_err(|e| backend_error(None, "cannot list the cluster's masters", e))?;
-                for mut master in masters {
-                    let read = self.read_matching(&mut master, &glob, &mut replies).await;
-                    read.map_err(|e| {
-                        backend_error(None, &format!("listing locks on {master} failed"), e)
-                    })?;
-                }
-            }
-        }
+        let shown = QUEUE_SHOWN.to_string();
+        let replies = self
+            .read_matching(pattern, &LIBRARY.inspect, &[&shown], "listing locks")
+            .await?;
         // A key may come twice from a SCAN; one that was released since is left out.
         let mut held = BTreeMap::new();
         for (key, reply) in replies {
@@ -69,10 +45,9 @@ impl AsyncOperator for RedisBackend {
 
     /// What `key` holds now.
     async fn inspect_held(&self, key: &str) -> Result<LockState, LockError> {
-        let (keys, args) = self.inspect_call(key);
-        let reply = self
-            .run(&LIBRARY.inspect, &keys, &[args.as_str()], key)
-            .await?;
+        let keys = layout::operator_keys(self.lock_key(key));
+        let shown = QUEUE_SHOWN.to_string();
+        let reply = self.run(&LIBRARY.inspect, &keys, &[&shown], key).await?;
         parse_state(key, &reply)
     }
 
@@ -130,16 +105,98 @@ impl AsyncOperator for RedisBackend {
             _ => Err(unexpected()),
         }
     }
+
+    /// The grants of `owners` (`owned.lua`, on each lock as a listing reads it).
+    async fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, LockError> {
+        let (starts, except) = (owners.starts(), owners.except().unwrap_or_default());
+        let replies = self
+            .read_matching(pattern, &LIBRARY.owned, &[starts, except], "finding grants")
+            .await?;
+        // A key may come twice from a SCAN: each grant once.
+        let mut owned = BTreeSet::new();
+        for (key, reply) in replies {
+            let unexpected = || unexpected(&key, "finding grants", &reply);
+            let Value::Array(items) = &reply else {
+                return Err(unexpected());
+            };
+            for pair in items.chunks(2) {
+                let [tag, token] = pair else {
+                    return Err(unexpected());
+                };
+                let owner = text(tag).and_then(|tag| OwnerTag::from_hex(&tag));
+                let token = text(token).and_then(|token| token.parse().ok());
+                let (Some(owner), Some(token)) = (owner, token) else {
+                    return Err(unexpected());
+                };
+                owned.insert((key.clone(), owner, token));
+            }
+        }
+        let grants = owned.into_iter().map(|(key, owner, token)| {
+            let token = Some(token);
+            OwnedGrant::new(key, Grant { owner, token })
+        });
+        Ok(grants.collect())
+    }
 }
 
 impl RedisBackend {
-    /// Walks the keys of one server (or cluster node) that may be locks matching `glob`, and
-    /// reads each page's locks with the inspection script in one pipeline; adds each lock key
-    /// with its script's reply to `replies`.
+    /// Runs `script` (an operator's, on a lock's operator keys, with `args`) on every lock
+    /// whose key matches `pattern`: on the server, or on each master of a cluster. Each lock
+    /// key with its script's reply; `doing` names the work in errors.
     async fn read_matching(
+        &self,
+        pattern: &str,
+        script: &LockScript,
+        args: &[&str],
+        doing: &str,
+    ) -> Result<Vec<(String, Value)>, LockError> {
+        let glob = Glob::parse(pattern)?;
+        let mut replies = Vec::new();
+        match &self.link {
+            Link::Server { connection, .. } => {
+                let live = connection
+                    .get(Route::here())
+                    .await
+                    .map_err(|e| backend_error(None, "cannot connect to Redis", e))?;
+                let read = self
+                    .read_node(&mut live.connection(), &glob, script, args, &mut replies)
+                    .await;
+                if let Err(error) = read {
+                    connection.note_error(&live, &error);
+                    return Err(backend_error(None, &format!("{doing} failed"), error));
+                }
+            }
+            Link::Cluster(cluster) => {
+                let masters = cluster
+                    .masters()
+                    .await
+                    .map_err(|e| backend_error(None, "cannot list the cluster's masters", e))?;
+                for mut master in masters {
+                    let read = self
+                        .read_node(&mut master, &glob, script, args, &mut replies)
+                        .await;
+                    read.map_err(|e| {
+                        backend_error(None, &format!("{doing} on {master} failed"), e)
+                    })?;
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Walks the keys of one server (or cluster node) that may be locks matching `glob`, and
+    /// runs `script` on each page's locks in one pipeline; adds each lock key with its
+    /// script's reply to `replies`.
+    async fn read_node(
         &self,
         node: &mut impl ConnectionLike,
         glob: &Glob,
+        script: &LockScript,
+        args: &[&str],
         replies: &mut Vec<(String, Value)>,
     ) -> Result<(), RedisError> {
         let scan_pattern = layout::scan_pattern(&self.prefix, glob);
@@ -162,12 +219,12 @@ impl RedisBackend {
                 .filter(|key| key::validate(key).is_ok() && glob.matches(key))
                 .collect();
             if !keys.is_empty() {
-                let (inspect, source) = LIBRARY.inspect.eval();
+                let (script, source) = script.eval();
                 let mut pipeline = redis::pipe();
                 pipeline.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
                 for key in &keys {
-                    let (lock_keys, args) = self.inspect_call(key);
-                    pipeline.invoke_script(&invocation(inspect, &lock_keys, &[args.as_str()]));
+                    let lock_keys = layout::operator_keys(self.lock_key(key));
+                    pipeline.invoke_script(&invocation(script, &lock_keys, args));
                 }
                 let page: Vec<Value> = pipeline.query_async(node).await?;
                 replies.extend(keys.into_iter().zip(page));
@@ -177,12 +234,6 @@ impl RedisBackend {
             }
             cursor = next;
         }
-    }
-
-    /// The keys and argument of the inspection script for `key`.
-    fn inspect_call(&self, key: &str) -> ([String; 6], String) {
-        let keys = layout::operator_keys(self.lock_key(key));
-        (keys, QUEUE_SHOWN.to_string())
     }
 }
 

@@ -48,6 +48,7 @@ pub(crate) struct Library {
     pub(crate) result_read: LockScript,
     pub(crate) shard_mark: LockScript,
     pub(crate) shard_refill: LockScript,
+    pub(crate) owned: LockScript,
     source: String,
 }
 
@@ -62,7 +63,7 @@ struct Part {
     flags: &'static str,
 }
 
-const PARTS: [Part; 12] = [
+const PARTS: [Part; 13] = [
     Part {
         name: "acquire",
         prelude: &[GRANT],
@@ -135,6 +136,12 @@ const PARTS: [Part; 12] = [
         body: include_str!("lua/shard_refill.lua"),
         flags: "'allow-oom'",
     },
+    Part {
+        name: "owned",
+        prelude: &[GRANT, SHARED, OPERATOR],
+        body: include_str!("lua/owned.lua"),
+        flags: "'no-writes'",
+    },
 ];
 
 /// The library, built once.
@@ -167,6 +174,7 @@ impl Library {
             result_read,
             shard_mark,
             shard_refill,
+            owned,
         ] = PARTS.map(|part| {
             let function = format!("{library}_{}", part.name);
             source.push_str(&format!(
@@ -194,6 +202,7 @@ impl Library {
             result_read,
             shard_mark,
             shard_refill,
+            owned,
             source,
         }
     }

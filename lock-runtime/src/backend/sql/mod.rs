@@ -46,13 +46,15 @@ use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Extending, Releasing, Statements};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, Release, ReleaseWatch, Turn,
-    holding_of, release_memory, released_mark,
+    holding_of, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
-    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, Timeouts,
+    Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
+    OwnerPrefix, Timeouts,
 };
 use crate::background::Background;
 use crate::glob::Glob;
+use crate::instance::InstanceId;
 use crate::release_hub::ReleaseEvent;
 use crate::{LockClient, LockError, random};
 
@@ -701,6 +703,34 @@ impl Store {
     }
 
     async fn list(&self, glob: &Glob) -> Result<Vec<LockState>, sqlx::Error> {
+        let rows = self.lock_rows(glob).await?;
+        let states = rows.into_iter().map(|(key, grant, fence)| LockState {
+            holding: grant.holding(),
+            fence,
+            ..LockState::free(&key)
+        });
+        Ok(states.collect())
+    }
+
+    /// The live grants of `owners` among the locks whose key matches `glob`.
+    async fn owned(
+        &self,
+        glob: &Glob,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, sqlx::Error> {
+        let rows = self.lock_rows(glob).await?;
+        let live = rows.into_iter().filter(|(_, grant, _)| grant.live());
+        let owned = live.filter_map(|(key, grant, _)| {
+            owned_grant(&key, &grant.owner, Some(grant.token), owners)
+        });
+        Ok(owned.collect())
+    }
+
+    /// The lock rows whose key matches `glob`, each with its name's fencing counter.
+    async fn lock_rows(
+        &self,
+        glob: &Glob,
+    ) -> Result<Vec<(String, GrantRow, Option<u64>)>, sqlx::Error> {
         let mut session = self.sessions.session().await?;
         let rows = session.fetch(&self.statements.list, &[]).await?;
         let mut locks = Vec::new();
@@ -709,18 +739,12 @@ impl Store {
                 .first()
                 .and_then(Value::text)
                 .ok_or_else(|| unexpected("a name"))?;
-            if !glob.matches(key) {
-                continue;
+            if glob.matches(key) {
+                let grant = GrantRow::from_values(&row[1..])?;
+                let fence = row.get(4).and_then(Value::int);
+                let fence = fence.and_then(|t| u64::try_from(t).ok());
+                locks.push((key.to_owned(), grant, fence));
             }
-            let grant = GrantRow::from_values(&row[1..])?;
-            locks.push(LockState {
-                holding: grant.holding(),
-                fence: row
-                    .get(4)
-                    .and_then(Value::int)
-                    .and_then(|t| u64::try_from(t).ok()),
-                ..LockState::free(key)
-            });
         }
         Ok(locks)
     }
@@ -851,6 +875,20 @@ impl AsyncOperator for SqlBackend {
         })
         .await
     }
+
+    async fn owned_grants(
+        &self,
+        pattern: &str,
+        owners: &OwnerPrefix,
+    ) -> Result<Vec<OwnedGrant>, LockError> {
+        let glob = Arc::new(Glob::parse(pattern)?);
+        let owners = Arc::new(owners.clone());
+        self.call(None, move |store| {
+            let (glob, owners) = (glob.clone(), owners.clone());
+            async move { store.owned(&glob, &owners).await }
+        })
+        .await
+    }
 }
 
 /// How a SQL client keeps its locks and how long it waits: [`SqlClientBuilder::settings`]
@@ -888,6 +926,7 @@ pub struct SqlClientBuilder {
     dialect: Dialect,
     url: String,
     settings: SqlSettings,
+    instance: Option<String>,
 }
 
 // The URL's password stays out of Debug output.
@@ -924,7 +963,14 @@ impl SqlClientBuilder {
             dialect,
             url: url.to_owned(),
             settings: SqlSettings::default(),
+            instance: None,
         }
+    }
+
+    /// The instance this client runs as (see [`OpenBuilder::instance_id`](crate::OpenBuilder::instance_id)).
+    pub fn instance_id(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
     }
 
     /// Every setting at once.
@@ -981,6 +1027,7 @@ impl SqlClientBuilder {
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let settings = &self.settings;
         check_table_name(&settings.table)?;
+        let instance = InstanceId::of_setting(self.instance.as_deref())?;
         if settings.max_connections == 0 {
             return Err(LockError::invalid_config(
                 "`max_connections` is 0: a pool needs at least one connection",
@@ -1031,6 +1078,7 @@ impl SqlClientBuilder {
             Arc::new(backend),
             Background::Driver,
             notifies,
+            instance,
         ))
     }
 }

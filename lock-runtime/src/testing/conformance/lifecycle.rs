@@ -5,9 +5,11 @@
 use std::time::{Duration, Instant};
 
 use super::{LONG, LONG_TTL_MS, hands_off, hold};
-use crate::backend::{Published, SharedResult};
+use crate::backend::{Acquire, Lease, Published, SharedResult, Turn};
 use crate::background::Background;
-use crate::{LockClient, LockError, LossCause};
+use crate::instance::InstanceId;
+use crate::testing::assertions::assert_held_by;
+use crate::{LockClient, LockError, LockKind, LossCause};
 
 /// A key asked for again right after the same client dropped its guard, or dropped its
 /// `release()` after the first poll, is not refused by that release still in flight: the
@@ -39,6 +41,7 @@ pub async fn shutdown_releases_and_withdraws(client: &LockClient, namespace: &st
         client.backend().clone(),
         Background::Driver,
         client.notifies(),
+        None,
     );
     let guard = hold(&down, &held_key).await;
     let blocker = hold(client, &waited_key).await;
@@ -185,4 +188,111 @@ pub async fn a_shared_value_is_kept_for_its_grant_only(client: &LockClient, key:
         Some(later)
     );
     second.release().await.expect("release");
+}
+
+/// A client built with an instance id releases, at once, the grants an earlier run of that
+/// instance left in the store (a process killed while holding them): a mutex, whose waiter
+/// gets the key long before the lease would end, and a semaphore's permit where the store
+/// offers semaphores. It leaves alone its own run's grants, another instance's, a grant of an
+/// owner without an instance, and the other permit of the semaphore.
+pub async fn a_restarted_instance_releases_what_its_earlier_run_left(
+    client: &LockClient,
+    namespace: &str,
+) {
+    let backend = client.backend();
+    let instance = |run| InstanceId::of_run("conformance-7", run).expect("an instance id");
+    let (earlier, now) = (instance("0000dead"), instance("1111live"));
+    let run_of = |instance: Option<InstanceId>| {
+        LockClient::with_background(
+            backend.clone(),
+            Background::Driver,
+            client.notifies(),
+            instance,
+        )
+    };
+    // What the killed process left: grants, as it wrote them, that nobody renews or releases.
+    let left = |key: &str, kind| Lease {
+        key: key.to_owned(),
+        owner: earlier.owner_token(),
+        ttl: LONG,
+        replicas: 0,
+        kind,
+    };
+    let mutex = format!("{namespace}:mutex");
+    let leave = |lease: Lease| async move {
+        let granted = backend.acquire(&lease, Turn::Once).await;
+        assert!(
+            matches!(granted, Ok(Acquire::Granted { .. })),
+            "{granted:?}"
+        );
+    };
+    leave(left(&mutex, LockKind::Mutex)).await;
+    let semaphore = LockKind::Semaphore { permits: 2 };
+    let permits = format!("{namespace}:permits");
+    let other_permit = if backend.capabilities().semaphores {
+        leave(left(&permits, semaphore)).await;
+        Some(
+            client
+                .semaphore(&permits, 2)
+                .ttl_ms(LONG_TTL_MS)
+                .acquire()
+                .await,
+        )
+    } else {
+        None
+    };
+    let restarted = run_of(Some(now));
+    let own = restarted
+        .lock(format!("{namespace}:own"))
+        .ttl_ms(LONG_TTL_MS);
+    let own = own.acquire().await.expect("the new run's own lock");
+    let other = InstanceId::of_run("conformance-70", "0000dead").expect("an instance id");
+    let other_run = run_of(Some(other));
+    let theirs = other_run
+        .lock(format!("{namespace}:theirs"))
+        .ttl_ms(LONG_TTL_MS);
+    let theirs = theirs.acquire().await.expect("another instance's lock");
+    let plain = hold(client, &format!("{namespace}:plain")).await;
+    // A waiter for the mutex, which the earlier run holds for LONG.
+    let waiting = client.lock(&mutex).wait_ms(LONG_TTL_MS).acquire();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        (waiting.await, started.elapsed())
+    });
+
+    let swept = restarted.release_orphans().await.expect("the sweep");
+    let expected = 1 + usize::from(other_permit.is_some());
+    assert_eq!(swept.found, expected, "the earlier run's grants: {swept:?}");
+    assert_eq!(swept.released.len(), expected, "{swept:?}");
+    let (next, waited) = waiter.await.expect("the waiter's task");
+    let next = next.expect("the waiter gets the mutex the earlier run left");
+    assert!(
+        waited < LONG / 2,
+        "the waiter got the key when the sweep released it, not at the lease's end: {waited:?}"
+    );
+    let again = restarted.release_orphans().await.expect("a second sweep");
+    assert_eq!(
+        again.found, 0,
+        "nothing of the earlier run is left: {again:?}"
+    );
+    for kept in [&own, &theirs, &plain] {
+        assert_held_by(client, kept).await;
+    }
+    if let Some(permit) = other_permit {
+        let permit = permit.expect("the semaphore's other permit");
+        assert_held_by(client, &permit).await;
+        let freed = client.semaphore(&permits, 2).give_up().acquire().await;
+        let freed = freed.expect("the earlier run's permit is free again");
+        for guard in [freed, permit] {
+            guard.release().await.expect("release");
+        }
+    }
+    for guard in [next, own, theirs, plain] {
+        guard.release().await.expect("release");
+    }
+    let no_instance = client.release_orphans().await.unwrap_err();
+    assert!(
+        no_instance.to_string().contains("instance_id"),
+        "{no_instance}"
+    );
 }

@@ -16,8 +16,9 @@ pub use kinds::{
     shared_grants_are_renewed_owner_checked, the_smallest_count_inside_wins,
 };
 pub use lifecycle::{
-    a_release_in_flight_does_not_refuse_the_same_client, a_shared_value_is_kept_for_its_grant_only,
-    shutdown_releases_and_withdraws,
+    a_release_in_flight_does_not_refuse_the_same_client,
+    a_restarted_instance_releases_what_its_earlier_run_left,
+    a_shared_value_is_kept_for_its_grant_only, shutdown_releases_and_withdraws,
 };
 
 use std::sync::Arc;
@@ -103,6 +104,7 @@ pub const RULES: &[Rule] = &[
     rule!(dropped_guard_releases),
     rule!(a_release_in_flight_does_not_refuse_the_same_client),
     rule!(shutdown_releases_and_withdraws),
+    rule!(a_restarted_instance_releases_what_its_earlier_run_left),
     rule!(
         a_shared_value_is_kept_for_its_grant_only,
         lifecycle::keeps_results
@@ -330,6 +332,7 @@ pub async fn a_grant_answered_after_its_lease_gives_no_guard(client: &LockClient
             Arc::new(late),
             client.background().clone(),
             client.notifies(),
+            None,
         )
     };
     let late = frozen_for(SHORT_TTL_MS * 3 / 2)
