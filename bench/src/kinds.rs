@@ -2,6 +2,8 @@
 //! (W1), what one acquisition costs on the wire (round trips counted through a proxy, and
 //! the commands Redis executed), and 8 workers on one key of each kind, each holding it for
 //! a moment (a mutex and a write lock serialise them; readers, permits and shards share).
+//! Then several mutex keys at once: `lock_all` (one call on one server) beside the same keys
+//! taken one by one (what `lock_all` did before).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,4 +163,99 @@ async fn contended(
         failures.merge(worker_failures);
     }
     Ok((grants, started.elapsed(), failures))
+}
+
+/// Keys taken together by the several-keys rows.
+pub const SEVERAL: [usize; 2] = [2, 4];
+
+/// One several-keys row: `keys` free keys taken together, by `lock_all` or one by one.
+pub struct SeveralRun {
+    pub label: String,
+    pub uncontended: Latency,
+    /// Round trips per acquisition of every key, counted through the proxy.
+    pub round_trips: f64,
+}
+
+/// W1 and the round trips of `lock_all` over 2 and 4 free keys, and of the same keys taken
+/// one by one, each pair released after.
+pub async fn several_keys(
+    url: &str,
+    server: std::net::SocketAddr,
+    iterations: usize,
+) -> Result<Vec<SeveralRun>, BoxError> {
+    let client = LockClient::connect(url).await?;
+    let proxy = TcpProxy::start(server)?;
+    let proxied = LockClient::connect(&proxy.url()).await?;
+    let mut runs = Vec::new();
+    for count in SEVERAL {
+        let keys: Vec<String> = (0..count).map(|n| format!("several:{count}:{n}")).collect();
+        for together in [true, false] {
+            let uncontended = workloads::measure(iterations, || async {
+                let taken = take_all(&client, &keys, together).await;
+                taken.map_err(|e| e.to_string())
+            })
+            .await;
+            take_all(&proxied, &keys, together).await?;
+            let mut round_trips = 0;
+            for _ in 0..WIRE_SAMPLES {
+                let before = proxy.forwarded(Direction::ToServer);
+                let held = acquire_all(&proxied, &keys, together).await?;
+                round_trips += proxy.forwarded(Direction::ToServer) - before;
+                held.release().await?;
+            }
+            let how = if together { "lock_all" } else { "one by one" };
+            runs.push(SeveralRun {
+                label: format!("{count} keys, {how}"),
+                uncontended,
+                round_trips: round_trips as f64 / WIRE_SAMPLES as f64,
+            });
+        }
+    }
+    Ok(runs)
+}
+
+/// Keys held by [`acquire_all`].
+enum Held {
+    Together(fencelock::MultiGuard),
+    OneByOne(Vec<fencelock::LockGuard>),
+}
+
+impl Held {
+    async fn release(self) -> Result<(), fencelock::LockError> {
+        match self {
+            Held::Together(all) => all.release().await,
+            Held::OneByOne(guards) => {
+                for guard in guards {
+                    guard.release().await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Every key of `keys`, by `lock_all` or one `lock` after another.
+async fn acquire_all(
+    client: &LockClient,
+    keys: &[String],
+    together: bool,
+) -> Result<Held, fencelock::LockError> {
+    if together {
+        let all = client.lock_all(keys.iter().cloned()).acquire().await?;
+        return Ok(Held::Together(all));
+    }
+    let mut guards = Vec::with_capacity(keys.len());
+    for key in keys {
+        guards.push(client.lock(key.as_str()).acquire().await?);
+    }
+    Ok(Held::OneByOne(guards))
+}
+
+/// [`acquire_all`], then the release.
+async fn take_all(
+    client: &LockClient,
+    keys: &[String],
+    together: bool,
+) -> Result<(), fencelock::LockError> {
+    acquire_all(client, keys, together).await?.release().await
 }

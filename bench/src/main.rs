@@ -216,6 +216,8 @@ async fn main() -> Result<(), BoxError> {
         let server_addr = ([127, 0, 0, 1], server.port()).into();
         let runs = kinds::compare(&url, server_addr, sizes.sequential, sizes.w2_per_worker).await?;
         report::kinds(&ping, &runs, sizes.w2_per_worker);
+        let several = kinds::several_keys(&url, server_addr, sizes.sequential).await?;
+        report::several_keys(&ping, &several);
         return Ok(());
     }
     if args.open_loop {

@@ -50,6 +50,8 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
+    /// A grant of a call for several keys, with when it was sent: the first attempt.
+    granted_together: Option<(u64, Instant)>,
     /// Counts the request as running, for its client's shutdown to wait for.
     _running: Ticket,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
@@ -131,8 +133,20 @@ impl Acquisition {
             unnotified_waits: 0,
             reply_lost: false,
             last_error: None,
+            granted_together: None,
             record: AcquireRecord::new(span),
         })
+    }
+
+    /// The request, granted `token` to `owner` by a call for several keys
+    /// ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together))
+    /// sent at `sent_at`: that grant is its first attempt, and it cleans the grant up as its
+    /// own if it ends without a guard.
+    pub(crate) fn granted_together(mut self, owner: String, token: u64, sent_at: Instant) -> Self {
+        self.pending.lease.owner = owner;
+        self.pending.leaves_traces = true;
+        self.granted_together = Some((token, sent_at));
+        self
     }
 
     /// Attempts until granted or out of budget, waiting in between; records how it ended.
@@ -192,7 +206,11 @@ impl Acquisition {
             if self.record.attempts() > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.give_up().await);
             }
-            let holder_remaining = match self.attempt().await {
+            let attempt = match self.granted_together.take() {
+                Some((token, sent_at)) => self.first_granted_together(token, sent_at),
+                None => self.attempt().await,
+            };
+            let holder_remaining = match attempt {
                 Attempt::Granted {
                     token,
                     slot,
@@ -324,6 +342,18 @@ impl Acquisition {
                 }
             }
             Err(error) => Attempt::Failed(error),
+        }
+    }
+
+    /// The attempt a call for several keys made for this request, granted `token`: counted
+    /// and recorded as one of the request's own.
+    fn first_granted_together(&mut self, token: u64, sent_at: Instant) -> Attempt {
+        self.record.attempt_sent();
+        self.record.span().attempted(sent_at.elapsed());
+        Attempt::Granted {
+            token,
+            slot: None,
+            sent_at,
         }
     }
 

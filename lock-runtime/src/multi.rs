@@ -4,10 +4,19 @@
 //! the caller named them in, so two requests for (a, b) and (b, a) never each hold one key
 //! while waiting for the other: a cycle of waits would need some request to wait for a key
 //! that sorts before one it holds. A key that cannot be had gives back the ones taken.
+//!
+//! Where the store can grant every key in one call (one Redis server, one cluster slot), the
+//! request first asks for them all at once: one round trip when they are free. Only when that
+//! finds a key taken do the keys go one at a time.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
-use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions};
+use crate::backend::Lease;
+use crate::background_release::release_in_background;
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key};
 
 /// A request for several locks at once (from [`LockClient::lock_all`]): each key a mutex,
 /// all of them held or none. Configure it with the setters of [`LockOptions`], which apply
@@ -66,13 +75,25 @@ impl MultiLockRequest {
             ));
         }
         let started = Instant::now();
+        let mut together = Together::ask(&self.client, &keys, &self.options).await;
         let mut guards = Vec::with_capacity(keys.len());
-        for key in keys {
+        for (n, key) in keys.into_iter().enumerate() {
             let options = self.options.left_since(started);
-            let taken = self.client.request(key, LockKind::Mutex).options(options);
-            match taken.acquire().await {
+            let request = self.client.request(key, LockKind::Mutex).options(options);
+            let taken = match together.as_mut().map(|together| together.take(n)) {
+                Some((owner, token, sent_at)) => match request.start() {
+                    Ok((acquisition, span)) => {
+                        let granted = acquisition.granted_together(owner, token, sent_at);
+                        granted.run().instrument(span).await
+                    }
+                    Err(error) => Err(error),
+                },
+                None => request.acquire().await,
+            };
+            match taken {
                 Ok(guard) => guards.push(guard),
                 Err(error) => {
+                    drop(together);
                     give_back(guards).await;
                     return Err(error);
                 }
@@ -89,6 +110,89 @@ impl MultiLockRequest {
             return Err(lost);
         }
         Ok(MultiGuard { guards })
+    }
+}
+
+/// The grants of a call that asked for every key at once ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together)),
+/// each until its key's request takes it over. One not taken over when this is dropped (the
+/// call was cancelled, or a request before it failed) is released in the background.
+struct Together {
+    client: LockClient,
+    leases: Vec<Option<Lease>>,
+    tokens: Vec<u64>,
+    sent_at: Instant,
+}
+
+/// How long the call for every key waits at most for this client's own releases of them
+/// still in flight (as each key's request would).
+const OWN_RELEASES_WAIT: Duration = Duration::from_secs(2);
+
+impl Together {
+    /// Asks the store for every key of `keys` (sorted, distinct) at once, if it can grant
+    /// them so; `None` if it cannot, or some key was not free, or the reply was lost (what
+    /// the call may have granted is then released in the background, and the requests go
+    /// one key at a time, with owners of their own).
+    async fn ask(client: &LockClient, keys: &[String], options: &LockOptions) -> Option<Self> {
+        let plain = !options.fair && options.min_replicas == 0;
+        let valid = keys.iter().all(|key| key::validate(key).is_ok());
+        if !plain || !valid || keys.len() < 2 || client.shutdown_state().is_down() {
+            return None;
+        }
+        let leases: Vec<Lease> = keys
+            .iter()
+            .map(|key| Lease {
+                key: key.clone(),
+                owner: client.owner_token(),
+                ttl: options.ttl(),
+                replicas: 0,
+                kind: LockKind::Mutex,
+            })
+            .collect();
+        let backend = client.backend().clone();
+        let call = backend.acquire_together(&leases)?;
+        // This client's releases of these keys still on their way would refuse the call.
+        let in_flight = client.releases_in_flight();
+        let settled =
+            futures_util::future::join_all(keys.iter().map(|k| in_flight.settled_before(k)));
+        let wait = options
+            .wait_bound()
+            .map_or(OWN_RELEASES_WAIT, |w| w.min(OWN_RELEASES_WAIT));
+        let _ = tokio::time::timeout(wait, settled).await;
+        let mut together = Together {
+            client: client.clone(),
+            leases: leases.iter().cloned().map(Some).collect(),
+            tokens: Vec::new(),
+            sent_at: Instant::now(),
+        };
+        let answer = match options.wait_bound() {
+            Some(wait) => tokio::time::timeout(wait, call).await.ok(),
+            None => Some(call.await),
+        };
+        match answer {
+            Some(Ok(Some(tokens))) => {
+                together.tokens = tokens;
+                Some(together)
+            }
+            Some(Ok(None)) => {
+                together.leases.clear();
+                None
+            }
+            Some(Err(_)) | None => None,
+        }
+    }
+
+    /// The owner, token and send instant of key `n`'s grant, now its request's to keep.
+    fn take(&mut self, n: usize) -> (String, u64, Instant) {
+        let owner = self.leases[n].take().map(|lease| lease.owner);
+        (owner.unwrap_or_default(), self.tokens[n], self.sent_at)
+    }
+}
+
+impl Drop for Together {
+    fn drop(&mut self) {
+        for lease in self.leases.drain(..).flatten() {
+            release_in_background(&self.client, lease, Instant::now(), true, None);
+        }
     }
 }
 

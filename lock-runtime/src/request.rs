@@ -81,4 +81,12 @@ impl LockRequest {
             .run()
             .await
     }
+
+    /// The checked request, not sent yet, and the span to run it in.
+    pub(crate) fn start(self) -> Result<(Acquisition, tracing::Span), LockError> {
+        let span = LockSpan::new(&self.key, self.kind, &self.options);
+        let scope = span.span().clone();
+        let acquisition = Acquisition::start(self.client, self.key, self.kind, self.options, span);
+        Ok((acquisition?, scope))
+    }
 }

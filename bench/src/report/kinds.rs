@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{table, us};
-use crate::kinds::{HOLD, KindRun, WORKERS};
+use crate::kinds::{HOLD, KindRun, SeveralRun, WORKERS};
 use crate::workloads::Latency;
 
 pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
@@ -61,6 +61,52 @@ pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
             "contended_grants_per_s": run.grants as f64 / run.contended_wall.as_secs_f64(),
             "contended_scripts_per_grant": run.contended_scripts.per(run.grants),
             "failures": run.failures.count + run.uncontended.failures.count,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn several_keys(ping: &Latency, runs: &[SeveralRun]) -> Value {
+    let floor = ping.summary.mean;
+    println!(
+        "\nSeveral mutex keys on one server: W1 (free keys taken, then released; {} times), \
+         `lock_all` (one call for every key) beside the same keys taken one by one; round \
+         trips per acquisition of every key counted on the wire; floor: PING {:.1} µs",
+        runs.first().map_or(0, |run| run.uncontended.iterations),
+        us(floor)
+    );
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            let w1 = run.uncontended.summary;
+            vec![
+                run.label.clone(),
+                format!("{:.1}", us(w1.mean)),
+                format!("{:.1}", us(w1.p99)),
+                format!("{:.2}x", w1.mean.as_secs_f64() / floor.as_secs_f64()),
+                format!("{:.2}", run.round_trips),
+                run.uncontended.failures.count.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "keys",
+            "W1 mean µs",
+            "p99 µs",
+            "/ PING",
+            "round trips / acquire",
+            "failures",
+        ],
+        &rows,
+    );
+    json!({
+        "ping_mean_us": us(floor),
+        "rows": runs.iter().map(|run| json!({
+            "keys": run.label,
+            "w1_mean_us": us(run.uncontended.summary.mean),
+            "w1_p99_us": us(run.uncontended.summary.p99),
+            "round_trips_per_acquire": run.round_trips,
+            "failures": run.uncontended.failures.count,
         })).collect::<Vec<_>>(),
     })
 }

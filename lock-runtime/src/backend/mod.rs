@@ -462,7 +462,21 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
     fn shard_marks(&self) -> Option<&dyn ShardMarks> {
         None
     }
+
+    /// Several mutex leases (distinct keys, no `min_replicas`) granted in one call, all or
+    /// none, where the store can do that atomically (one Redis server, or one slot of a
+    /// cluster): the call, whose answer is each lease's token in order, or `None` when some
+    /// key was not free and nothing was written. `None` by default, and where the store
+    /// cannot for these keys: [`LockClient::lock_all`](crate::LockClient::lock_all) then
+    /// takes them one by one. A call whose reply was lost may have granted them all.
+    fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        let _ = leases;
+        None
+    }
 }
+
+/// The call of [`LockBackend::acquire_together`].
+pub type TogetherCall<'a> = BoxFuture<'a, Result<Option<Vec<u64>>, LockError>>;
 
 /// Exhausted shards of segmented locks ([`LockBackend::shard_marks`]): a body that finds the
 /// part of a resource its shard guards used up marks the shard, and every client's later

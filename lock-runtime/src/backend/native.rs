@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
     LockBackend, LockState, OperatorBackend, OwnedGrant, OwnerPrefix, Published, Release,
-    ReleaseWatch, ResultStore, ShardMarks, SharedResult, Turn,
+    ReleaseWatch, ResultStore, ShardMarks, SharedResult, TogetherCall, Turn,
 };
 use crate::LockError;
 
@@ -64,6 +64,12 @@ pub(crate) trait AsyncBackend: Send + Sync + std::fmt::Debug + 'static {
 
     /// [`LockBackend::shard_marks`].
     fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        None
+    }
+
+    /// [`LockBackend::acquire_together`].
+    fn together_call<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        let _ = leases;
         None
     }
 }
@@ -170,6 +176,10 @@ impl<B: AsyncBackend> LockBackend for B {
 
     fn shard_marks(&self) -> Option<&dyn ShardMarks> {
         self.shard_mark_calls()
+    }
+
+    fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        self.together_call(leases)
     }
 }
 

@@ -10,7 +10,7 @@ use fencelock::testing::{Call, Faults, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, current_token, current_tokens, redis_lock, with_client};
 use tokio::sync::oneshot;
 
-use crate::support::{client, redis_server};
+use crate::support::{client, redis_server, script_calls};
 
 #[redis_lock(keys = ["acct:{from}", "acct:{to}"], action = GiveUp)]
 async fn transfer_at_once(from: u32, to: u32) -> Result<Vec<(String, u64)>, LockError> {
@@ -190,4 +190,51 @@ async fn a_failed_release_does_not_hide_a_loss() {
         matches!(&ended, Err(LockError::Lost { key, .. }) if key == "mk:2"),
         "{ended:?}"
     );
+}
+
+/// On one Redis server, free keys are all granted by one script call, each with its own
+/// token; with one of them held, none is left held.
+#[tokio::test]
+async fn free_keys_on_one_server_are_taken_in_one_call() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    // The scripts loaded (a first call may load them and call again).
+    locks
+        .lock("pair:warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut redis = server.connection().await.unwrap();
+    let before = script_calls(&mut redis).await;
+    let all = locks
+        .lock_all(["pair:c", "pair:a", "pair:b"])
+        .acquire()
+        .await
+        .unwrap();
+    let calls = script_calls(&mut redis).await - before;
+    assert_eq!(calls, 1, "one call for three free keys");
+    // Each held by its grant, with its key's own token.
+    for guard in all.guards() {
+        fencelock::testing::assertions::assert_held_by(&locks, guard).await;
+    }
+    all.release().await.unwrap();
+
+    let other = client(&server).await;
+    let held = other.lock("pair:b").acquire().await.unwrap();
+    let refused = locks
+        .lock_all(["pair:a", "pair:b", "pair:c"])
+        .give_up()
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::NotAcquired { ref key, .. }) if key == "pair:b"),
+        "{refused:?}"
+    );
+    for key in ["pair:a", "pair:c"] {
+        assert_free(&locks, key).await;
+    }
+    held.release().await.unwrap();
 }

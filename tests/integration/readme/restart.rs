@@ -11,7 +11,10 @@ async fn start(url: &str, pod_name: &str) -> Result<LockClient, LockError> {
     // What the last run of this instance held when it was killed is free again now,
     // not when its leases end; the next holders get greater fencing tokens.
     let left = locks.release_orphans().await?;
-    println!("released {} lock(s) of the earlier run", left.released.len());
+    println!(
+        "released {} lock(s) of the earlier run",
+        left.released.len()
+    );
     Ok(locks)
 }
 
@@ -20,6 +23,10 @@ async fn start(url: &str, pod_name: &str) -> Result<LockClient, LockError> {
 async fn runs() {
     let locks = start("memory://", "web-0").await.unwrap();
     let guard = locks.lock("report").acquire().await.unwrap();
-    assert_eq!(locks.release_orphans().await.unwrap().found, 0, "its own run's");
+    assert_eq!(
+        locks.release_orphans().await.unwrap().found,
+        0,
+        "its own run's"
+    );
     guard.release().await.unwrap();
 }

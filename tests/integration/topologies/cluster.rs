@@ -9,7 +9,7 @@ use std::time::Duration;
 use fencelock::testing::RedisCluster;
 use fencelock::testing::history;
 
-use crate::support::{eventually, record_section};
+use crate::support::{eventually, record_section, script_calls};
 use fencelock::{LockClient, LockError, LossCause};
 
 async fn cluster() -> RedisCluster {
@@ -190,6 +190,43 @@ async fn a_cluster_failover_during_a_run_keeps_every_lock_exclusive() {
         cluster.masters().await.contains(&replica),
         "the replica took over"
     );
+}
+
+/// The script calls every master has run so far.
+async fn cluster_script_calls(cluster: &RedisCluster) -> u64 {
+    let mut calls = 0;
+    for master in cluster.masters().await {
+        calls += script_calls(&mut cluster.nodes[master].connection().await.unwrap()).await;
+    }
+    calls
+}
+
+/// Keys whose lock keys share a slot (`acct:{7}:…`: the hash tag is `acct:{7`) are taken
+/// by one call on their master; keys of several slots, one at a time, all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_one_slot_are_taken_in_one_call() {
+    let cluster = cluster().await;
+    let client = cluster_client(&cluster).await;
+    for key in ["acct:{7}:warm", "spread:a", "spread:b"] {
+        client
+            .lock(key)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    for (keys, expected) in [
+        (["acct:{7}:from", "acct:{7}:to"], 1),
+        (["spread:a", "spread:b"], 2),
+    ] {
+        let before = cluster_script_calls(&cluster).await;
+        let both = client.lock_all(keys).acquire().await.unwrap();
+        let calls = cluster_script_calls(&cluster).await - before;
+        assert_eq!(calls, expected, "{keys:?}");
+        both.release().await.unwrap();
+    }
 }
 
 /// A TLS root certificate is not applied to cluster nodes (nor Sentinels) yet: refused with a

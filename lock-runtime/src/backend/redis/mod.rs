@@ -23,10 +23,10 @@ use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncResults, AsyncShardMarks, Extended, HeldLease, Lease, Published,
-    Release, ReleaseWatch, ResultStore, SharedResult, Turn, release_memory,
+    Release, ReleaseWatch, ResultStore, SharedResult, TogetherCall, Turn, release_memory,
 };
 use crate::backend::{Capabilities, OperatorBackend, ShardMarks, Timeouts, foreign_result};
-use crate::{LockError, random};
+use crate::{LockError, LockKind, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -989,6 +989,53 @@ impl AsyncBackend for RedisBackend {
 
     fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
         Some(self)
+    }
+
+    /// `acquire_together.lua`, on one server, or on a cluster when every key is in one slot.
+    fn together_call<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        let lock_keys: Vec<String> = leases.iter().map(|l| self.lock_key(&l.key)).collect();
+        let first = lock_keys.first()?;
+        let one_slot = lock_keys
+            .iter()
+            .all(|k| cluster::slot(k) == cluster::slot(first));
+        let mutexes = leases
+            .iter()
+            .all(|l| l.kind == LockKind::Mutex && l.replicas == 0);
+        if !mutexes || (matches!(self.link, Link::Cluster(_)) && !one_slot) {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let keys: Vec<String> = lock_keys.into_iter().flat_map(layout::lock_keys).collect();
+            let ttl_ms = leases[0].ttl.as_millis().to_string();
+            let owners = leases.iter().map(|lease| lease.owner.as_str());
+            let args: Vec<&str> = std::iter::once(ttl_ms.as_str()).chain(owners).collect();
+            let key = &leases[0].key;
+            let reply = self
+                .run(&LIBRARY.acquire_together, &keys, &args, key)
+                .await?;
+            parse_together(key, leases.len(), &reply)
+        }))
+    }
+}
+
+/// The tokens of `acquire_together.lua`'s reply for `count` keys, or `None`: not granted.
+fn parse_together(key: &str, count: usize, reply: &Value) -> Result<Option<Vec<u64>>, LockError> {
+    let unexpected = || unexpected(key, "acquire of several keys", reply);
+    let Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    match items.split_first() {
+        Some((status, [])) if integer(status) == Some(0) => Ok(None),
+        Some((status, tokens)) if integer(status) == Some(1) && tokens.len() == count => {
+            let tokens = tokens
+                .iter()
+                .map(|token| integer(token).and_then(|t| u64::try_from(t).ok()));
+            tokens
+                .collect::<Option<Vec<u64>>>()
+                .map(Some)
+                .ok_or_else(unexpected)
+        }
+        _ => Err(unexpected()),
     }
 }
 

@@ -37,6 +37,7 @@ impl LockScript {
 /// The library's scripts and its source.
 pub(crate) struct Library {
     pub(crate) acquire: LockScript,
+    pub(crate) acquire_together: LockScript,
     pub(crate) release: LockScript,
     pub(crate) shared_acquire: LockScript,
     pub(crate) shared_release: LockScript,
@@ -63,11 +64,17 @@ struct Part {
     flags: &'static str,
 }
 
-const PARTS: [Part; 13] = [
+const PARTS: [Part; 14] = [
     Part {
         name: "acquire",
         prelude: &[GRANT],
         body: include_str!("lua/acquire.lua"),
+        flags: "",
+    },
+    Part {
+        name: "acquire_together",
+        prelude: &[GRANT],
+        body: include_str!("lua/acquire_together.lua"),
         flags: "",
     },
     Part {
@@ -163,6 +170,7 @@ impl Library {
         let mut source = format!("#!lua name={library}\n{prelude}\n");
         let [
             acquire,
+            acquire_together,
             release,
             shared_acquire,
             shared_release,
@@ -191,6 +199,7 @@ impl Library {
         });
         Library {
             acquire,
+            acquire_together,
             release,
             shared_acquire,
             shared_release,
