@@ -11,10 +11,7 @@ async fn start(url: &str, pod_name: &str) -> Result<LockClient, LockError> {
     // What the last run of this instance held when it was killed is free again now,
     // not when its leases end; the next holders get greater fencing tokens.
     let left = locks.release_orphans().await?;
-    println!(
-        "released {} lock(s) of the earlier run",
-        left.released.len()
-    );
+    println!("released {} lock(s) left held", left.released.len());
     Ok(locks)
 }
 
