@@ -49,32 +49,39 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 async fn release_instance(admin: &LockAdmin, name: &str, json: bool) -> Result<(), Failure> {
-    let released = admin.release_instance(name).await.map_err(|error| {
+    let failed = |error| {
         Failure::new(
             format!("releasing the locks of instance `{name}` failed"),
             error,
         )
-    })?;
-    let keys: Vec<&str> = released.released.iter().map(|f| f.key.as_str()).collect();
+    };
+    let released = admin.release_instance(name).await.map_err(failed)?;
+    let mut keys: Vec<&str> = released.released.iter().map(|f| f.key.as_str()).collect();
+    let grants = keys.len();
+    keys.dedup();
     if json {
-        let view =
-            serde_json::json!({ "instance": name, "found": released.found, "released": keys });
-        print(&output::json(&view))
+        let view = serde_json::json!({ "instance": name, "found": released.found, "released": grants, "keys": keys });
+        print(&output::json(&view))?;
     } else {
-        let grants = if keys.len() == 1 { "grant" } else { "grants" };
-        let listed = keys
-            .iter()
-            .map(|key| format!("`{key}`"))
-            .collect::<Vec<_>>();
+        let noun = if grants == 1 { "grant" } else { "grants" };
+        let listed: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
         let listed = if listed.is_empty() {
             String::new()
         } else {
             format!(": {}", listed.join(", "))
         };
         print(&format!(
-            "released {} {grants} of instance `{name}`{listed}",
-            keys.len()
-        ))
+            "released {grants} {noun} of instance `{name}`{listed}"
+        ))?;
+    }
+    match released.failed.into_iter().next() {
+        None => Ok(()),
+        Some((key, error)) => Err(Failure::new(
+            format!(
+                "releasing `{key}` of instance `{name}` failed (run the command again for the keys left)"
+            ),
+            error,
+        )),
     }
 }
 

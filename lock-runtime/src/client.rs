@@ -148,6 +148,23 @@ impl LockClient {
         LockClient::with_background(Arc::new(backend), Background::Driver, true, None)
     }
 
+    /// A client over any [`LockBackend`], running as the instance `instance_id` (see
+    /// [`OpenBuilder::instance_id`](crate::OpenBuilder::instance_id)): what a store's builder
+    /// does with `.instance_id(..)`, for a backend of one's own.
+    pub fn from_backend_for_instance(
+        backend: impl LockBackend,
+        instance_id: &str,
+    ) -> Result<LockClient, LockError> {
+        let instance = InstanceId::new(instance_id)?;
+        let background = Background::Driver;
+        Ok(LockClient::with_background(
+            Arc::new(backend),
+            background,
+            true,
+            Some(instance),
+        ))
+    }
+
     /// A client over any [`LockBackend`] whose background work runs on `runtime` (see
     /// [`LockClient::memory_on`]).
     pub fn from_backend_on(

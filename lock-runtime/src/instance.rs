@@ -8,22 +8,26 @@ use crate::admin::{ForcedRelease, LockAdmin};
 use crate::backend::{Grant, OperatorBackend};
 use crate::{LockClient, LockError, random};
 
-/// How long an instance id may be: an owner token is the id, a dot, the run's 8 hex digits,
-/// a dot and 24 random hex digits, and MySQL keeps owner tokens of up to 64 characters.
-pub const MAX_INSTANCE_LEN: usize = 30;
+/// How long an instance id may be (a host's or a pod's name fits).
+pub const MAX_INSTANCE_LEN: usize = 255;
 
-/// The name of one instance of a service (`checkout-2`, a pod's name), the same on each of
-/// its runs, and the run: drawn once per process, so that the clients of one process are one
+/// How much of an owner token the instance takes: a token is this tag, a dot, the run's 8
+/// hex digits, a dot and 24 random hex digits (90 random bits, from the OS source): 55
+/// characters at most, so that a release's mark (`<owner>:released`) fits MySQL's 64.
+const TAG_LEN: usize = 21;
+
+/// The name of one instance of a service (a pod's or a host's name), the same on each of its
+/// runs, and the run: drawn once per process, so that the clients of one process are one
 /// run and never release each other's locks as left over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InstanceId {
-    name: String,
+    /// The name as written into owner tokens (see [`instance_tag`]).
+    tag: String,
     run: String,
 }
 
 impl InstanceId {
-    /// The instance `name` of this process's run; refuses a name that an owner token cannot
-    /// carry.
+    /// The instance `name` of this process's run.
     pub(crate) fn new(name: &str) -> Result<InstanceId, LockError> {
         static RUN: OnceLock<String> = OnceLock::new();
         let run = RUN.get_or_init(|| random::owner_token()[..8].to_owned());
@@ -37,39 +41,50 @@ impl InstanceId {
 
     /// The instance `name` of the run `run` (tests stand for an earlier run with another).
     pub(crate) fn of_run(name: &str, run: &str) -> Result<InstanceId, LockError> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if name.is_empty() || name.len() > MAX_INSTANCE_LEN || !name.chars().all(allowed) {
-            return Err(LockError::invalid_config(format!(
-                "the instance id `{}` is not one fencelock can write into owner tokens: use \
-                 1 to {MAX_INSTANCE_LEN} ASCII letters, digits, `-` or `_` (a pod's or a \
-                 host's name, shortened)",
-                name.escape_debug()
-            )));
-        }
         Ok(InstanceId {
-            name: name.to_owned(),
+            tag: instance_tag(name)?,
             run: run.to_owned(),
         })
     }
 
-    /// A fresh owner token of this run: `<name>.<run>.<24 random hex digits>` (96 random
-    /// bits, from the OS source).
+    /// A fresh owner token of this run: `<tag>.<run>.<24 random hex digits>`.
     pub(crate) fn owner_token(&self) -> String {
-        format!(
-            "{}.{}.{}",
-            self.name,
-            self.run,
-            &random::owner_token()[..24]
-        )
+        let random = &random::owner_token()[..24];
+        format!("{}.{}.{random}", self.tag, self.run)
     }
 
     /// The owners of this instance's earlier runs.
     pub(crate) fn earlier_runs(&self) -> OwnerPrefix {
         OwnerPrefix {
-            starts: format!("{}.", self.name),
-            except: Some(format!("{}.{}.", self.name, self.run)),
+            starts: format!("{}.", self.tag),
+            except: Some(format!("{}.{}.", self.tag, self.run)),
         }
     }
+}
+
+/// How owner tokens carry the instance `name`: the name itself when it is at most
+/// [`TAG_LEN`] ASCII letters, digits, `-` and `_`; else its first 12 characters so written
+/// (others as `_`), `-` and 8 hex digits of its SHA-1, so that two long names that start
+/// alike (`payments-worker-0`, `payments-worker-1`) stay two instances.
+fn instance_tag(name: &str) -> Result<String, LockError> {
+    if name.is_empty() || name.len() > MAX_INSTANCE_LEN || name.chars().any(char::is_control) {
+        return Err(LockError::invalid_config(format!(
+            "the instance id `{}` cannot name an instance: use 1 to {MAX_INSTANCE_LEN} bytes \
+             without control characters, the same on every run (a pod's or a host's name)",
+            name.escape_debug()
+        )));
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.len() <= TAG_LEN && name.chars().all(plain) {
+        return Ok(name.to_owned());
+    }
+    let start: String = name
+        .chars()
+        .take(12)
+        .map(|c| if plain(c) { c } else { '_' })
+        .collect();
+    let digest = sha1_smol::Sha1::from(name).digest().to_string();
+    Ok(format!("{start}-{}", &digest[..8]))
 }
 
 /// Owner tokens that start with one text and not with another: how a store is asked for the
@@ -84,9 +99,8 @@ impl OwnerPrefix {
     /// The owners of every run of the instance `name` (as a client's
     /// `instance_id(name)` writes them).
     pub fn instance(name: &str) -> Result<OwnerPrefix, LockError> {
-        let id = InstanceId::of_run(name, "")?;
         Ok(OwnerPrefix {
-            starts: format!("{}.", id.name),
+            starts: format!("{}.", instance_tag(name)?),
             except: None,
         })
     }
@@ -133,14 +147,21 @@ impl OwnedGrant {
 }
 
 /// What [`LockClient::release_orphans`] and [`LockAdmin::release_instance`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// A key that could not be released (the store failed, or holds data that is not a lock's)
+/// does not stop the others: it is in `failed`, and the sweep can be run again.
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct InstanceRelease {
-    /// The grants found (live grants of the owners looked for, when the store was read).
+    /// The grants found, in every pass: those that held a key when the store was read (on
+    /// ZooKeeper and etcd, every entry of those owners that holds a key, the store keeping no
+    /// lease of its own).
     pub found: usize,
     /// The forced release of each grant found that was still held (the others ended on their
-    /// own in between), in key order.
+    /// own in between), in key order within each pass.
     pub released: Vec<ForcedRelease>,
+    /// The keys whose grants could not be released, with why.
+    pub failed: Vec<(String, LockError)>,
 }
 
 impl LockClient {
@@ -180,22 +201,33 @@ impl LockAdmin {
     }
 }
 
-/// Releases by force each grant of `owners` in `client`'s store.
+/// How many times the store is read for the grants left: a forced release hands a key to
+/// the oldest waiter, who may be one of the same owners (the killed run waited for it too),
+/// so the keys so handed are released again by the next pass.
+const PASSES: usize = 4;
+
+/// Releases by force each grant of `owners` in `client`'s store, pass after pass until one
+/// finds none (at most [`PASSES`]), going on past a key that fails.
 async fn release_owned(
     client: &LockClient,
     owners: &OwnerPrefix,
 ) -> Result<InstanceRelease, LockError> {
     let operator = operator(client)?;
-    let mut found = operator.grants_of_owners("*", owners).await?;
-    found.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut report = InstanceRelease {
-        found: found.len(),
-        released: Vec::new(),
-    };
-    for owned in found {
-        let forced = operator.force_release(&owned.key, owned.grant).await?;
-        if forced.released {
-            report.released.push(forced);
+    let mut report = InstanceRelease::default();
+    for _ in 0..PASSES {
+        let mut found = operator.grants_of_owners("*", owners).await?;
+        found.retain(|owned| !report.failed.iter().any(|(key, _)| *key == owned.key));
+        if found.is_empty() {
+            break;
+        }
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        report.found += found.len();
+        for owned in found {
+            match operator.force_release(&owned.key, owned.grant).await {
+                Ok(forced) if forced.released => report.released.push(forced),
+                Ok(_) => {}
+                Err(error) => report.failed.push((owned.key, error)),
+            }
         }
     }
     Ok(report)
@@ -227,23 +259,38 @@ mod tests {
         assert!(!earlier.matches(&random::owner_token()));
         let every = OwnerPrefix::instance("web-1").unwrap();
         assert!(every.matches(&now.owner_token()) && every.matches(&before.owner_token()));
-        assert!(now.owner_token().len() <= 64 - (MAX_INSTANCE_LEN - "web-1".len()));
     }
 
     #[test]
-    fn names_an_owner_token_cannot_carry_are_refused() {
-        for name in [
-            "",
-            "a.b",
-            "a b",
-            "a:b",
-            "é",
-            &"x".repeat(MAX_INSTANCE_LEN + 1),
-        ] {
+    fn any_name_makes_a_token_whose_release_mark_fits_mysql() {
+        let long = "payments-reconciliation-worker-";
+        let names = [
+            "web-1".to_owned(),
+            "x".repeat(TAG_LEN),
+            "x".repeat(MAX_INSTANCE_LEN),
+            "ip-10-0-3-17.eu-west-1.compute.internal".to_owned(),
+            format!("{long}0"),
+            format!("{long}1"),
+            "é ü".to_owned(),
+        ];
+        let tags: Vec<String> = names.iter().map(|n| instance_tag(n).unwrap()).collect();
+        for (name, tag) in names.iter().zip(&tags) {
+            let token = InstanceId::of_run(name, "0000aaaa").unwrap().owner_token();
+            assert!(token.len() + ":released".len() <= 64, "{name}: {token}");
+            assert!(
+                tag.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            );
+        }
+        assert_eq!(tags[0], "web-1", "a short plain name is kept as it is");
+        assert_ne!(tags[4], tags[5], "long names that start alike stay apart");
+    }
+
+    #[test]
+    fn names_that_cannot_name_an_instance_are_refused() {
+        for name in ["", "a\nb", &"x".repeat(MAX_INSTANCE_LEN + 1)] {
             let refused = InstanceId::new(name).unwrap_err().to_string();
             assert!(refused.contains("instance id"), "{refused}");
         }
-        let longest = InstanceId::new(&"x".repeat(MAX_INSTANCE_LEN)).unwrap();
-        assert_eq!(longest.owner_token().len(), 64);
     }
 }

@@ -251,13 +251,14 @@ impl OpenBuilder {
     }
 
     /// The instance this client runs as, the same on each of its runs: a pod's or a host's
-    /// name (1 to [`MAX_INSTANCE_LEN`](crate::instance::MAX_INSTANCE_LEN) ASCII letters,
-    /// digits, `-`, `_`; refused at [`connect`](Self::connect) otherwise). Every owner token
-    /// the client writes then starts with it and with the process's run, so that
+    /// name (1 to [`MAX_INSTANCE_LEN`](crate::instance::MAX_INSTANCE_LEN) bytes without
+    /// control characters; refused at [`connect`](Self::connect) otherwise). Every owner token
+    /// the client writes then starts with it (a long one shortened with a hash of it, so that
+    /// names stay apart) and with the process's run, so that
     /// [`LockClient::release_orphans`] can release at start what an earlier run left held
     /// (a process killed while holding locks), and an operator can release what one instance
     /// holds ([`LockAdmin::release_instance`](crate::LockAdmin::release_instance), `fencelock
-    /// release --instance NAME --force`). One live process per id: see `release_orphans`.
+    /// release-instance NAME --force`). One live process per id: see `release_orphans`.
     ///
     /// ```
     /// # async fn run() -> Result<(), fencelock_runtime::LockError> {

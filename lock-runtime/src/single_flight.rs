@@ -384,6 +384,7 @@ fn not_offered() -> LockError {
     LockError::invalid_config(
         "`action = Share` needs a store that keeps the holder's value for the other \
          processes' callers: the memory backend, Redis (one server, Sentinel, Cluster), \
-         ZooKeeper or etcd; this one (Redlock, PostgreSQL or MySQL) does not",
+         PostgreSQL, MySQL, ZooKeeper or etcd; this one (Redlock: no value a majority of \
+         masters would agree on) does not",
     )
 }

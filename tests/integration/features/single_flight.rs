@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use fencelock::testing::{SqlDatabase, SqlKind};
 use fencelock::{LockClient, LockError, redis_lock, with_client};
 use redis::AsyncCommands;
 use tokio::sync::Notify;
@@ -49,12 +50,19 @@ async fn locked_report(
 #[ignore = "a child process of a_stampede_over_four_processes_runs_the_body_once"]
 async fn stampede_worker() {
     let setting = std::env::var(WORKER).expect("started by the parent test");
-    let [url, mode, day] = setting.splitn(3, '|').collect::<Vec<_>>()[..] else {
-        panic!("{WORKER} is url|mode|day");
+    let [lock_url, table, counter_url, mode, day] = setting.splitn(5, '|').collect::<Vec<_>>()[..]
+    else {
+        panic!("{WORKER} is lock url|table|counter url|mode|day");
     };
     let day: u32 = day.parse().unwrap();
-    let locks = LockClient::connect(url).await.unwrap();
-    let redis = redis::Client::open(url).unwrap();
+    let locks = LockClient::open_builder(lock_url);
+    let locks = if table.is_empty() {
+        locks
+    } else {
+        locks.table(table)
+    };
+    let locks = locks.connect().await.unwrap();
+    let redis = redis::Client::open(counter_url).unwrap();
     let redis = redis.get_multiplexed_async_connection().await.unwrap();
     let calls = (0..CALLERS).map(|_| {
         let (locks, redis) = (locks.clone(), redis.clone());
@@ -79,8 +87,18 @@ async fn stampede_worker() {
 async fn a_stampede_over_four_processes_runs_the_body_once() {
     let server = redis_server();
     let mut redis = support::inspector(&server).await;
-    for (mode, day) in [("share", 1), ("lock", 2)] {
-        let setting = format!("{}|{mode}|{day}", server.url());
+    let mut stores = vec![("Redis", server.url(), String::new())];
+    if let Some(database) = SqlDatabase::reach(SqlKind::Postgres).await {
+        // The first client creates the tables before the processes share them.
+        drop(database.client().await);
+        let table = database.table().to_owned();
+        stores.push(("PostgreSQL", database.url().to_owned(), table));
+    }
+    let runs = stores
+        .iter()
+        .flat_map(|store| [(store, "share"), (store, "lock")]);
+    for (day, ((store, lock_url, table), mode)) in (1..).zip(runs) {
+        let setting = format!("{lock_url}|{table}|{}|{mode}|{day}", server.url());
         let started = Instant::now();
         let workers: Vec<_> = (0..PROCESSES)
             .map(|_| {
@@ -103,8 +121,8 @@ async fn a_stampede_over_four_processes_runs_the_body_once() {
         let elapsed = started.elapsed();
         let runs: u64 = redis.get(format!("runs:{day}")).await.unwrap();
         println!(
-            "{mode}: {} callers in {PROCESSES} processes, body of {BODY:?} ran {runs} time(s), \
-             {elapsed:?} in all",
+            "{store}, {mode}: {} callers in {PROCESSES} processes, body of {BODY:?} ran \
+             {runs} time(s), {elapsed:?} in all",
             values.len()
         );
         assert_eq!(values.len(), PROCESSES * CALLERS, "every caller answered");

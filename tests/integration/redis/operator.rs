@@ -281,3 +281,31 @@ async fn a_forced_release_of_an_expired_pair_finds_it_free() {
     assert_eq!(forced.found, Holding::Free, "{forced:?}");
     drop(reader);
 }
+
+/// An instance's sweep leaves foreign data alone and goes on past it: a lock key of the
+/// instance's that something else made persistent (no lock is) is neither released nor
+/// allowed to stop the release of the instance's other locks.
+#[tokio::test]
+async fn an_instance_sweep_skips_foreign_data_and_goes_on() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let builder = LockClient::open_builder(&server.url()).instance_id("sweep-1");
+    let instance = builder.connect().await.unwrap();
+    let mut guards = Vec::new();
+    for key in ["sweep:a", "sweep:b", "sweep:c"] {
+        guards.push(instance.lock(key).acquire().await.unwrap());
+    }
+    let mut redis = inspector(&server).await;
+    let _: bool = redis.persist("lock:{sweep:b}").await.unwrap();
+
+    let swept = locks.admin().release_instance("sweep-1").await.unwrap();
+    let released: Vec<&str> = swept.released.iter().map(|f| f.key.as_str()).collect();
+    assert_eq!(released, ["sweep:a", "sweep:c"], "{swept:?}");
+    assert!(swept.failed.is_empty(), "{swept:?}");
+    let state = locks.admin().inspect("sweep:b").await.unwrap();
+    assert!(
+        matches!(state.holding, Holding::Foreign { .. }),
+        "{state:?}"
+    );
+    drop(guards);
+}

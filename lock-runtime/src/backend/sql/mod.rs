@@ -45,8 +45,9 @@ use self::session::{Param, Session, Sessions, Transaction, Value};
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Extending, Releasing, Statements};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, Extended, HeldLease, Lease, Release, ReleaseWatch, Turn,
-    holding_of, owned_grant, release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Published,
+    Release, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of, owned_grant,
+    release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -689,6 +690,90 @@ impl Store {
         Ok(forced)
     }
 
+    /// The single-flight value kept under `key`, if any.
+    async fn read_result(&self, key: &str) -> Result<Option<SharedResult>, sqlx::Error> {
+        let mut session = self.sessions.session().await?;
+        let rows = session
+            .fetch(&self.statements.result_read, &[key.into()])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        match row.as_slice() {
+            [Value::Int(token), Value::Text(value)] => Ok(Some(SharedResult {
+                token: u64::try_from(*token).unwrap_or_default(),
+                value: value.clone().into_bytes(),
+            })),
+            _ => Err(unexpected("a single-flight value")),
+        }
+    }
+
+    /// Keeps `value` (of the grant `token`) under `key` for `keep`, if that grant holds the
+    /// key and no value of it or a later grant is kept: checked and written under the key's
+    /// fence row lock, which its releases take too.
+    async fn publish_result(
+        &self,
+        key: &str,
+        token: u64,
+        value: &str,
+        keep: Duration,
+    ) -> Result<Published, sqlx::Error> {
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        self.lock_fence(session, key, false).await?;
+        let (_, found) = self.read(session, key).await?;
+        let holds = found.filter(GrantRow::live).map(|grant| grant.holding());
+        let holds = matches!(holds, Some(Holding::Held { token: Some(t), .. }) if t == token);
+        let kept = session
+            .fetch(&self.statements.result_read, &[key.into()])
+            .await?;
+        let later = kept
+            .first()
+            .and_then(|row| row.first())
+            .and_then(Value::int);
+        let later = later.is_some_and(|kept| u64::try_from(kept).unwrap_or_default() >= token);
+        let published = if !holds {
+            Published::NotHeld
+        } else if later {
+            Published::LaterKept
+        } else {
+            let row = [
+                Param::Int(i64::try_from(token).unwrap_or(i64::MAX)),
+                value.into(),
+                Param::Int(millis(keep)),
+            ];
+            let params: Vec<Param> = match self.dialect() {
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => std::iter::once(key.into())
+                    .chain(row.clone())
+                    .chain(row)
+                    .collect(),
+                #[allow(unreachable_patterns)]
+                _ => std::iter::once(key.into()).chain(row).collect(),
+            };
+            session
+                .execute(&self.statements.result_write, &params)
+                .await?;
+            Published::Kept
+        };
+        transaction.commit().await?;
+        if published == Published::Kept && random::unit() < 1.0 / 16.0 {
+            self.forget_results().await;
+        }
+        Ok(published)
+    }
+
+    /// Deletes the single-flight values that lapsed; a failure leaves them to the next try.
+    async fn forget_results(&self) {
+        let forgetting = async {
+            let mut session = self.sessions.session().await?;
+            session.execute(&self.statements.results_forget, &[]).await
+        };
+        if let Err(error) = forgetting.await {
+            tracing::debug!(target: "fencelock", error = %error, "deleting lapsed single-flight values failed; the next try will");
+        }
+    }
+
     async fn inspect(&self, key: &str) -> Result<LockState, sqlx::Error> {
         let mut session = self.sessions.session().await?;
         let (fence, found) = self.read(&mut *session, key).await?;
@@ -840,6 +925,41 @@ impl AsyncBackend for SqlBackend {
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
+    }
+
+    fn result_calls(&self) -> Option<&dyn ResultStore> {
+        Some(self)
+    }
+}
+
+// Single-flight values (`action = Share`): a row per name in `<table>_results`.
+impl AsyncResults for SqlBackend {
+    async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
+        let owned = key.to_owned();
+        self.call(Some(key), move |store| {
+            let key = owned.clone();
+            async move { store.read_result(&key).await }
+        })
+        .await
+    }
+
+    async fn publish(
+        &self,
+        key: &str,
+        result: &SharedResult,
+        keep: Duration,
+    ) -> Result<Published, LockError> {
+        let value = String::from_utf8(result.value.clone()).map_err(|_| {
+            LockError::invalid_config(
+                "the SQL stores keep a single-flight value as text, and this one is not UTF-8",
+            )
+        })?;
+        let (owned, token, value) = (key.to_owned(), result.token, Arc::new(value));
+        self.call(Some(key), move |store| {
+            let (key, value) = (owned.clone(), value.clone());
+            async move { store.publish_result(&key, token, &value, keep).await }
+        })
+        .await
     }
 }
 

@@ -128,6 +128,12 @@ pub(crate) struct Statements {
     pub(crate) acquiring: Acquiring,
     pub(crate) releasing: Releasing,
     pub(crate) list: String,
+    /// The single-flight value kept under a name.
+    pub(crate) result_read: String,
+    /// Keeps a single-flight value under a name.
+    pub(crate) result_write: String,
+    /// Deletes the single-flight values that lapsed.
+    pub(crate) results_forget: String,
     /// PostgreSQL's `pg_notify` (MySQL announces nothing: waiters poll).
     pub(crate) notify: Option<String>,
     /// Renews a batch of grants.
@@ -140,6 +146,7 @@ impl Statements {
         let releases = format!("{table}_releases");
         let (locks_id, fences_id) = (dialect.quoted(table), dialect.quoted(&fences));
         let releases_id = dialect.quoted(&releases);
+        let results_id = dialect.quoted(&format!("{table}_results"));
         // Index names are the schema's on PostgreSQL: named after the table, 63 bytes at most
         // with a table name of `MAX_TABLE_LEN`.
         let releases_index = dialect.quoted(&format!("{releases}_until"));
@@ -152,6 +159,7 @@ impl Statements {
                 .replace("{locks}", &locks_id)
                 .replace("{fences}", &fences_id)
                 .replace("{releases}", &releases_id)
+                .replace("{results}", &results_id)
                 .replace("{releases_until}", &releases_index)
                 .trim()
                 .to_owned()
@@ -198,6 +206,9 @@ impl Statements {
                 }),
             },
             list: prepare(sql_file!(dialect, "list.sql")),
+            result_read: prepare(sql_file!(dialect, "result_read.sql")),
+            result_write: prepare(sql_file!(dialect, "result_write.sql")),
+            results_forget: prepare(sql_file!(dialect, "results_forget.sql")),
             notify: match dialect {
                 #[cfg(feature = "postgres")]
                 Dialect::Postgres => Some(prepare(include_str!("postgres/notify.sql"))),
@@ -296,12 +307,20 @@ mod tests {
             all.extend(renewal(&statements, 3));
             all.extend(statements.schema.clone());
             all.push(statements.lock_fence.clone());
+            all.extend([
+                statements.result_read.clone(),
+                statements.result_write.clone(),
+            ]);
             for statement in all {
                 assert!(!statement.contains('{'), "{dialect:?}: {statement}");
                 assert!(!statement.contains("--"), "{dialect:?}: {statement}");
                 assert!(statement.contains("app_locks"), "{dialect:?}: {statement}");
             }
-            for table in ["app_locks_fences", "app_locks_releases"] {
+            for table in [
+                "app_locks_fences",
+                "app_locks_releases",
+                "app_locks_results",
+            ] {
                 assert!(statements.schema.iter().any(|s| s.contains(table)));
             }
         }

@@ -12,15 +12,21 @@ local function meant(owner)
   return starts and not excepted
 end
 
+-- Whether a shared kind's keys are a lock's, as inspect.lua reads them (describe_shared).
+local function shared_lock(lock_key, leases_key)
+  return redis.call('HEXISTS', lock_key, 'f') == 1 and redis.call('TYPE', leases_key).ok == 'zset'
+    and not untimed(lock_key, 'hash') and not untimed(leases_key, 'leases')
+end
+
 local reply = {}
 local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'string' then
+if type(holder) == 'string' and not foreign_holder(KEYS[1], holder) then
   local owner, token = string.match(holder, '^(.*):(%d+)$')
   if owner and meant(owner) then
     reply = {owner_tag(owner), token}
   end
 elseif type(holder) == 'table' and redis.call('TYPE', KEYS[1]).ok == 'hash'
-    and redis.call('TYPE', KEYS[5]).ok == 'zset' then
+    and shared_lock(KEYS[1], KEYS[5]) then
   local after = '(' .. string.format('%.0f', server_time())
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], after, '+inf')) do
     local owner = member_owner(member)
