@@ -50,8 +50,9 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
-    /// A grant of a call for several keys, with when it was sent: the first attempt.
-    granted_together: Option<(u64, Instant)>,
+    /// A grant of a call for several keys, with when it was sent and the round trip to
+    /// record: the first attempt.
+    granted_together: Option<(u64, Instant, Option<Duration>)>,
     /// Counts the request as running, for its client's shutdown to wait for.
     _running: Ticket,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
@@ -141,11 +142,18 @@ impl Acquisition {
     /// The request, granted `token` to `owner` by a call for several keys
     /// ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together))
     /// sent at `sent_at`: that grant is its first attempt, and it cleans the grant up as its
-    /// own if it ends without a guard.
-    pub(crate) fn granted_together(mut self, owner: String, token: u64, sent_at: Instant) -> Self {
+    /// own if it ends without a guard. `round_trip` is the call's, for the one request that
+    /// records it (the call was one attempt, whatever the number of keys).
+    pub(crate) fn granted_together(
+        mut self,
+        owner: String,
+        token: u64,
+        sent_at: Instant,
+        round_trip: Option<Duration>,
+    ) -> Self {
         self.pending.lease.owner = owner;
         self.pending.leaves_traces = true;
-        self.granted_together = Some((token, sent_at));
+        self.granted_together = Some((token, sent_at, round_trip));
         self
     }
 
@@ -207,7 +215,9 @@ impl Acquisition {
                 return Err(self.give_up().await);
             }
             let attempt = match self.granted_together.take() {
-                Some((token, sent_at)) => self.first_granted_together(token, sent_at),
+                Some((token, sent_at, round_trip)) => {
+                    self.first_granted_together(token, sent_at, round_trip)
+                }
                 None => self.attempt().await,
             };
             let holder_remaining = match attempt {
@@ -347,9 +357,16 @@ impl Acquisition {
 
     /// The attempt a call for several keys made for this request, granted `token`: counted
     /// and recorded as one of the request's own.
-    fn first_granted_together(&mut self, token: u64, sent_at: Instant) -> Attempt {
+    fn first_granted_together(
+        &mut self,
+        token: u64,
+        sent_at: Instant,
+        round_trip: Option<Duration>,
+    ) -> Attempt {
         self.record.attempt_sent();
-        self.record.span().attempted(sent_at.elapsed());
+        if let Some(round_trip) = round_trip {
+            self.record.span().attempted(round_trip);
+        }
         Attempt::Granted {
             token,
             slot: None,

@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::backend::Lease;
 use crate::background_release::release_in_background;
+use crate::sync::Ticket;
 use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions, key};
 
 /// A request for several locks at once (from [`LockClient::lock_all`]): each key a mutex,
@@ -75,15 +76,19 @@ impl MultiLockRequest {
             ));
         }
         let started = Instant::now();
-        let mut together = Together::ask(&self.client, &keys, &self.options).await;
+        let mut together = Together::ask(&self.client, &keys, &self.options, started).await;
         let mut guards = Vec::with_capacity(keys.len());
         for (n, key) in keys.into_iter().enumerate() {
             let options = self.options.left_since(started);
             let request = self.client.request(key, LockKind::Mutex).options(options);
-            let taken = match together.as_mut().map(|together| together.take(n)) {
-                Some((owner, token, sent_at)) => match request.start() {
+            let taken = match together.as_mut() {
+                // The grant is taken over only by a request that started: else it stays in
+                // `together`, whose drop releases it.
+                Some(together) => match request.start() {
                     Ok((acquisition, span)) => {
-                        let granted = acquisition.granted_together(owner, token, sent_at);
+                        let (owner, token, sent_at, round_trip) = together.take(n);
+                        let granted =
+                            acquisition.granted_together(owner, token, sent_at, round_trip);
                         granted.run().instrument(span).await
                     }
                     Err(error) => Err(error),
@@ -121,6 +126,11 @@ struct Together {
     leases: Vec<Option<Lease>>,
     tokens: Vec<u64>,
     sent_at: Instant,
+    /// How long the call took to answer: recorded once, as the first key's attempt.
+    round_trip: Option<Duration>,
+    /// Count the keys as requests running while the call is out, for the client's shutdown
+    /// to wait for.
+    _running: Vec<Ticket>,
 }
 
 /// How long the call for every key waits at most for this client's own releases of them
@@ -129,13 +139,21 @@ const OWN_RELEASES_WAIT: Duration = Duration::from_secs(2);
 
 impl Together {
     /// Asks the store for every key of `keys` (sorted, distinct) at once, if it can grant
-    /// them so; `None` if it cannot, or some key was not free, or the reply was lost (what
-    /// the call may have granted is then released in the background, and the requests go
-    /// one key at a time, with owners of their own).
-    async fn ask(client: &LockClient, keys: &[String], options: &LockOptions) -> Option<Self> {
-        let plain = !options.fair && options.min_replicas == 0;
+    /// them so, within the call's wait from `started`; `None` if it cannot, or the options are
+    /// not valid (the requests say why, with nothing sent), or some key was not free, or the
+    /// reply was lost, or the client shut down meanwhile (what the call may have granted is
+    /// then released in the background, and the requests go one key at a time, with owners
+    /// of their own).
+    async fn ask(
+        client: &LockClient,
+        keys: &[String],
+        options: &LockOptions,
+        started: Instant,
+    ) -> Option<Self> {
+        let plain = !options.fair && options.min_replicas == 0 && options.validate().is_ok();
         let valid = keys.iter().all(|key| key::validate(key).is_ok());
-        if !plain || !valid || keys.len() < 2 || client.shutdown_state().is_down() {
+        let shutdown = client.shutdown_state();
+        if !plain || !valid || keys.len() < 2 || shutdown.is_down() {
             return None;
         }
         let leases: Vec<Lease> = keys
@@ -150,25 +168,30 @@ impl Together {
             .collect();
         let backend = client.backend().clone();
         let call = backend.acquire_together(&leases)?;
+        let deadline = options.wait_bound().map(|wait| started + wait);
         // This client's releases of these keys still on their way would refuse the call.
         let in_flight = client.releases_in_flight();
         let settled =
             futures_util::future::join_all(keys.iter().map(|k| in_flight.settled_before(k)));
-        let wait = options
-            .wait_bound()
-            .map_or(OWN_RELEASES_WAIT, |w| w.min(OWN_RELEASES_WAIT));
-        let _ = tokio::time::timeout(wait, settled).await;
+        let own_releases = Instant::now() + OWN_RELEASES_WAIT;
+        let settled_by = deadline.map_or(own_releases, |d| d.min(own_releases));
+        let _ = tokio::time::timeout_at(settled_by, settled).await;
         let mut together = Together {
             client: client.clone(),
             leases: leases.iter().cloned().map(Some).collect(),
             tokens: Vec::new(),
             sent_at: Instant::now(),
+            round_trip: None,
+            _running: keys.iter().map(|key| shutdown.acquiring(key)).collect(),
         };
-        let answer = match options.wait_bound() {
-            Some(wait) => tokio::time::timeout(wait, call).await.ok(),
+        let answer = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, call).await.ok(),
             None => Some(call.await),
         };
+        together.round_trip = Some(together.sent_at.elapsed());
         match answer {
+            // Shut down meanwhile: the grants go back, and the requests say so.
+            Some(Ok(Some(_))) if shutdown.is_down() => None,
             Some(Ok(Some(tokens))) => {
                 together.tokens = tokens;
                 Some(together)
@@ -177,14 +200,25 @@ impl Together {
                 together.leases.clear();
                 None
             }
-            Some(Err(_)) | None => None,
+            Some(Err(error)) => {
+                tracing::debug!(target: "fencelock", %error, "the call for several keys failed; taking them one at a time");
+                None
+            }
+            None => None,
         }
     }
 
-    /// The owner, token and send instant of key `n`'s grant, now its request's to keep.
-    fn take(&mut self, n: usize) -> (String, u64, Instant) {
+    /// The owner, token and send instant of key `n`'s grant, now its request's to keep, and
+    /// the call's round trip (for the first key only: it was one call).
+    fn take(&mut self, n: usize) -> (String, u64, Instant, Option<Duration>) {
         let owner = self.leases[n].take().map(|lease| lease.owner);
-        (owner.unwrap_or_default(), self.tokens[n], self.sent_at)
+        let round_trip = if n == 0 { self.round_trip } else { None };
+        (
+            owner.unwrap_or_default(),
+            self.tokens[n],
+            self.sent_at,
+            round_trip,
+        )
     }
 }
 

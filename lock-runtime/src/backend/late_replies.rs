@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, ResultStore, ShardMarks, Turn,
+    Release, ReleaseWatch, ResultStore, ShardMarks, TogetherCall, Turn,
 };
 use crate::LockError;
 
@@ -73,5 +73,15 @@ impl LockBackend for LateReplies {
 
     fn shard_marks(&self) -> Option<&dyn ShardMarks> {
         self.inner.shard_marks()
+    }
+
+    /// Answered as late as every acquire.
+    fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        let call = self.inner.acquire_together(leases)?;
+        Some(Box::pin(async move {
+            let answer = call.await;
+            tokio::time::sleep(self.reply_delay).await;
+            answer
+        }))
     }
 }

@@ -463,12 +463,14 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// Several mutex leases (distinct keys, no `min_replicas`) granted in one call, all or
-    /// none, where the store can do that atomically (one Redis server, or one slot of a
-    /// cluster): the call, whose answer is each lease's token in order, or `None` when some
-    /// key was not free and nothing was written. `None` by default, and where the store
-    /// cannot for these keys: [`LockClient::lock_all`](crate::LockClient::lock_all) then
-    /// takes them one by one. A call whose reply was lost may have granted them all.
+    /// Several mutex leases (distinct keys, one lease length, fresh owners, no
+    /// `min_replicas`) granted in one call, all or none, where the store can do that
+    /// atomically (one Redis server, or one slot of a cluster): the call, whose answer is each
+    /// lease's token in order, or `None` when some key was not free and nothing was written.
+    /// `None` by default, and where the store cannot for these keys:
+    /// [`LockClient::lock_all`](crate::LockClient::lock_all) then takes them one by one. A
+    /// call whose reply was lost may have granted them all; sent again, it answers as the
+    /// first did (keys that hold these owners' grants count as granted).
     fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
         let _ = leases;
         None

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, ResultStore, ShardMarks, Turn,
+    Release, ReleaseWatch, ResultStore, ShardMarks, TogetherCall, Turn,
 };
 
 /// A call on its way to the wrapped backend.
@@ -188,5 +188,9 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
 
     fn shard_marks(&self) -> Option<&dyn ShardMarks> {
         self.backend.shard_marks()
+    }
+
+    fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        self.backend.acquire_together(leases)
     }
 }

@@ -238,3 +238,173 @@ async fn free_keys_on_one_server_are_taken_in_one_call() {
     }
     held.release().await.unwrap();
 }
+
+/// Pauses the server's writes for `ms` (`CLIENT PAUSE WRITE`).
+async fn pause_writes(redis: &mut redis::aio::MultiplexedConnection, ms: u64) {
+    let pause = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .to_owned();
+    pause.query_async::<()>(redis).await.unwrap();
+}
+
+async fn unpause(redis: &mut redis::aio::MultiplexedConnection) {
+    let unpause = redis::cmd("CLIENT").arg("UNPAUSE").to_owned();
+    unpause.query_async::<()>(redis).await.unwrap();
+}
+
+/// Options that fail validation send nothing, as for one key: no key is left held.
+#[tokio::test]
+async fn invalid_options_leave_no_key_held() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let refused = locks
+        .lock_all(["inv:a", "inv:b"])
+        .max_hold_ms(1_000)
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidConfig { .. })),
+        "{refused:?}"
+    );
+    for key in ["inv:a", "inv:b"] {
+        assert_free(&locks, key).await;
+    }
+}
+
+/// A shutdown while the call for every key is out waits for it, and leaves no key held:
+/// what the call granted is released, and `lock_all` says the client shut down.
+#[tokio::test]
+async fn a_shutdown_during_the_call_leaves_no_key_held() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    locks
+        .lock("sd:warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut redis = server.connection().await.unwrap();
+    pause_writes(&mut redis, 2_000).await;
+    let call = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock_all(["sd:a", "sd:b"]).acquire().await }
+    });
+    // Until the call is out: if the shutdown came first, nothing would be sent at all.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let shutting_down = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.shutdown().await }
+    });
+    unpause(&mut redis).await;
+    shutting_down.await.unwrap();
+    let stopped = call.await.unwrap();
+    assert!(
+        matches!(stopped, Err(LockError::ShutDown { .. })),
+        "{stopped:?}"
+    );
+    let other = client(&server).await;
+    for key in ["sd:a", "sd:b"] {
+        let free = crate::support::eventually(Duration::from_secs(5), || async {
+            !other.admin().inspect(key).await.unwrap().holding.is_held()
+        });
+        assert!(free.await, "{key} is released, not held for its lease");
+    }
+}
+
+/// `wait_ms` bounds the whole call, the wait for this client's own release in flight and the
+/// call for every key together, as it bounds one key's.
+#[tokio::test]
+async fn wait_ms_bounds_the_call_for_every_key() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let guard = locks.lock("wb:a").acquire().await.unwrap();
+    let mut redis = server.connection().await.unwrap();
+    pause_writes(&mut redis, 5_000).await;
+    drop(guard);
+    let started = std::time::Instant::now();
+    let both = locks
+        .lock_all(["wb:a", "wb:b"])
+        .wait_ms(1_000)
+        .acquire()
+        .await;
+    let took = started.elapsed();
+    unpause(&mut redis).await;
+    assert!(both.is_err(), "{both:?}");
+    assert!(
+        took < Duration::from_millis(1_800),
+        "wait_ms 1000, took {took:?}"
+    );
+}
+
+/// The script for every key, sent again after its reply was lost (a cluster client resends
+/// on its own), answers as the first copy did, so that the caller releases what it granted.
+#[tokio::test]
+async fn the_call_for_every_key_sent_again_answers_alike() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    locks
+        .lock_all(["tw:x", "tw:y"])
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut redis = server.connection().await.unwrap();
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let function = function_named(&libraries, "acquire_together").expect("the library is loaded");
+    let keys: Vec<String> = ["lock:{tw:a}", "lock:{tw:b}"]
+        .iter()
+        .flat_map(|k| {
+            [
+                k.to_string(),
+                format!("{k}:fence"),
+                format!("{k}:queue"),
+                format!("{k}:queue:deadlines"),
+            ]
+        })
+        .collect();
+    let mut call = redis::cmd("FCALL");
+    call.arg(&function)
+        .arg(keys.len())
+        .arg(&keys)
+        .arg(30_000)
+        .arg("owner-a")
+        .arg("owner-b");
+    let first: redis::Value = call.query_async(&mut redis).await.unwrap();
+    let again: redis::Value = call.query_async(&mut redis).await.unwrap();
+    assert!(
+        matches!(&first, redis::Value::Array(items) if items.len() == 3),
+        "{first:?}"
+    );
+    assert_eq!(
+        first, again,
+        "a copy of an applied call answers as the first"
+    );
+}
+
+/// The name of the library function that ends with `suffix`, in a `FUNCTION LIST` reply.
+fn function_named(reply: &redis::Value, suffix: &str) -> Option<String> {
+    match reply {
+        redis::Value::BulkString(bytes) => {
+            let text = String::from_utf8_lossy(bytes);
+            text.ends_with(suffix).then(|| text.into_owned())
+        }
+        redis::Value::SimpleString(text) => text.ends_with(suffix).then(|| text.clone()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.iter().find_map(|item| function_named(item, suffix))
+        }
+        redis::Value::Map(pairs) => pairs.iter().find_map(|(key, value)| {
+            function_named(key, suffix).or_else(|| function_named(value, suffix))
+        }),
+        _ => None,
+    }
+}
