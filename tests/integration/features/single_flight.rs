@@ -235,7 +235,7 @@ async fn a_store_that_cannot_keep_the_value_refuses() {
     let refused = with_client(locks.clone(), report_of(1)).await;
     assert!(
         matches!(&refused, Err(LockError::InvalidConfig { reason, .. })
-            if reason.contains("the memory backend, Redis (one server, Sentinel, Cluster), ZooKeeper or etcd")),
+            if reason.contains("PostgreSQL, MySQL, ZooKeeper or etcd") && reason.contains("Redlock")),
         "{refused:?}"
     );
     fencelock::testing::assertions::assert_free(&locks, "report:1").await;

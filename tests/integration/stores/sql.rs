@@ -794,3 +794,44 @@ async fn concurrent_releases_of_distinct_keys_do_not_deadlock_on_mysql() {
         "InnoDB deadlocks during 600 releases of distinct keys"
     );
 }
+
+#[fencelock::redis_lock(key = "report:{day}", action = Share)]
+async fn shared_report(day: u32) -> Result<String, LockError> {
+    Ok(format!("report {day}"))
+}
+
+/// A database whose tables an earlier version created (no results table) keeps working: the
+/// client connects, also one that creates no tables and may not; a `Share` call's value is
+/// its own, until a client that creates tables keeps one and so creates the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_of_an_earlier_version_keep_working_and_get_the_results_table() {
+    for database in databases().await {
+        database.client().await;
+        let results = format!("{}_results", database.table());
+        database
+            .execute(&format!("DROP TABLE {results}"))
+            .await
+            .unwrap();
+        let fixed = database.builder().create_tables(false).connect().await;
+        let fixed = fixed.unwrap_or_else(|e| panic!("{:?}: {e}", database.kind()));
+        let value = with_client(fixed, shared_report(1)).await.unwrap();
+        assert_eq!(value, "report 1");
+        let missing = database.execute(&format!("SELECT 1 FROM {results}")).await;
+        assert!(
+            missing.is_err(),
+            "a client that creates no tables created none"
+        );
+
+        let creating = database.client().await;
+        with_client(creating, shared_report(1)).await.unwrap();
+        let kept = format!("DELETE FROM {results} WHERE name = 'report:1'");
+        let kept = database.execute(&kept).await;
+        assert_eq!(
+            kept.ok(),
+            Some(1),
+            "{:?}: kept once the table is created",
+            database.kind()
+        );
+        database.drop_tables().await;
+    }
+}

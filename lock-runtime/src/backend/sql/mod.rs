@@ -5,11 +5,13 @@
 //! the database's own clock (an expired row is taken over), waiters are woken by releases
 //! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
 //!
-//! Three tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! Four tables: `<table>` holds a row per held lock (name, owner token, fencing token,
 //! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
 //! fencing counter, which outlives the lock row, so tokens keep increasing per name;
 //! `<table>_releases` remembers each owner's release for as long as a resend of it can
-//! arrive, so that a release sent again after a lost reply learns what the first one did. Every
+//! arrive, so that a release sent again after a lost reply learns what the first one did;
+//! `<table>_results` keeps a single-flight call's value (`action = Share`), and is created
+//! on its first use where an earlier version created the others. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
 //! default isolation level. Renewal takes no fence lock: it updates only a row that is
@@ -97,6 +99,11 @@ struct Store {
     at: String,
     /// How long a release is remembered for a resend of it.
     release_memory: Duration,
+    /// Whether this client creates missing tables (the results table included, on the first
+    /// value kept where an earlier version created the others).
+    create_tables: bool,
+    /// Whether this client deletes lapsed single-flight values already.
+    forgetting_results: AtomicBool,
     /// Whether this client deletes lapsed releases already (MySQL): two such range deletes
     /// deadlock each other.
     #[cfg(feature = "mysql")]
@@ -690,12 +697,17 @@ impl Store {
         Ok(forced)
     }
 
-    /// The single-flight value kept under `key`, if any.
+    /// The single-flight value kept under `key`, if any (none while the results table is
+    /// missing: see [`publish_result`](Self::publish_result)).
     async fn read_result(&self, key: &str) -> Result<Option<SharedResult>, sqlx::Error> {
         let mut session = self.sessions.session().await?;
-        let rows = session
+        let rows = match session
             .fetch(&self.statements.result_read, &[key.into()])
-            .await?;
+            .await
+        {
+            Err(error) if is_missing_table(self.dialect(), &error) => return Ok(None),
+            rows => rows?,
+        };
         let Some(row) = rows.first() else {
             return Ok(None);
         };
@@ -710,8 +722,30 @@ impl Store {
 
     /// Keeps `value` (of the grant `token`) under `key` for `keep`, if that grant holds the
     /// key and no value of it or a later grant is kept: checked and written under the key's
-    /// fence row lock, which its releases take too.
+    /// fence row lock, which its acquires and releases take too. Where the results table is
+    /// missing (tables an earlier version created), creates it first if this client creates
+    /// tables. Now and then, deletes some lapsed values afterwards, off the call.
     async fn publish_result(
+        self: Arc<Self>,
+        key: &str,
+        token: u64,
+        value: &str,
+        keep: Duration,
+    ) -> Result<Published, sqlx::Error> {
+        let published = match self.publish_once(key, token, value, keep).await {
+            Err(error) if self.create_tables && is_missing_table(self.dialect(), &error) => {
+                self.create_results_table().await?;
+                self.publish_once(key, token, value, keep).await?
+            }
+            published => published?,
+        };
+        if published == Published::Kept && random::unit() < 1.0 / 16.0 {
+            tokio::spawn(async move { self.forget_results().await });
+        }
+        Ok(published)
+    }
+
+    async fn publish_once(
         &self,
         key: &str,
         token: u64,
@@ -737,41 +771,52 @@ impl Store {
         } else if later {
             Published::LaterKept
         } else {
-            let row = [
+            session
+                .execute(&self.statements.result_delete, &[key.into()])
+                .await?;
+            let params = [
+                key.into(),
                 Param::Int(i64::try_from(token).unwrap_or(i64::MAX)),
                 value.into(),
                 Param::Int(millis(keep)),
             ];
-            let params: Vec<Param> = match self.dialect() {
-                #[cfg(feature = "mysql")]
-                Dialect::MySql => std::iter::once(key.into())
-                    .chain(row.clone())
-                    .chain(row)
-                    .collect(),
-                #[allow(unreachable_patterns)]
-                _ => std::iter::once(key.into()).chain(row).collect(),
-            };
             session
                 .execute(&self.statements.result_write, &params)
                 .await?;
             Published::Kept
         };
         transaction.commit().await?;
-        if published == Published::Kept && random::unit() < 1.0 / 16.0 {
-            self.forget_results().await;
-        }
         Ok(published)
     }
 
-    /// Deletes the single-flight values that lapsed; a failure leaves them to the next try.
+    /// Creates the results table (see `results_schema.sql`).
+    async fn create_results_table(&self) -> Result<(), sqlx::Error> {
+        let mut transaction = self.transaction().await?;
+        for statement in &self.statements.results_schema {
+            transaction.session().execute(statement, &[]).await?;
+        }
+        transaction.commit().await
+    }
+
+    /// Deletes some lapsed single-flight values, unless this client does already (on MySQL
+    /// at READ COMMITTED, as `forget_releases`); a failure leaves them to the next try.
     async fn forget_results(&self) {
+        if self.forgetting_results.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let forgetting = async {
             let mut session = self.sessions.session().await?;
+            #[cfg(feature = "mysql")]
+            if self.dialect() == Dialect::MySql {
+                let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+                session.execute(read_committed, &[]).await?;
+            }
             session.execute(&self.statements.results_forget, &[]).await
         };
         if let Err(error) = forgetting.await {
             tracing::debug!(target: "fencelock", error = %error, "deleting lapsed single-flight values failed; the next try will");
         }
+        self.forgetting_results.store(false, Ordering::Release);
     }
 
     async fn inspect(&self, key: &str) -> Result<LockState, sqlx::Error> {
@@ -949,11 +994,15 @@ impl AsyncResults for SqlBackend {
         result: &SharedResult,
         keep: Duration,
     ) -> Result<Published, LockError> {
-        let value = String::from_utf8(result.value.clone()).map_err(|_| {
-            LockError::invalid_config(
-                "the SQL stores keep a single-flight value as text, and this one is not UTF-8",
-            )
-        })?;
+        let value = String::from_utf8(result.value.clone())
+            .ok()
+            .filter(|text| !text.contains('\0'))
+            .ok_or_else(|| {
+                LockError::invalid_config(
+                    "the SQL stores keep a single-flight value as text, and this one is not \
+                     UTF-8 or holds a NUL character",
+                )
+            })?;
         let (owned, token, value) = (key.to_owned(), result.token, Arc::new(value));
         self.call(Some(key), move |store| {
             let (key, value) = (owned.clone(), value.clone());
@@ -1099,8 +1148,8 @@ impl SqlClientBuilder {
         self
     }
 
-    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence and release tables are
-    /// named after it, with `_fences` and `_releases`. Lowercase ASCII letters, digits and `_`, starting with a letter or
+    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence, release and results
+    /// tables are named after it, with `_fences`, `_releases` and `_results`. Lowercase ASCII letters, digits and `_`, starting with a letter or
     /// `_`, at most 48 bytes; the table lives in the connection's default schema (database).
     pub fn table(mut self, name: impl Into<String>) -> Self {
         self.settings.table = name.into();
@@ -1180,6 +1229,8 @@ impl SqlClientBuilder {
             sessions: pool.sessions,
             at,
             release_memory: release_memory(settings.timeouts.response),
+            create_tables: settings.create_tables,
+            forgetting_results: AtomicBool::new(false),
             #[cfg(feature = "mysql")]
             forgetting: AtomicBool::new(false),
         };

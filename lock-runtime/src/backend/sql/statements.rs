@@ -116,6 +116,8 @@ pub(crate) struct Statements {
     pub(crate) fences: String,
     /// The release table's name, unquoted.
     pub(crate) releases: String,
+    /// The results table's name, unquoted.
+    pub(crate) results: String,
     /// Creates the tables, one statement after the other.
     pub(crate) schema: Vec<String>,
     /// Fails when a table is missing.
@@ -130,8 +132,12 @@ pub(crate) struct Statements {
     pub(crate) list: String,
     /// The single-flight value kept under a name.
     pub(crate) result_read: String,
-    /// Keeps a single-flight value under a name.
+    /// Keeps a single-flight value under a name, once the one kept is taken out.
     pub(crate) result_write: String,
+    /// Takes the single-flight value kept under a name out.
+    pub(crate) result_delete: String,
+    /// Creates the results table (also one of `schema`).
+    pub(crate) results_schema: Vec<String>,
     /// Deletes the single-flight values that lapsed.
     pub(crate) results_forget: String,
     /// PostgreSQL's `pg_notify` (MySQL announces nothing: waiters poll).
@@ -146,7 +152,9 @@ impl Statements {
         let releases = format!("{table}_releases");
         let (locks_id, fences_id) = (dialect.quoted(table), dialect.quoted(&fences));
         let releases_id = dialect.quoted(&releases);
-        let results_id = dialect.quoted(&format!("{table}_results"));
+        let results = format!("{table}_results");
+        let results_id = dialect.quoted(&results);
+        let results_index = dialect.quoted(&format!("{results}_until"));
         // Index names are the schema's on PostgreSQL: named after the table, 63 bytes at most
         // with a table name of `MAX_TABLE_LEN`.
         let releases_index = dialect.quoted(&format!("{releases}_until"));
@@ -159,6 +167,7 @@ impl Statements {
                 .replace("{locks}", &locks_id)
                 .replace("{fences}", &fences_id)
                 .replace("{releases}", &releases_id)
+                .replace("{results_until}", &results_index)
                 .replace("{results}", &results_id)
                 .replace("{releases_until}", &releases_index)
                 .trim()
@@ -175,7 +184,12 @@ impl Statements {
         Statements {
             dialect,
             table: table.to_owned(),
-            schema: split(sql_file!(dialect, "schema.sql")),
+            schema: [
+                split(sql_file!(dialect, "schema.sql")),
+                split(sql_file!(dialect, "results_schema.sql")),
+            ]
+            .concat(),
+            results_schema: split(sql_file!(dialect, "results_schema.sql")),
             probe: prepare(sql_file!(dialect, "probe.sql")),
             lock_fence: prepare(sql_file!(dialect, "lock_fence.sql")),
             read: prepare(sql_file!(dialect, "read.sql")),
@@ -208,6 +222,7 @@ impl Statements {
             list: prepare(sql_file!(dialect, "list.sql")),
             result_read: prepare(sql_file!(dialect, "result_read.sql")),
             result_write: prepare(sql_file!(dialect, "result_write.sql")),
+            result_delete: prepare(sql_file!(dialect, "result_delete.sql")),
             results_forget: prepare(sql_file!(dialect, "results_forget.sql")),
             notify: match dialect {
                 #[cfg(feature = "postgres")]
@@ -229,6 +244,7 @@ impl Statements {
             },
             fences,
             releases,
+            results,
         }
     }
 

@@ -1,8 +1,6 @@
--- Keeps a single-flight value under a name, in place of the one kept (the caller checked,
--- under the name's fence row lock, that its grant holds the name and that no later value is
--- kept). Parameters: name, then token, value and how long it is kept in ms, twice (for the
--- insert and for the update: `VALUES()` is deprecated in MySQL).
+-- Keeps a single-flight value under a name, once `result_delete.sql` took the one kept out (the
+-- caller checked, under the name's fence row lock, that its grant holds the name and that no
+-- later value is kept). Parameters: name, token, value, how long it is kept in ms. The value
+-- goes once (an upsert would send it twice, against `max_allowed_packet`).
 INSERT INTO {results} (name, token, value, kept_until)
 VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? * 1000 MICROSECOND)
-ON DUPLICATE KEY UPDATE
-token = ?, value = ?, kept_until = UTC_TIMESTAMP(6) + INTERVAL ? * 1000 MICROSECOND

@@ -1,7 +1,7 @@
 -- The lock table (a row per held lock), the fences (a fencing counter per name that outlives
--- the lock's row), the releases (each owner's release, remembered for a resend of it that
--- may follow a lost reply; the backend deletes those that lapsed) and the results (the value
--- a single-flight call left under a name, `action = Share`, until it lapses). Statements run in order, in one transaction, when the tables
+-- the lock's row), and the releases (each owner's release, remembered for a resend of it that
+-- may follow a lost reply; the backend deletes those that lapsed); the results table is
+-- results_schema.sql's. Statements run in order, in one transaction, when the tables
 -- are missing; the advisory lock serialises processes that start at once (PostgreSQL's
 -- CREATE TABLE IF NOT EXISTS can fail when two run together).
 SELECT pg_advisory_xact_lock(hashtext('fencelock schema {locks}'));
@@ -20,10 +20,4 @@ CREATE TABLE IF NOT EXISTS {releases} (
     name TEXT NOT NULL,
     remembered_until TIMESTAMPTZ NOT NULL
 );
-CREATE INDEX IF NOT EXISTS {releases_until} ON {releases} (remembered_until);
-CREATE TABLE IF NOT EXISTS {results} (
-    name TEXT PRIMARY KEY,
-    token BIGINT NOT NULL,
-    value TEXT NOT NULL,
-    kept_until TIMESTAMPTZ NOT NULL
-)
+CREATE INDEX IF NOT EXISTS {releases_until} ON {releases} (remembered_until)

@@ -1,0 +1,2 @@
+-- Takes the single-flight value kept under a name out. Parameter: the name.
+DELETE FROM {results} WHERE name = ?
