@@ -620,7 +620,7 @@ async fn readers_share_and_writers_exclude_on_recorded_histories() {
 }
 
 /// Permits from two clients (two sessions) on one semaphore of 3: never more than 3 inside,
-/// on the recorded history, and 3 did share it. A waiter watches the oldest entry only, so a
+/// on the recorded history, and they shared it; three are held at once over both clients. A waiter watches the oldest entry only, so a
 /// permit freed further back by the other client is found at its next attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_of_two_clients_never_exceed_the_count_on_recorded_histories() {
@@ -651,11 +651,31 @@ async fn permits_of_two_clients_never_exceed_the_count_on_recorded_histories() {
             "{kind}: {:#?}",
             report.violations
         );
+        // How many got in together depends on the store's pace; that all may is checked at
+        // once: three permits held over both clients, a fourth refused.
         let overlapping = most_inside(&sections);
-        assert_eq!(
-            overlapping, PERMITS as usize,
-            "{kind}: the permits were shared"
+        assert!(
+            overlapping >= 2,
+            "{kind}: the permits were shared: at most {overlapping}"
         );
+        let permit = |client: &LockClient| client.request(&key, semaphore).give_up().acquire();
+        let held = [
+            permit(&first).await,
+            permit(&first).await,
+            permit(&second).await,
+        ];
+        let held: Vec<_> = held
+            .into_iter()
+            .map(|p| p.unwrap_or_else(|e| panic!("{kind}: {e}")))
+            .collect();
+        let fourth = permit(&second).await;
+        assert!(
+            fourth.is_err(),
+            "{kind}: a fourth permit of three: {fourth:?}"
+        );
+        for guard in held {
+            guard.release().await.unwrap();
+        }
     }
 }
 
