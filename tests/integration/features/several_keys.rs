@@ -10,7 +10,7 @@ use fencelock::testing::{Call, Faults, Intercepted, Interceptor, Verdict};
 use fencelock::{LockClient, LockError, current_token, current_tokens, redis_lock, with_client};
 use tokio::sync::oneshot;
 
-use crate::support::{client, redis_server, script_calls};
+use crate::support::{client, lock_once, redis_server, script_calls};
 
 #[redis_lock(keys = ["acct:{from}", "acct:{to}"], action = GiveUp)]
 async fn transfer_at_once(from: u32, to: u32) -> Result<Vec<(String, u64)>, LockError> {
@@ -199,14 +199,7 @@ async fn free_keys_on_one_server_are_taken_in_one_call() {
     let server = redis_server();
     let locks = client(&server).await;
     // The scripts loaded (a first call may load them and call again).
-    locks
-        .lock("pair:warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_once(&locks, "pair:warm").await;
     let mut redis = server.connection().await.unwrap();
     let before = script_calls(&mut redis).await;
     let all = locks
@@ -279,14 +272,7 @@ async fn invalid_options_leave_no_key_held() {
 async fn a_shutdown_during_the_call_leaves_no_key_held() {
     let server = redis_server();
     let locks = client(&server).await;
-    locks
-        .lock("sd:warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_once(&locks, "sd:warm").await;
     let mut redis = server.connection().await.unwrap();
     pause_writes(&mut redis, 2_000).await;
     let call = tokio::spawn({

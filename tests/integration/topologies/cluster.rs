@@ -9,7 +9,7 @@ use std::time::Duration;
 use fencelock::testing::RedisCluster;
 use fencelock::testing::history;
 
-use crate::support::{eventually, record_section, script_calls};
+use crate::support::{eventually, lock_once, record_section, script_calls};
 use fencelock::{LockClient, LockError, LossCause};
 
 async fn cluster() -> RedisCluster {
@@ -208,14 +208,7 @@ async fn keys_of_one_slot_are_taken_in_one_call() {
     let cluster = cluster().await;
     let client = cluster_client(&cluster).await;
     for key in ["acct:{7}:warm", "spread:a", "spread:b"] {
-        client
-            .lock(key)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_once(&client, key).await;
     }
     for (keys, expected) in [
         (["acct:{7}:from", "acct:{7}:to"], 1),
