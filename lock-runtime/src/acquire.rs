@@ -502,17 +502,8 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
         return Ok(());
     }
     // With why the stores that refuse the kind do.
-    let stores = match kind {
-        LockKind::Read | LockKind::Write | LockKind::Semaphore { .. } => {
-            "PostgreSQL and MySQL keep one holder per key; the memory backend, Redis (one \
-             server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them"
-        }
-        _ => {
-            "PostgreSQL and MySQL keep one holder per key, and ZooKeeper's and etcd's lines \
-             number no shards; the memory backend and Redis (one server, Sentinel, Cluster, \
-             Redlock) offer them"
-        }
-    };
+    let stores = "PostgreSQL and MySQL keep one holder per key; the memory backend, Redis (one \
+                  server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them";
     Err(LockError::invalid_config(format!(
         "this backend does not offer {} locks: {stores}; use one of them, or a mutex \
          (`LockClient::lock`) here",

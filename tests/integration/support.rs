@@ -250,3 +250,12 @@ pub async fn run_tasks(
 pub fn guard_key(guard: &LockGuard) -> String {
     guard.key().to_owned()
 }
+
+/// A section's key: its guard's shard, `<key>#<shard>`.
+pub fn shard_key(guard: &LockGuard) -> String {
+    format!(
+        "{}#{}",
+        guard.key(),
+        guard.shard().expect("a segmented lock names its shard")
+    )
+}

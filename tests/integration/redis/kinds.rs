@@ -10,19 +10,12 @@ use fencelock::backend::{Acquire, Lease, LockBackend, Release, Turn};
 use fencelock::testing::history::{
     Section, check, check_at_most, check_read_write, monotonic_ns, most_inside,
 };
-use fencelock::{LockClient, LockGuard, LockKind};
+use fencelock::{LockClient, LockKind};
 
 use crate::support::{
     self, Sections, client, eventually, guard_key, inspector, record, redis_server, run_tasks,
+    shard_key,
 };
-
-fn shard_key(guard: &LockGuard) -> String {
-    format!(
-        "{}#{}",
-        guard.key(),
-        guard.shard().expect("a segmented lock names its shard")
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_overlap_and_writers_overlap_nobody() {

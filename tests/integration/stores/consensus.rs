@@ -298,6 +298,37 @@ async fn foreign_data_in_a_line_is_named_and_nothing_is_left_behind() {
     }
 }
 
+/// Data fencelock did not write where a key's exhausted shards are kept: a segmented lock of
+/// that key gets `KeyInUse` saying so, and leaves no entry in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_the_exhausted_shards_is_named() {
+    use fencelock::LockKind;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        match &store {
+            Store::ZooKeeper(ensemble) => ensemble
+                .create_node("/fencelock/stock%exhausted", b"not marks")
+                .await
+                .expect("created"),
+            Store::Etcd(cluster) => cluster
+                .put("fencelock/stock%exhausted", b"not marks")
+                .await
+                .expect("put"),
+        }
+        let client = store.client(None, SESSION).await;
+        let shards = LockKind::Segmented { shards: 4 };
+        match client.request("stock", shards).give_up().acquire().await {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains("exhausted shards"), "{kind}: {reason}")
+            }
+            other => panic!("{kind}: expected KeyInUse, got {other:?}"),
+        }
+        let state = client.admin().inspect("stock").await.expect("inspects");
+        assert_eq!(state.holding, fencelock::admin::Holding::Free, "{kind}");
+        assert!(state.queue.is_empty(), "{kind}: {state:?}");
+    }
+}
+
 /// A forced release of the only holder announces a hand-off only to a waiter: data that
 /// another program put behind the holder in the line is no waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -676,6 +707,60 @@ async fn permits_of_two_clients_never_exceed_the_count_on_recorded_histories() {
         for guard in held {
             guard.release().await.unwrap();
         }
+    }
+}
+
+/// Shards from two clients (two sessions) on one segmented lock of 3, recorded: each shard
+/// held by one section at a time, never more than 3 inside, and every shard used, several
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_of_two_clients_are_exclusive_on_recorded_histories() {
+    use fencelock::LockKind;
+    use fencelock::testing::history::{Section, check, check_at_most, most_inside};
+
+    use crate::support::{run_tasks, shard_key};
+
+    const SHARDS: u32 = 3;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let (first, second) = (
+            store.client(None, SESSION).await,
+            store.client(None, SESSION).await,
+        );
+        let shards = LockKind::Segmented { shards: SHARDS };
+        let body = Duration::from_millis(5);
+        let key = format!("{kind}:stock");
+        let (mut sections, theirs) = tokio::join!(
+            run_tasks(&first, &key, shards, 4, 6, body, shard_key),
+            run_tasks(&second, &key, shards, 4, 6, body, shard_key),
+        );
+        sections.extend(theirs);
+        let report = check(&sections);
+        assert_eq!(report.sections, 2 * 4 * 6, "{kind}");
+        assert!(
+            report.violations.is_empty(),
+            "{kind}: {:#?}",
+            report.violations
+        );
+        assert_eq!(report.keys, SHARDS as usize, "{kind}: every shard was used");
+        let whole: Vec<Section> = sections
+            .iter()
+            .map(|section| Section {
+                key: key.clone(),
+                ..section.clone()
+            })
+            .collect();
+        let report = check_at_most(&whole, SHARDS as usize);
+        assert!(
+            report.violations.is_empty(),
+            "{kind}: {:#?}",
+            report.violations
+        );
+        let overlapping = most_inside(&whole);
+        assert!(
+            overlapping >= 2,
+            "{kind}: shards were held together: at most {overlapping}"
+        );
     }
 }
 

@@ -23,7 +23,7 @@ use etcd_client::{
 };
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, Kept, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::instance::InstanceId;
@@ -350,6 +350,26 @@ impl EtcdStore {
         format!("{}/{}%result", self.builder.settings.prefix, node_name(key))
     }
 
+    /// The key of `key`'s exhausted shards, beside its line as [`result_key`](Self::result_key)'s.
+    fn marks_key(&self, key: &str) -> String {
+        format!(
+            "{}/{}%exhausted",
+            self.builder.settings.prefix,
+            node_name(key)
+        )
+    }
+
+    /// The value and version of `id`, a key beside `key`'s line; `None` if missing.
+    async fn read_beside(&self, key: &str, id: String, what: &str) -> Result<Kept, LockError> {
+        let mut client = self.client.clone();
+        let read = client.get(id, None).await;
+        let read = read.map_err(|error| self.error(Some(key), what, error))?;
+        Ok(read
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+
     fn entry(&self, kv: &etcd_client::KeyValue, directory: &str, session: u64) -> Option<Entry> {
         let owner = kv.key_str().ok()?.strip_prefix(directory)?;
         let id = kv.key_str().ok()?.to_owned();
@@ -383,6 +403,14 @@ fn still(entry: &Entry, version: Option<i64>) -> Vec<Compare> {
     let created = Compare::create_revision(entry.id.clone(), CompareOp::Equal, token);
     let modified = version.map(|v| Compare::mod_revision(entry.id.clone(), CompareOp::Equal, v));
     std::iter::once(created).chain(modified).collect()
+}
+
+/// The comparison that `id` is at `version` (`None`: that it is missing).
+fn at_version(id: &str, version: Option<i64>) -> Compare {
+    match version {
+        Some(version) => Compare::mod_revision(id.to_owned(), CompareOp::Equal, version),
+        None => Compare::create_revision(id.to_owned(), CompareOp::Equal, 0),
+    }
 }
 
 /// Keeps `session`'s lease alive every third of its TTL until the client drops it; marks it
@@ -587,17 +615,9 @@ impl ConsensusStore for EtcdStore {
         })
     }
 
-    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
-        Box::pin(async move {
-            let mut client = self.client.clone();
-            let read = client.get(self.result_key(key), None).await;
-            let read =
-                read.map_err(|error| self.error(Some(key), "cannot read the shared value", error))?;
-            Ok(read
-                .kvs()
-                .first()
-                .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
-        })
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        let id = self.result_key(key);
+        Box::pin(self.read_beside(key, id, "cannot read the shared value"))
     }
 
     fn put_result<'a>(
@@ -609,10 +629,7 @@ impl ConsensusStore for EtcdStore {
         Box::pin(async move {
             let session = self.session().await?;
             let id = self.result_key(key);
-            let unchanged = match version {
-                Some(version) => Compare::mod_revision(id.clone(), CompareOp::Equal, version),
-                None => Compare::create_revision(id.clone(), CompareOp::Equal, 0),
-            };
+            let unchanged = at_version(&id, version);
             let options = PutOptions::new().with_lease(session.lease);
             let txn = Txn::new().when([unchanged]).and_then([TxnOp::put(
                 id,
@@ -622,6 +639,34 @@ impl ConsensusStore for EtcdStore {
             let (written, _) = self
                 .transact(key, "cannot write the shared value", txn)
                 .await?;
+            Ok(written)
+        })
+    }
+
+    fn marks<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        let id = self.marks_key(key);
+        Box::pin(self.read_beside(key, id, "cannot read the exhausted shards"))
+    }
+
+    fn put_marks<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+        holder: Option<&'a Entry>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let id = self.marks_key(key);
+            let mut unchanged = vec![at_version(&id, version)];
+            unchanged.extend(holder.map(|holder| still(holder, None)).unwrap_or_default());
+            // Not attached to the session's lease: marks stay until refilled.
+            let write = match data.is_empty() {
+                true => TxnOp::delete(id, None),
+                false => TxnOp::put(id, data.to_vec(), None),
+            };
+            let txn = Txn::new().when(unchanged).and_then([write]);
+            let what = "cannot write the exhausted shards";
+            let (written, _) = self.transact(key, what, txn).await?;
             Ok(written)
         })
     }

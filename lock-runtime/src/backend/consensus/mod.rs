@@ -31,8 +31,15 @@
 //! of it than its count and every count ahead (the smallest count wins, as on every store);
 //! a waiting permit watches the oldest entry, which leaves first when leases are alike, and
 //! learns of other departures at its next attempt (so every permit waiter wakes at each
-//! change of the oldest entry: a herd, unlike the mutex's one watch per waiter). A line serves one family: the mutex,
-//! readers and writers, or permits.
+//! change of the oldest entry: a herd, unlike the mutex's one watch per waiter). Segmented
+//! locks go in line order: an entry holds a shard once every entry ahead has claimed one and
+//! a shard below its count is neither claimed ahead nor exhausted, and then writes its claim
+//! into its entry (kept until the entry goes). An entry claims only after reading every claim
+//! ahead, and those behind wait for its claim, so no two claim one shard; a stale read shows
+//! fewer claims, and only makes an entry wait. A shard waiter watches the oldest entry, as a
+//! permit's does. Exhausted shards are kept beside the line, for good, written only while
+//! the marking grant's entry is in line. A line serves one family: the mutex, readers and
+//! writers, permits, or shards.
 //!
 //! Fencing tokens are each entry's creation id (ZooKeeper's czxid, etcd's create revision):
 //! the store's global counter, so strictly increasing in line order, which is grant order
@@ -54,20 +61,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::state::{Admission, EntryKind, State};
+use super::sharing::every_shard_exhausted;
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, AsyncResults, BoxFuture, Extended, HeldLease, Lease,
-    Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult, Turn,
-    foreign_result, owned_grant, release_memory,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, BoxFuture, Extended,
+    HeldLease, Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult,
+    Turn, foreign_result, owned_grant, release_memory,
 };
-use crate::LockError;
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
-    OwnerPrefix, QUEUE_SHOWN, SharedGrant, Waiter,
+    OwnerPrefix, QUEUE_SHOWN, ShardMarks, SharedGrant, Waiter,
 };
 use crate::background::Background;
 use crate::glob::Glob;
 use crate::release_hub::{ReleaseEvent, ReleaseHub, owner_tag};
 use crate::sync::lock_ignoring_poison;
+use crate::{LockError, MAX_SHARDS};
 
 /// One entry of a key's line, as read from the store.
 #[derive(Debug, Clone)]
@@ -89,8 +97,9 @@ pub(crate) struct Entry {
     pub(crate) session: u64,
 }
 
-/// A single-flight value as a store keeps it (`<token> <value>`), and its version.
-pub(crate) type KeptResult = Option<(Vec<u8>, i64)>;
+/// Data a store keeps beside a line (a single-flight value, `<token> <value>`; the exhausted
+/// shards), and its version.
+pub(crate) type Kept = Option<(Vec<u8>, i64)>;
 
 /// What a store must offer for a line of entries: the ZooKeeper and etcd glue.
 pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
@@ -137,7 +146,7 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// The single-flight value kept for `key` (`action = Share`), as written, and its
     /// version; `None` when there is none.
-    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>>;
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>>;
 
     /// Writes `data` as `key`'s single-flight value if it still has `version` (`None`: if
     /// there is none), tied to the current session; whether it did.
@@ -146,6 +155,21 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
         key: &'a str,
         data: &'a [u8],
         version: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The shards of `key`'s segmented locks marked exhausted (see [`encode_marks`]), as
+    /// written, and their version; `None` when none are.
+    fn marks<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>>;
+
+    /// Writes `data` as `key`'s exhausted shards if they still have `version` (`None`: if
+    /// there are none), kept for good (not tied to a session), or deletes them when `data` is
+    /// empty; with `holder`, only while that entry is still in the line. Whether it did.
+    fn put_marks<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+        holder: Option<&'a Entry>,
     ) -> BoxFuture<'a, Result<bool, LockError>>;
 
     /// Restarts the session's timeout, if the calls above do not (etcd's lease needs a
@@ -288,13 +312,14 @@ impl<S: ConsensusStore> Shared<S> {
     /// it was seen at the head: its owner's client takes the key as soon as it gets there (a
     /// write), so one that stays unchanged there for its place has nobody behind it any more
     /// (its request gone, its client cut off); further back, only its owner ends it.
-    fn sight(&self, key: &str, line: &[Entry]) -> Vec<Option<Duration>> {
+    /// `exhausted` are the key's exhausted shards.
+    fn sight(&self, key: &str, line: &[Entry], exhausted: &[u32]) -> Vec<Option<Duration>> {
         let now = Instant::now();
         let mut sightings = lock_ignoring_poison(&self.sightings);
         let seen = sightings.remove(key).unwrap_or_default();
         let mut fresh = HashMap::with_capacity(line.len());
         // An entry that would hold the key with the entries ahead of it is at the head.
-        let mut admission = Admission::default();
+        let mut admission = Admission::skipping(exhausted);
         let left = line
             .iter()
             .map(|entry| {
@@ -326,11 +351,73 @@ impl<S: ConsensusStore> Shared<S> {
         left
     }
 
+    /// `key`'s line, and the shards its segmented locks may not claim (read only when a
+    /// segmented lock is in line).
+    async fn read_line(&self, key: &str) -> Result<(Vec<Entry>, Vec<u32>), LockError> {
+        let line = self.store.line(key).await?;
+        let shards = line
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::Shard { .. }));
+        let exhausted = match shards {
+            true => self.exhausted(key).await?.0,
+            false => Vec::new(),
+        };
+        Ok((line, exhausted))
+    }
+
+    /// `key`'s exhausted shards, ascending, and the version of their data.
+    async fn exhausted(&self, key: &str) -> Result<(Vec<u32>, Option<i64>), LockError> {
+        match self.store.marks(key).await? {
+            None => Ok((Vec::new(), None)),
+            Some((data, version)) => match decode_marks(&data) {
+                Some(marks) => Ok((marks, Some(version))),
+                None => Err(LockError::key_in_use(
+                    key,
+                    "the key's exhausted shards hold data fencelock did not write: delete \
+                     them, or give fencelock a root or prefix of its own",
+                )),
+            },
+        }
+    }
+
+    /// Changes `key`'s exhausted shards with `change`, over the version read (again if
+    /// another client changed them meanwhile); with `holder`, only while that entry is in
+    /// line: `false` once it is not.
+    async fn change_marks(
+        &self,
+        key: &str,
+        holder: Option<&Entry>,
+        change: impl Fn(&mut Vec<u32>),
+    ) -> Result<bool, LockError> {
+        for _ in 0..MARK_TRIES {
+            let (mut marks, version) = self.exhausted(key).await?;
+            change(&mut marks);
+            let data = encode_marks(&marks);
+            if self.store.put_marks(key, &data, version, holder).await? {
+                return Ok(true);
+            }
+            if let Some(holder) = holder {
+                let line = self.store.line(key).await?;
+                let there = |e: &Entry| e.id == holder.id && e.token == holder.token;
+                if !line.iter().any(there) {
+                    return Ok(false);
+                }
+            }
+        }
+        Err(LockError::backend(
+            Some(key),
+            format!(
+                "the key's exhausted shards changed under each of {MARK_TRIES} writes in a row"
+            ),
+            None,
+        ))
+    }
+
     /// Where `owner` stands in `key`'s line, after deleting the entries ahead of it that
     /// lapsed and any second entry of its own (an enter sent again after a lost reply).
     async fn stand(&self, key: &str, owner: &str) -> Result<Standing, LockError> {
-        let line = self.store.line(key).await?;
-        let left = self.sight(key, &line);
+        let (line, exhausted) = self.read_line(key).await?;
+        let left = self.sight(key, &line, &exhausted);
         let Some(at) = line.iter().position(|entry| entry.owner == owner) else {
             return Ok(Standing::Missing);
         };
@@ -350,6 +437,11 @@ impl<S: ConsensusStore> Shared<S> {
         }
         if let State::Kept(_) = line[at].state {
             return Ok(Standing::Kept(line[at].token, left[at]));
+        }
+        // No release would let in a segmented lock whose every shard is exhausted (one that
+        // claimed a shard holds it, and is renewed).
+        if kind.shard().is_none() && every_shard_exhausted(kind.lock_kind(), &exhausted) {
+            return Err(LockError::exhausted(key, None));
         }
         let mine = line[at].clone();
         // After an enter sent twice, the older entry is the one that counts.
@@ -382,7 +474,7 @@ impl<S: ConsensusStore> Shared<S> {
             ));
         }
         let mut live = Vec::new();
-        let mut admission = Admission::default();
+        let mut admission = Admission::skipping(&exhausted);
         for (entry, left) in survivors {
             if !entry.kind.mixes_with(kind) {
                 continue;
@@ -393,15 +485,26 @@ impl<S: ConsensusStore> Shared<S> {
                 live.push((entry.clone(), left));
             }
         }
+        // At the head, a segmented lock claims a free shard, looking from a random one on.
+        let at_head = Entry {
+            kind: match kind {
+                EntryKind::Shard { count, shard: None } => EntryKind::Shard {
+                    count,
+                    shard: admission.free_shard(count, crate::random::below(count)),
+                },
+                kind => kind,
+            },
+            ..mine.clone()
+        };
         if admission.next(kind) {
-            return Ok(Standing::Head(mine));
+            return Ok(Standing::Head(at_head));
         }
         // The soonest any of them can lapse (several readers may hold ahead of a writer).
         let soonest_left = live.iter().filter_map(|(_, left)| *left).min();
         let (Some((head, _)), Some((nearest, _))) = (live.first().cloned(), live.pop()) else {
-            return Ok(Standing::Head(mine));
+            return Ok(Standing::Head(at_head));
         };
-        // A permit waits for any entry ahead to leave: the oldest, likely the first.
+        // A permit or shard waits for any entry ahead to leave: the oldest, likely the first.
         let predecessor = if kind.counts() { head.clone() } else { nearest };
         Ok(Standing::Behind(Box::new(Behind {
             mine,
@@ -425,6 +528,10 @@ impl<S: ConsensusStore> Shared<S> {
             State::Held(held) => held.max(ttl),
             _ => ttl,
         };
+        if matches!(mine.kind, EntryKind::Shard { shard: None, .. }) {
+            // No shard was free after all: nothing to claim.
+            return Ok(None);
+        }
         // Only over the version read: a request's attempt and this client's watch may both
         // find the entry at the head, and the second claim must not write its lease (a
         // watch's: at most the place left) over the first's.
@@ -437,6 +544,7 @@ impl<S: ConsensusStore> Shared<S> {
         let mut place_until = None;
         self.update(id, |ours| {
             ours.entry.version = version;
+            ours.entry.kind = mine.kind;
             ours.entry.state = State::Held(ttl);
             place_until = ours.place_until.take();
         });
@@ -477,7 +585,7 @@ impl<S: ConsensusStore> Shared<S> {
                 }
             };
             let standing = match self.stand(&lease.key, &lease.owner).await {
-                Err(refused @ LockError::KeyInUse { .. }) => {
+                Err(refused @ (LockError::KeyInUse { .. } | LockError::Exhausted { .. })) => {
                     // Refused before waiting: the entry goes at once, not with the cleanup.
                     if let Some(ours) = self.ours(&id) {
                         self.store.remove(&lease.key, &ours.entry, None).await?;
@@ -497,13 +605,17 @@ impl<S: ConsensusStore> Shared<S> {
                     });
                 }
                 Standing::Head(mine) => {
-                    // A fresh entry at the head holds the lease it was created with.
+                    // A fresh entry at the head holds the lease it was created with (a
+                    // segmented lock's still has to claim its shard).
                     let fresh = entered.as_ref();
-                    if fresh.is_some_and(|e| e.id == mine.id && e.version == mine.version) {
-                        return Ok(granted(mine.token));
+                    let claims = matches!(mine.kind, EntryKind::Shard { .. });
+                    if !claims
+                        && fresh.is_some_and(|e| e.id == mine.id && e.version == mine.version)
+                    {
+                        return Ok(granted(mine.token, None));
                     }
                     if let Some((token, _)) = self.claim(&id, &mine, lease.ttl).await? {
-                        return Ok(granted(token));
+                        return Ok(granted(token, mine.kind.shard()));
                     }
                 }
                 Standing::Behind(behind) => {
@@ -647,7 +759,7 @@ impl<S: ConsensusStore> Shared<S> {
                             Ok(Some(ReleaseEvent::HandedOver {
                                 to: owner_tag(&id.1),
                                 token,
-                                slot: None,
+                                slot: mine.kind.shard(),
                             }))
                         }
                         Ok(_) => Ok(Some(ReleaseEvent::Interrupted)),
@@ -689,7 +801,10 @@ impl<S: ConsensusStore> Shared<S> {
 
     async fn extend_one(&self, held: &HeldLease) -> Result<bool, LockError> {
         let id = ours_key(&held.lease);
-        let Some(ours) = self.ours(&id).filter(|ours| ours.entry.token == held.token) else {
+        // The same grant, and the same shard (a stray copy naming another is not it).
+        let same =
+            |ours: &Ours| ours.entry.token == held.token && ours.entry.kind.shard() == held.slot;
+        let Some(ours) = self.ours(&id).filter(same) else {
             return Ok(false);
         };
         let state = State::Held(held.lease.ttl);
@@ -809,10 +924,10 @@ impl<S: ConsensusStore> Shared<S> {
     }
 
     async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
-        let line = self.store.line(key).await?;
-        let left = self.sight(key, &line);
+        let (line, exhausted) = self.read_line(key).await?;
+        let left = self.sight(key, &line, &exhausted);
         let mut state = LockState::free(key);
-        let holders = holder_count(&line);
+        let holders = holder_count(&line, &exhausted);
         if !line.is_empty() {
             state.holding = holding(&line[..holders], &left);
         }
@@ -850,12 +965,12 @@ impl<S: ConsensusStore> Shared<S> {
     }
 
     async fn force_release(&self, key: &str, grant: Grant) -> Result<ForcedRelease, LockError> {
-        let line = self.store.line(key).await?;
-        let left = self.sight(key, &line);
+        let (line, exhausted) = self.read_line(key).await?;
+        let left = self.sight(key, &line, &exhausted);
         if line.is_empty() {
             return Ok(ForcedRelease::not_held(key));
         }
-        let holders = holder_count(&line);
+        let holders = holder_count(&line, &exhausted);
         let mut forced = ForcedRelease::of(key, holding(&line[..holders], &left));
         let token = |entry: &Entry| (!matches!(entry.state, State::Kept(_))).then_some(entry.token);
         let named = line[..holders]
@@ -870,11 +985,13 @@ impl<S: ConsensusStore> Shared<S> {
         forced.released = true;
         let token = token(ended);
         // The first entry after the holders holds the key now if the one ended held it alone
-        // (its client announces that when it takes it).
-        // Only a waiter takes it (not a foreign entry, nor a kept one).
-        let next = line
-            .get(holders)
-            .filter(|next| holders == 1 && matches!(next.state, State::Waiting { .. }));
+        // (its client announces that when it takes it). Only a waiter takes it (not a foreign
+        // entry, nor a kept one), and the shard a segmented lock's waiter claims is its own
+        // client's choice: its waiters attempt again.
+        let next = line.get(holders).filter(|next| {
+            let waiting = matches!(next.state, State::Waiting { .. });
+            holders == 1 && waiting && !matches!(next.kind, EntryKind::Shard { .. })
+        });
         let announced = match next {
             Some(next) => ReleaseEvent::HandedOver {
                 to: owner_tag(&next.owner),
@@ -893,8 +1010,8 @@ impl<S: ConsensusStore> Shared<S> {
     /// The grants of `owners` that hold `key` (a waiter's entry at the head holds it too: its
     /// client takes the key as soon as it looks).
     async fn owned(&self, key: &str, owners: &OwnerPrefix) -> Result<Vec<OwnedGrant>, LockError> {
-        let line = self.store.line(key).await?;
-        let holders = &line[..holder_count(&line)];
+        let (line, exhausted) = self.read_line(key).await?;
+        let holders = &line[..holder_count(&line, &exhausted)];
         let granted = holders
             .iter()
             .filter(|entry| matches!(entry.state, State::Held(_) | State::Waiting { .. }));
@@ -902,6 +1019,33 @@ impl<S: ConsensusStore> Shared<S> {
             granted.filter_map(|entry| owned_grant(key, &entry.owner, Some(entry.token), owners));
         Ok(owned.collect())
     }
+}
+
+/// How many times a change of a key's exhausted shards is written again when another client
+/// changed them meanwhile.
+const MARK_TRIES: u32 = 8;
+
+/// Exhausted shards as a store keeps them: ascending, comma-separated (`0,2,3`); nothing for
+/// none (the store deletes them).
+fn encode_marks(marks: &[u32]) -> Vec<u8> {
+    let marks: Vec<String> = marks.iter().map(u32::to_string).collect();
+    marks.join(",").into_bytes()
+}
+
+/// Exhausted shards from what [`encode_marks`] wrote; `None` for anything else.
+fn decode_marks(data: &[u8]) -> Option<Vec<u32>> {
+    let text = std::str::from_utf8(data).ok()?;
+    let mut marks = Vec::new();
+    for mark in text.split(',') {
+        let plain =
+            mark.bytes().all(|b| b.is_ascii_digit()) && (mark == "0" || !mark.starts_with('0'));
+        let shard: u32 = mark.parse().ok().filter(|_| plain)?;
+        (shard < MAX_SHARDS).then_some(())?;
+        marks.push(shard);
+    }
+    marks.sort_unstable();
+    marks.dedup();
+    Some(marks)
 }
 
 /// A key as one path segment (a ZooKeeper node name, a part of an etcd key): bytes other than ASCII letters, digits, `_`, `:`, `.` and `-` are
@@ -943,14 +1087,15 @@ fn waiting(place: Duration, ttl: Duration) -> State {
     State::Waiting { place, ttl }
 }
 
-fn granted(token: u64) -> Acquire {
-    Acquire::Granted { token, slot: None }
+/// A grant of `token`, of `shard` for a segmented lock.
+fn granted(token: u64, shard: Option<u32>) -> Acquire {
+    Acquire::Granted { token, slot: shard }
 }
 
 /// How many entries at the head of a line hold the key: the first, the readers beside a
 /// reader, the permits within the counts.
-fn holder_count(line: &[Entry]) -> usize {
-    let mut admission = Admission::default();
+fn holder_count(line: &[Entry], exhausted: &[u32]) -> usize {
+    let mut admission = Admission::skipping(exhausted);
     line.iter()
         .take_while(|entry| admission.next(entry.kind))
         .count()
@@ -1000,7 +1145,7 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
             owner: owner_tag(&entry.owner),
             // A mutex is never shared: what reads as one here is foreign, shown above.
             kind: entry.kind.lock_kind(),
-            slot: None,
+            slot: entry.kind.shard(),
             token: (!matches!(entry.state, State::Kept(_))).then_some(entry.token),
             remaining: left.unwrap_or(Duration::MAX),
         })
@@ -1050,15 +1195,9 @@ impl<S: ConsensusStore> AsyncBackend for ConsensusBackend<S> {
 
     fn offers(&self) -> Capabilities {
         let session = Some(self.shared.store.session_timeout());
-        // Readers, writers and permits are entries of their kind in the line; shards, which
-        // each need a number of their own, are not.
-        Capabilities {
-            semaphores: true,
-            ..Capabilities::MUTEX
-        }
-        .with_read_write(true)
-        .with_always_fair(true)
-        .with_longest_lease(session)
+        Capabilities::EVERY_KIND
+            .with_always_fair(true)
+            .with_longest_lease(session)
     }
 
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
@@ -1086,6 +1225,45 @@ impl<S: ConsensusStore> AsyncBackend for ConsensusBackend<S> {
 
     fn result_calls(&self) -> Option<&dyn ResultStore> {
         Some(self)
+    }
+
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        Some(self)
+    }
+}
+
+// Exhausted shards (see `ShardMarks`): a node (ZooKeeper) or key (etcd) next to the key's
+// line, kept for good, written only while the marking grant's entry is in line.
+impl<S: ConsensusStore> AsyncShardMarks for ConsensusBackend<S> {
+    async fn mark(&self, held: &HeldLease) -> Result<bool, LockError> {
+        let id = ours_key(&held.lease);
+        let holder = self.shared.ours(&id).filter(|ours| {
+            let entry = &ours.entry;
+            entry.token == held.token
+                && entry.kind.shard().is_some()
+                && entry.kind.shard() == held.slot
+                && matches!(entry.state, State::Held(_))
+        });
+        let Some((holder, shard)) = holder.and_then(|ours| Some((ours.entry, held.slot?))) else {
+            return Ok(false);
+        };
+        let marking = |marks: &mut Vec<u32>| {
+            if let Err(at) = marks.binary_search(&shard) {
+                marks.insert(at, shard);
+            }
+        };
+        self.shared
+            .change_marks(&held.lease.key, Some(&holder), marking)
+            .await
+    }
+
+    async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        let clearing =
+            |marks: &mut Vec<u32>| marks.retain(|marked| shard.is_some_and(|s| s != *marked));
+        self.shared
+            .change_marks(key, None, clearing)
+            .await
+            .map(drop)
     }
 }
 
@@ -1195,6 +1373,20 @@ mod tests {
             assert!(!name.contains('/'), "{name}");
             assert!(name != "." && name != "..", "{name}");
             assert_eq!(key_of(&name).as_deref(), Some(key));
+        }
+        for beside in ["stock%result", "stock%exhausted"] {
+            assert_eq!(key_of(beside), None, "{beside} is not listed as a key");
+        }
+    }
+
+    #[test]
+    fn marks_read_back_as_written_and_anything_else_is_foreign() {
+        for marks in [vec![0], vec![0, 2, 1_023]] {
+            assert_eq!(decode_marks(&encode_marks(&marks)), Some(marks));
+        }
+        assert_eq!(decode_marks(b"3,1,3"), Some(vec![1, 3]));
+        for foreign in [&b""[..], b"1,", b"01", b"-1", b"1 2", b"1024", b"\xff"] {
+            assert_eq!(decode_marks(foreign), None, "{foreign:?}");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult};
+use super::{ConsensusBackend, ConsensusStore, Entry, Kept};
 use crate::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, Turn};
 use crate::background::Background;
 use crate::release_hub::owner_tag;
@@ -192,7 +192,7 @@ impl ConsensusStore for HeldStore {
         1
     }
 
-    fn result<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
+    fn result<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 
@@ -201,6 +201,20 @@ impl ConsensusStore for HeldStore {
         _: &'a str,
         _: &'a [u8],
         _: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
+    fn marks<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn put_marks<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a [u8],
+        _: Option<i64>,
+        _: Option<&'a Entry>,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(std::future::ready(Ok(false)))
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::LockKind;
 
 /// The kind of lock an entry is for: a line serves one family at a time (the mutex, readers
-/// and writers, or a semaphore's permits).
+/// and writers, a semaphore's permits, or a segmented lock's shards).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EntryKind {
     Mutex,
@@ -14,6 +14,12 @@ pub(crate) enum EntryKind {
     Write,
     /// A permit of a semaphore of this many permits.
     Permit(u32),
+    /// A segmented lock of `count` shards, and the shard it claimed once granted: a claim is
+    /// written when the entry takes the key, and kept until the entry goes.
+    Shard {
+        count: u32,
+        shard: Option<u32>,
+    },
 }
 
 impl EntryKind {
@@ -24,7 +30,10 @@ impl EntryKind {
             LockKind::Read => Some(EntryKind::Read),
             LockKind::Write => Some(EntryKind::Write),
             LockKind::Semaphore { permits } => Some(EntryKind::Permit(permits)),
-            LockKind::Segmented { .. } => None,
+            LockKind::Segmented { shards } => Some(EntryKind::Shard {
+                count: shards,
+                shard: None,
+            }),
         }
     }
 
@@ -35,18 +44,29 @@ impl EntryKind {
             EntryKind::Read => LockKind::Read,
             EntryKind::Write => LockKind::Write,
             EntryKind::Permit(permits) => LockKind::Semaphore { permits },
+            EntryKind::Shard { count, .. } => LockKind::Segmented { shards: count },
+        }
+    }
+
+    /// The shard an entry of this kind claimed (other kinds claim none).
+    pub(crate) fn shard(self) -> Option<u32> {
+        match self {
+            EntryKind::Shard { shard, .. } => shard,
+            _ => None,
         }
     }
 
     /// Whether an entry of this kind may have to wait for an `other` entry ahead of it: every
-    /// pair but two readers (permits count those ahead, see [`Admission`]).
+    /// pair but two readers (permits and shards count those ahead, see [`Admission`]).
     pub(crate) fn waits_for(self, other: EntryKind) -> bool {
         !(self == EntryKind::Read && other == EntryKind::Read)
     }
 
-    /// Whether entries of this kind count those ahead (permits) rather than wait for them.
+    /// Whether entries of this kind count those ahead (permits, shards) rather than wait for
+    /// them: such a waiter watches the oldest entry, and learns of other departures from
+    /// the release's announcement.
     pub(crate) fn counts(self) -> bool {
-        matches!(self, EntryKind::Permit(_))
+        matches!(self, EntryKind::Permit(_) | EntryKind::Shard { .. })
     }
 
     /// Whether the two kinds may share a line (the mutex, readers and writers, or permits).
@@ -59,6 +79,7 @@ impl EntryKind {
             EntryKind::Mutex => 0,
             EntryKind::Read | EntryKind::Write => 1,
             EntryKind::Permit(_) => 2,
+            EntryKind::Shard { .. } => 3,
         }
     }
 
@@ -72,6 +93,11 @@ impl EntryKind {
             EntryKind::Read => "r".to_owned(),
             EntryKind::Write => "x".to_owned(),
             EntryKind::Permit(permits) => format!("s{permits}"),
+            EntryKind::Shard { count, shard: None } => format!("g{count}"),
+            EntryKind::Shard {
+                count,
+                shard: Some(shard),
+            } => format!("g{count}.{shard}"),
         }
     }
 
@@ -81,31 +107,63 @@ impl EntryKind {
             "r" => Some(EntryKind::Read),
             "x" => Some(EntryKind::Write),
             _ => {
-                let permits = tag.strip_prefix('s')?;
-                // Digits only, as `tag` writes them: no sign, no leading zero.
-                let plain =
-                    permits.bytes().all(|b| b.is_ascii_digit()) && !permits.starts_with('0');
-                let permits = permits.parse().ok().filter(|_| plain)?;
-                LockKind::Semaphore { permits }.validate().ok()?;
-                Some(EntryKind::Permit(permits))
+                if let Some(permits) = tag.strip_prefix('s') {
+                    let permits = count(permits)?;
+                    LockKind::Semaphore { permits }.validate().ok()?;
+                    return Some(EntryKind::Permit(permits));
+                }
+                let shards = tag.strip_prefix('g')?;
+                let (shards, shard) = match shards.split_once('.') {
+                    Some((shards, "0")) => (shards, Some(0)),
+                    Some((shards, shard)) => (shards, Some(count(shard)?)),
+                    None => (shards, None),
+                };
+                let count = count(shards)?;
+                LockKind::Segmented { shards: count }.validate().ok()?;
+                if shard.is_some_and(|shard| shard >= count) {
+                    return None;
+                }
+                Some(EntryKind::Shard { count, shard })
             }
         }
     }
 }
 
+/// A positive number as `EntryKind::tag` writes it: digits only, no sign, no leading zero.
+fn count(digits: &str) -> Option<u32> {
+    let plain = digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+    digits.parse().ok().filter(|_| plain)
+}
+
 /// Who holds a key, walking its line oldest first: the entries each one waits for (see
 /// [`EntryKind::waits_for`]), and for permits, how many are ahead against the smallest count
 /// among them (a permit enters while fewer are ahead than its own count and every count
-/// ahead, as a semaphore's holders admit on every store).
+/// ahead, as a semaphore's holders admit on every store). Shards go in line order: an entry
+/// holds the shard it claimed, and one that has not claimed yet holds the key once every entry
+/// ahead has claimed and a shard below its count is neither claimed ahead nor exhausted.
 #[derive(Debug, Default)]
 pub(crate) struct Admission {
     any_ahead: bool,
     non_reader_ahead: bool,
     permits_ahead: u32,
     smallest_count: Option<u32>,
+    /// The shards claimed ahead.
+    claimed: Vec<u32>,
+    /// Whether a shard entry ahead has not claimed one yet: those behind wait for its claim.
+    claim_ahead: bool,
+    /// The key's shards marked exhausted: never claimed.
+    exhausted: Vec<u32>,
 }
 
 impl Admission {
+    /// An admission that never claims the `exhausted` shards.
+    pub(crate) fn skipping(exhausted: &[u32]) -> Admission {
+        Admission {
+            exhausted: exhausted.to_vec(),
+            ..Admission::default()
+        }
+    }
+
     /// Whether the next entry of the line, of `kind`, would hold the key if every entry
     /// walked so far stayed (counting it as walked).
     pub(crate) fn next(&mut self, kind: EntryKind) -> bool {
@@ -117,13 +175,29 @@ impl Admission {
                 self.smallest_count = Some(smallest);
                 self.permits_ahead < smallest
             }
+            EntryKind::Shard { count, shard } => {
+                shard.is_some() || (!self.claim_ahead && self.free_shard(count, 0).is_some())
+            }
         };
         self.any_ahead = true;
         self.non_reader_ahead |= kind != EntryKind::Read;
-        if kind.counts() {
-            self.permits_ahead += 1;
+        match kind {
+            EntryKind::Permit(_) => self.permits_ahead += 1,
+            EntryKind::Shard {
+                shard: Some(shard), ..
+            } => self.claimed.push(shard),
+            EntryKind::Shard { shard: None, .. } => self.claim_ahead = true,
+            _ => {}
         }
         holds
+    }
+
+    /// The shard an entry of `count` shards would claim next, looking from `start` on: the
+    /// first below its count that is neither claimed by the entries walked nor exhausted.
+    pub(crate) fn free_shard(&self, count: u32, start: u32) -> Option<u32> {
+        (0..count)
+            .map(|offset| (start % count + offset) % count)
+            .find(|shard| !self.claimed.contains(shard) && !self.exhausted.contains(shard))
     }
 }
 
@@ -210,11 +284,23 @@ mod tests {
                 EntryKind::Write,
                 EntryKind::Permit(1),
                 EntryKind::Permit(1_024),
+                EntryKind::Shard {
+                    count: 8,
+                    shard: None,
+                },
+                EntryKind::Shard {
+                    count: 8,
+                    shard: Some(0),
+                },
+                EntryKind::Shard {
+                    count: 1_024,
+                    shard: Some(1_023),
+                },
             ] {
                 assert_eq!(State::decode(state.encode(kind).as_bytes()), (kind, state));
             }
         }
-        let foreign: [&[u8]; 14] = [
+        let foreign: [&[u8]; 20] = [
             b"",
             b"m h",
             b"m h x",
@@ -229,6 +315,12 @@ mod tests {
             b"s01 h 1",
             b"s1025 h 1",
             b"s+3 h 1",
+            b"g h 1",
+            b"g0 h 1",
+            b"g4.4 h 1",
+            b"g4.01 h 1",
+            b"g4. h 1",
+            b"g4.1.2 h 1",
         ];
         for data in foreign {
             assert_eq!(State::decode(data).1, State::Foreign, "{data:?}");
@@ -258,5 +350,41 @@ mod tests {
             [true, true, false, false]
         );
         assert_eq!(holds(&[EntryKind::Mutex, EntryKind::Mutex]), [true, false]);
+    }
+
+    #[test]
+    fn shards_are_claimed_in_line_order() {
+        let shard = |count, shard| EntryKind::Shard { count, shard };
+        let holds = |line: &[EntryKind], exhausted: &[u32]| {
+            let mut admission = Admission::skipping(exhausted);
+            line.iter()
+                .map(|kind| admission.next(*kind))
+                .collect::<Vec<_>>()
+        };
+        // An entry that has not claimed yet holds the key beside those that have, while a
+        // shard is free; those behind it wait for its claim.
+        let line = [shard(2, Some(1)), shard(2, None), shard(2, None)];
+        assert_eq!(holds(&line, &[]), [true, true, false]);
+        assert_eq!(
+            holds(&line, &[0]),
+            [true, false, false],
+            "shard 0 is exhausted"
+        );
+        let full = [shard(2, Some(1)), shard(2, Some(0)), shard(2, None)];
+        assert_eq!(holds(&full, &[]), [true, true, false]);
+        // A request for fewer shards takes one below its count beside holders of more.
+        assert_eq!(
+            holds(&[shard(4, Some(0)), shard(1, None)], &[]),
+            [true, false]
+        );
+        assert_eq!(
+            holds(&[shard(4, Some(2)), shard(1, None)], &[]),
+            [true, true]
+        );
+        let mut admission = Admission::skipping(&[1]);
+        admission.next(shard(4, Some(2)));
+        assert_eq!(admission.free_shard(4, 2), Some(3));
+        assert_eq!(admission.free_shard(4, 1), Some(3));
+        assert_eq!(admission.free_shard(4, 4), Some(0));
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionState, Stat};
 
 use super::state::{EntryKind, State};
-use super::{ConsensusBackend, ConsensusStore, Entry, KeptResult, key_of, node_name};
+use super::{ConsensusBackend, ConsensusStore, Entry, Kept, key_of, node_name};
 use crate::backend::{BoxFuture, Timeouts};
 use crate::background::Background;
 use crate::instance::InstanceId;
@@ -283,6 +283,21 @@ impl ZooKeeperStore {
         format!("{}%result", self.directory(key))
     }
 
+    /// The node of `key`'s exhausted shards, beside its line as [`result_path`](Self::result_path)'s.
+    fn marks_path(&self, key: &str) -> String {
+        format!("{}%exhausted", self.directory(key))
+    }
+
+    /// The data and version of the node at `path` beside `key`'s line; `None` if missing.
+    async fn read_beside(&self, key: &str, path: &str, what: &str) -> Result<Kept, LockError> {
+        let session = self.session().await?;
+        match session.client.get_data(path).await {
+            Ok((data, stat)) => Ok(Some((data, i64::from(stat.version)))),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(error) => Err(self.error(Some(key), what, error)),
+        }
+    }
+
     fn entry(
         &self,
         session: &Session,
@@ -471,14 +486,11 @@ impl ConsensusStore for ZooKeeperStore {
         })
     }
 
-    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<KeptResult, LockError>> {
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        let path = self.result_path(key);
         Box::pin(async move {
-            let session = self.session().await?;
-            match session.client.get_data(&self.result_path(key)).await {
-                Ok((data, stat)) => Ok(Some((data, i64::from(stat.version)))),
-                Err(zookeeper_client::Error::NoNode) => Ok(None),
-                Err(error) => Err(self.error(Some(key), "cannot read the shared value", error)),
-            }
+            let what = "cannot read the shared value";
+            self.read_beside(key, &path, what).await
         })
     }
 
@@ -510,6 +522,56 @@ impl ConsensusStore for ZooKeeperStore {
                     | zookeeper_client::Error::NodeExists,
                 ) => Ok(false),
                 Err(error) => Err(self.error(Some(key), "cannot write the shared value", error)),
+            }
+        })
+    }
+
+    fn marks<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        let path = self.marks_path(key);
+        Box::pin(async move {
+            let what = "cannot read the exhausted shards";
+            self.read_beside(key, &path, what).await
+        })
+    }
+
+    fn put_marks<'a>(
+        &'a self,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+        holder: Option<&'a Entry>,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let path = self.marks_path(key);
+            let version = match version.map(i32::try_from) {
+                Some(Ok(version)) => Some(version),
+                Some(Err(_)) => return Ok(false),
+                None => None,
+            };
+            if holder.is_none() && data.is_empty() && version.is_none() {
+                return Ok(true);
+            }
+            let mut writer = session.client.new_multi_writer();
+            let persistent = Self::directory_options();
+            let added = holder
+                .map_or(Ok(()), |holder| writer.add_check_version(&holder.id, -1))
+                .and_then(|()| match (data.is_empty(), version) {
+                    (true, Some(version)) => writer.add_delete(&path, Some(version)),
+                    (true, None) => Ok(()),
+                    (false, Some(version)) => writer.add_set_data(&path, data, Some(version)),
+                    (false, None) => writer.add_create(&path, data, &persistent),
+                });
+            let what = "cannot write the exhausted shards";
+            added.map_err(|error| self.error(Some(key), what, error))?;
+            match writer.commit().await {
+                Ok(_) => Ok(true),
+                Err(failed) => match zookeeper_client::Error::from(failed) {
+                    zookeeper_client::Error::NoNode
+                    | zookeeper_client::Error::BadVersion
+                    | zookeeper_client::Error::NodeExists => Ok(false),
+                    error => Err(self.error(Some(key), what, error)),
+                },
             }
         })
     }
