@@ -86,10 +86,13 @@ impl MultiLockRequest {
                 // `together`, whose drop releases it.
                 Some(together) => match request.start() {
                     Ok((acquisition, span)) => {
-                        let (owner, token, sent_at, round_trip) = together.take(n);
-                        let granted =
-                            acquisition.granted_together(owner, token, sent_at, round_trip);
-                        granted.run().instrument(span).await
+                        let acquisition = match together.take(n) {
+                            Some((owner, token, sent_at, round_trip)) => {
+                                acquisition.granted_together(owner, token, sent_at, round_trip)
+                            }
+                            None => acquisition,
+                        };
+                        acquisition.run().instrument(span).await
                     }
                     Err(error) => Err(error),
                 },
@@ -209,16 +212,12 @@ impl Together {
     }
 
     /// The owner, token and send instant of key `n`'s grant, now its request's to keep, and
-    /// the call's round trip (for the first key only: it was one call).
-    fn take(&mut self, n: usize) -> (String, u64, Instant, Option<Duration>) {
-        let owner = self.leases[n].take().map(|lease| lease.owner);
+    /// the call's round trip (for the first key only: it was one call); `None` if taken.
+    fn take(&mut self, n: usize) -> Option<(String, u64, Instant, Option<Duration>)> {
+        let token = *self.tokens.get(n)?;
+        let owner = self.leases.get_mut(n)?.take()?.owner;
         let round_trip = if n == 0 { self.round_trip } else { None };
-        (
-            owner.unwrap_or_default(),
-            self.tokens[n],
-            self.sent_at,
-            round_trip,
-        )
+        Some((owner, token, self.sent_at, round_trip))
     }
 }
 

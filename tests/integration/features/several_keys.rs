@@ -242,6 +242,19 @@ async fn pause_writes(redis: &mut redis::aio::MultiplexedConnection, ms: u64) {
     pause.query_async::<()>(redis).await.unwrap();
 }
 
+/// How many clients the server holds back (here: by the pause).
+async fn blocked_clients(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(redis)
+        .await
+        .unwrap();
+    let blocked = info
+        .lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"));
+    blocked.and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
 async fn unpause(redis: &mut redis::aio::MultiplexedConnection) {
     let unpause = redis::cmd("CLIENT").arg("UNPAUSE").to_owned();
     unpause.query_async::<()>(redis).await.unwrap();
@@ -279,8 +292,14 @@ async fn a_shutdown_during_the_call_leaves_no_key_held() {
         let locks = locks.clone();
         async move { locks.lock_all(["sd:a", "sd:b"]).acquire().await }
     });
-    // Until the call is out: if the shutdown came first, nothing would be sent at all.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Until the call is out, held by the pause: if the shutdown came first, nothing would be
+    // sent at all.
+    let probe = redis.clone();
+    let out = crate::support::eventually(Duration::from_secs(5), || {
+        let mut probe = probe.clone();
+        async move { blocked_clients(&mut probe).await > 0 }
+    });
+    assert!(out.await, "the call reaches the paused server");
     let shutting_down = tokio::spawn({
         let locks = locks.clone();
         async move { locks.shutdown().await }
