@@ -886,3 +886,133 @@ async fn a_refused_request_of_another_kind_refuses_no_permit_behind_it() {
         holder.release().await.unwrap();
     }
 }
+
+/// A mark whose read of the exhausted shards came before a refill and another client's
+/// mark, and whose write comes after them, loses neither. Found by the review of segmented
+/// locks on these stores (2026-12-06): on ZooKeeper the refill deleted the marks node, the
+/// next mark made it again at version 0, and the slow mark's write over version 0 succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_mark_undoes_no_refill_and_loses_no_mark() {
+    for kind in ["etcd", "zookeeper"] {
+        let store = Store::start(kind, 1);
+        let session = Duration::from_secs(20);
+        let direct = store.client(None, session).await;
+        let proxy = TcpProxy::start(store.first_member()).expect("proxy");
+        let slow = store
+            .client_answering(Some(&proxy), session, Duration::from_secs(15))
+            .await;
+        let key = "stock";
+        let shards = || direct.segmented(key, 3).ttl_ms(30_000).give_up();
+        // Shard a marked exhausted.
+        let first = shards().acquire().await.expect("a shard");
+        let a = first.shard().expect("a shard");
+        first.mark_exhausted().await.expect("marked");
+        first.release().await.expect("released");
+        // The slow client holds shard b.
+        let held = slow
+            .segmented(key, 3)
+            .ttl_ms(30_000)
+            .give_up()
+            .acquire()
+            .await
+            .expect("b");
+        let b = held.shard().expect("b");
+        assert_ne!(a, b, "{kind}");
+        // etcd's HTTP/2 keep-alive gives up on a slower link.
+        let latency = Duration::from_millis(if kind == "etcd" { 400 } else { 2_000 });
+        proxy.set_latency(latency);
+        // Its read of the marks reaches the store after one latency, its write after three.
+        let marking = tokio::spawn(async move {
+            let marked = held.mark_exhausted().await;
+            (held, marked)
+        });
+        tokio::time::sleep(latency * 5 / 4).await;
+        // Meanwhile: shard a refilled, and the third shard c marked by another grant.
+        direct.refill_shard(key, a).await.expect("refilled");
+        let second = shards().acquire().await.expect("a or c");
+        let (c_guard, other) = if second.shard() == Some(a) {
+            (shards().acquire().await.expect("c"), Some(second))
+        } else {
+            (second, None)
+        };
+        let c = c_guard.shard().expect("c");
+        assert!(c != a && c != b, "{kind}");
+        c_guard.mark_exhausted().await.expect("c marked");
+        c_guard.release().await.expect("released");
+        if let Some(other) = other {
+            other.release().await.expect("released");
+        }
+        let (held, marked) = marking.await.expect("joined");
+        marked.expect("b marked");
+        proxy.set_latency(Duration::ZERO);
+        held.release().await.expect("released");
+        // Marks now {b, c}: the one shard left is a.
+        let last = shards().acquire().await;
+        match last {
+            Ok(guard) => {
+                assert_eq!(
+                    guard.shard(),
+                    Some(a),
+                    "{kind}: shard {c} was marked exhausted after the refill of {a}, and granted"
+                );
+                guard.release().await.expect("released");
+            }
+            Err(error) => panic!(
+                "{kind}: shard {a} was refilled after its mark, yet: {error:?} (a={a}, b={b}, c={c})"
+            ),
+        }
+    }
+}
+
+/// A segmented waiter whose client is cut off (frozen: no attempt, no delete, its session
+/// alive) and whose every shard became exhausted while it waited holds the line up no longer
+/// than its place, as a waiter at the head does. Found by the same review: it was never
+/// counted at the head (no free shard for it), and blocked the requests behind it until its
+/// session ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_shard_waiter_with_every_shard_exhausted_blocks_no_longer_than_its_place() {
+    const LONG_SESSION: Duration = Duration::from_secs(20);
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let proxy = TcpProxy::start(store.first_member()).expect("proxy");
+        let waiter_client = store.client(Some(&proxy), LONG_SESSION).await;
+        let (holder_client, other) = (
+            store.client(None, LONG_SESSION).await,
+            store.client(None, LONG_SESSION).await,
+        );
+        let key = format!("{kind}:shards");
+        let two = || holder_client.segmented(&key, 2).ttl_ms(30_000).give_up();
+        // One shard of two exhausted, the other held.
+        let first = two().acquire().await.expect("a shard");
+        first.mark_exhausted().await.expect("marked");
+        first.release().await.expect("released");
+        let holder = two().acquire().await.expect("the other shard");
+        // A waiter for one of the two shards, with a place of 3 s (3 × sleep_ms).
+        let request = waiter_client
+            .segmented(&key, 2)
+            .ttl_ms(1_000)
+            .sleep_ms(1_000)
+            .wait_ms(60_000);
+        let waiting = tokio::spawn(async move { request.acquire().await });
+        in_line(&holder_client, &key, 1, Duration::from_secs(3)).await;
+        proxy.freeze();
+        // The held shard is used up too; shards 2 and 3 of a lock of 4 are free.
+        holder.mark_exhausted().await.expect("marked");
+        holder.release().await.expect("released");
+        let started = std::time::Instant::now();
+        let taken = other
+            .segmented(&key, 4)
+            .ttl_ms(30_000)
+            .wait_ms(10_000)
+            .acquire()
+            .await;
+        let waited = started.elapsed();
+        proxy.thaw();
+        waiting.abort();
+        let taken = taken.unwrap_or_else(|e| {
+            panic!("{kind}: blocked {waited:?} by a frozen waiter that can never claim: {e:?}")
+        });
+        assert!(taken.shard() >= Some(2), "{kind}: {:?}", taken.shard());
+        taken.release().await.expect("released");
+    }
+}

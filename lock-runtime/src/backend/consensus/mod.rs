@@ -162,8 +162,9 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
     fn marks<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>>;
 
     /// Writes `data` as `key`'s exhausted shards if they still have `version` (`None`: if
-    /// there are none), kept for good (not tied to a session), or deletes them when `data` is
-    /// empty; with `holder`, only while that entry is still in the line. Whether it did.
+    /// there are none), kept for good (not tied to a session); empty `data` is none (a store
+    /// whose versions start over when data is made again keeps it, empty). With `holder`,
+    /// only while that entry is still in the line. Whether it did.
     fn put_marks<'a>(
         &'a self,
         key: &'a str,
@@ -323,7 +324,11 @@ impl<S: ConsensusStore> Shared<S> {
         let left = line
             .iter()
             .map(|entry| {
-                let at_head = admission.next(entry.kind);
+                // A segmented lock whose every shard is exhausted is at the head too: its
+                // client refuses it at its next attempt, so one that stays has stopped.
+                let stopped = every_shard_exhausted(entry.kind.lock_kind(), exhausted)
+                    && entry.kind.shard().is_none();
+                let at_head = admission.next(entry.kind) || stopped;
                 let mut sighting = match seen.get(&entry.id) {
                     Some(seen) if seen.version == entry.version => *seen,
                     _ => Sighting {
@@ -830,9 +835,12 @@ impl<S: ConsensusStore> Shared<S> {
                 .into_iter()
                 .find(|e| e.id == entry.id && e.token == entry.token)
             {
+                // Its own kind: a late copy of its enter (etcd applies one late) may have
+                // written over the shard it claimed.
                 Some(now) if matches!(now.state, State::Held(_)) => {
                     entry = Entry {
                         session: entry.session,
+                        kind: entry.kind,
                         ..now
                     }
                 }
@@ -1025,8 +1033,8 @@ impl<S: ConsensusStore> Shared<S> {
 /// changed them meanwhile.
 const MARK_TRIES: u32 = 8;
 
-/// Exhausted shards as a store keeps them: ascending, comma-separated (`0,2,3`); nothing for
-/// none (the store deletes them).
+/// Exhausted shards as a store keeps them: ascending, comma-separated (`0,2,3`); empty for
+/// none.
 fn encode_marks(marks: &[u32]) -> Vec<u8> {
     let marks: Vec<String> = marks.iter().map(u32::to_string).collect();
     marks.join(",").into_bytes()
@@ -1036,7 +1044,7 @@ fn encode_marks(marks: &[u32]) -> Vec<u8> {
 fn decode_marks(data: &[u8]) -> Option<Vec<u32>> {
     let text = std::str::from_utf8(data).ok()?;
     let mut marks = Vec::new();
-    for mark in text.split(',') {
+    for mark in text.split(',').filter(|_| !text.is_empty()) {
         let plain =
             mark.bytes().all(|b| b.is_ascii_digit()) && (mark == "0" || !mark.starts_with('0'));
         let shard: u32 = mark.parse().ok().filter(|_| plain)?;
@@ -1385,7 +1393,8 @@ mod tests {
             assert_eq!(decode_marks(&encode_marks(&marks)), Some(marks));
         }
         assert_eq!(decode_marks(b"3,1,3"), Some(vec![1, 3]));
-        for foreign in [&b""[..], b"1,", b"01", b"-1", b"1 2", b"1024", b"\xff"] {
+        assert_eq!(decode_marks(b""), Some(Vec::new()));
+        for foreign in [&b","[..], b"1,", b"01", b"-1", b"1 2", b"1024", b"\xff"] {
             assert_eq!(decode_marks(foreign), None, "{foreign:?}");
         }
     }

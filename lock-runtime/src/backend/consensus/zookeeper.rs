@@ -554,12 +554,14 @@ impl ConsensusStore for ZooKeeperStore {
             }
             let mut writer = session.client.new_multi_writer();
             let persistent = Self::directory_options();
+            // No marks are an empty node, never a deleted one: a node made again would
+            // start its version over, and a mark read before the delete would be written
+            // over a later one's.
             let added = holder
                 .map_or(Ok(()), |holder| writer.add_check_version(&holder.id, -1))
                 .and_then(|()| match (data.is_empty(), version) {
-                    (true, Some(version)) => writer.add_delete(&path, Some(version)),
                     (true, None) => Ok(()),
-                    (false, Some(version)) => writer.add_set_data(&path, data, Some(version)),
+                    (_, Some(version)) => writer.add_set_data(&path, data, Some(version)),
                     (false, None) => writer.add_create(&path, data, &persistent),
                 });
             let what = "cannot write the exhausted shards";
