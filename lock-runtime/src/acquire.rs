@@ -504,13 +504,13 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
     // With why the stores that refuse the kind do.
     let stores = match kind {
         LockKind::Read | LockKind::Write | LockKind::Semaphore { .. } => {
-            "PostgreSQL and MySQL keep one holder per key; the memory backend, Redis (one \
-             server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them"
+            "the memory backend, Redis (one server, Sentinel, Cluster, Redlock), ZooKeeper, \
+             etcd, PostgreSQL and MySQL offer them"
         }
         _ => {
-            "PostgreSQL and MySQL keep one holder per key, and ZooKeeper's and etcd's lines \
-             number no shards; the memory backend and Redis (one server, Sentinel, Cluster, \
-             Redlock) offer them"
+            "ZooKeeper's and etcd's lines number no shards, nor do PostgreSQL's and MySQL's \
+             shares; the memory backend and Redis (one server, Sentinel, Cluster, Redlock) \
+             offer them"
         }
     };
     Err(LockError::invalid_config(format!(

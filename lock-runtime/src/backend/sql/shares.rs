@@ -561,3 +561,165 @@ fn holds(locked: &HashMap<GrantId, i64>, held: &HeldLease) -> bool {
         .get(&grant_id(held))
         .is_some_and(|slot| held.slot.is_none_or(|named| i64::from(named) == *slot))
 }
+
+/// What the conformance suite does not reach: the marker under renewal and release, and rows
+/// fencelock did not write. On each database the machine runs (skipped without one).
+#[cfg(all(test, feature = "testing", feature = "postgres", feature = "mysql"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::LockClient;
+    use crate::backend::LockBackend;
+    use crate::testing::{SqlDatabase, SqlKind};
+
+    const KINDS: [SqlKind; 2] = [SqlKind::Postgres, SqlKind::MySql];
+
+    async fn databases() -> Vec<SqlDatabase> {
+        let mut reached = Vec::new();
+        for kind in KINDS {
+            reached.extend(SqlDatabase::reach(kind).await);
+        }
+        reached
+    }
+
+    fn lease(key: &str, owner: &str, kind: LockKind, ttl_ms: u64) -> Lease {
+        Lease {
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            ttl: Duration::from_millis(ttl_ms),
+            replicas: 0,
+            kind,
+        }
+    }
+
+    async fn granted(backend: &Arc<dyn LockBackend>, lease: &Lease) -> HeldLease {
+        match backend.acquire(lease, Turn::Once).await {
+            Ok(Acquire::Granted { token, slot }) => HeldLease {
+                lease: lease.clone(),
+                token,
+                slot,
+            },
+            other => panic!("{}: a free key: {other:?}", lease.owner),
+        }
+    }
+
+    /// Whether a mutex attempt finds the key held by shares (and says so).
+    async fn mutex_refused(backend: &Arc<dyn LockBackend>, key: &str, owner: &str) -> bool {
+        let mutex = lease(key, owner, LockKind::Mutex, 60_000);
+        match backend.acquire(&mutex, Turn::Once).await {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains("one kind of lock per key"), "{reason}");
+                true
+            }
+            Ok(Acquire::Granted { .. }) => false,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn client(database: &SqlDatabase) -> LockClient {
+        database.client().await
+    }
+
+    /// A share renewed past its first lease keeps its marker alive: a mutex never takes the
+    /// name over meanwhile; once renewal stops, the name frees itself with the share.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mutex_never_takes_a_name_over_while_a_share_is_live() {
+        for database in databases().await {
+            let client = client(&database).await;
+            let backend = client.backend();
+            let reader = lease("renewed", "reader", LockKind::Read, 300);
+            let held = granted(backend, &reader).await;
+            for round in 0..12 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let renewed = backend.extend(std::slice::from_ref(&held)).await.unwrap();
+                assert!(matches!(renewed[..], [Extended::Renewed]), "{renewed:?}");
+                let owner = format!("mutex-{round}");
+                assert!(
+                    mutex_refused(backend, "renewed", &owner).await,
+                    "{:?}: round {round}: a mutex took a name a live share holds",
+                    database.kind()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert!(!mutex_refused(backend, "renewed", "after").await);
+            database.drop_tables().await;
+        }
+    }
+
+    /// A released share leaves nothing to renew, and the marker goes with the last share (a
+    /// kept one's marker lasts as long as its keep, not its lease).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_after_a_release_keeps_nothing() {
+        for database in databases().await {
+            let client = client(&database).await;
+            let backend = client.backend();
+            let permit = LockKind::Semaphore { permits: 2 };
+            let mine = lease("released", "permit", permit, 60_000);
+            let held = granted(backend, &mine).await;
+            let released = backend.release(&mine, Duration::ZERO).await.unwrap();
+            assert_eq!(released, Release::Released);
+            let renewed = backend.extend(std::slice::from_ref(&held)).await.unwrap();
+            assert!(matches!(renewed[..], [Extended::Lost]), "{renewed:?}");
+            let state = client.admin().inspect("released").await.unwrap();
+            assert_eq!(state.holding, Holding::Free, "{state:?}");
+            assert!(!mutex_refused(backend, "released", "mutex").await);
+            let mutex = lease("released", "mutex", LockKind::Mutex, 60_000);
+            backend.release(&mutex, Duration::ZERO).await.unwrap();
+
+            let kept = lease("kept", "permit", permit, 60_000);
+            let held = granted(backend, &kept).await;
+            let released = backend.release(&kept, Duration::from_millis(300)).await;
+            assert_eq!(released.unwrap(), Release::Released);
+            let renewed = backend.extend(std::slice::from_ref(&held)).await.unwrap();
+            assert!(matches!(renewed[..], [Extended::Lost]), "{renewed:?}");
+            assert!(mutex_refused(backend, "kept", "early").await);
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert!(
+                !mutex_refused(backend, "kept", "late").await,
+                "{:?}: the marker outlived the kept share",
+                database.kind()
+            );
+            database.drop_tables().await;
+        }
+    }
+
+    /// A share row fencelock did not write makes the name refuse shared requests (KeyInUse),
+    /// and is skipped by the operator's calls; nothing panics.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn share_rows_of_another_shape_are_refused_not_panicked_on() {
+        for database in databases().await {
+            let client = client(&database).await;
+            let backend = client.backend();
+            let reader = lease("odd", "reader", LockKind::Read, 60_000);
+            granted(backend, &reader).await;
+            let future = match database.kind() {
+                SqlKind::Postgres => "now() + interval '1 minute'",
+                SqlKind::MySql => "UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE",
+            };
+            let insert = format!(
+                "INSERT INTO {}_shares (name, owner, kind, asked, slot, token, state, \
+                 expires_at) VALUES ('odd', 'stranger', 'x', -1, -5, -7, 'odd', {future})",
+                database.table()
+            );
+            database.execute(&insert).await.unwrap();
+            let other = lease("odd", "other", LockKind::Read, 60_000);
+            match backend.acquire(&other, Turn::Once).await {
+                Err(LockError::KeyInUse { reason, .. }) => {
+                    assert!(reason.contains("did not write"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+            let state = client.admin().inspect("odd").await.unwrap();
+            assert!(
+                matches!(state.holding, Holding::Shared { holders: 1, .. }),
+                "{state:?}"
+            );
+            let listed = client.admin().list("odd").await.unwrap();
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            let released = backend.release(&reader, Duration::ZERO).await.unwrap();
+            assert_eq!(released, Release::Released);
+            database.drop_tables().await;
+        }
+    }
+}

@@ -392,6 +392,31 @@ mod tests {
                 statements.result_read.clone(),
                 statements.result_write.clone(),
             ]);
+            let sharing = &statements.sharing;
+            all.extend(
+                [
+                    &sharing.lock_marker,
+                    &sharing.read,
+                    &sharing.list,
+                    &sharing.put,
+                    &sharing.refresh,
+                    &sharing.keep,
+                    &sharing.delete,
+                    &sharing.put_marker,
+                    &sharing.delete_marker,
+                    &statements.remember_release,
+                    &statements.released_recently,
+                    &statements.forget_releases,
+                ]
+                .map(String::clone),
+            );
+            let renewal = [
+                &sharing.lock_markers,
+                &sharing.lock_grants,
+                &sharing.renew,
+                &sharing.bump_markers,
+            ];
+            all.extend(renewal.map(|step| statements.with_grants(step, 3, false)));
             for statement in all {
                 assert!(!statement.contains('{'), "{dialect:?}: {statement}");
                 assert!(!statement.contains("--"), "{dialect:?}: {statement}");
@@ -401,6 +426,7 @@ mod tests {
                 "app_locks_fences",
                 "app_locks_releases",
                 "app_locks_results",
+                "app_locks_shares",
             ] {
                 assert!(statements.schema.iter().any(|s| s.contains(table)));
             }
