@@ -5,13 +5,15 @@
 //! the database's own clock (an expired row is taken over), waiters are woken by releases
 //! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
 //!
-//! Four tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! Five tables: `<table>` holds a row per held lock (name, owner token, fencing token,
 //! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
 //! fencing counter, which outlives the lock row, so tokens keep increasing per name;
 //! `<table>_releases` remembers each owner's release for as long as a resend of it can
 //! arrive, so that a release sent again after a lost reply learns what the first one did;
-//! `<table>_results` keeps a single-flight call's value (`action = Share`), and is created
-//! on its first use where an earlier version created the others. Every
+//! `<table>_results` keeps a single-flight call's value (`action = Share`); `<table>_shares`
+//! holds the grants of read/write locks and semaphores and the places of waiting writers,
+//! while a marker row in `<table>` keeps the mutex off their names (see [`shares`]). The last
+//! two are created on their first use where an earlier version created the others. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
 //! default isolation level. Renewal takes no fence lock: it updates only a row that is
@@ -19,9 +21,9 @@
 //! checked on the row's latest version, so the two never both succeed. A deadlock, a
 //! serialization failure or a lock wait that timed out is retried inside the backend.
 //!
-//! What the SQL backends do not offer yet: lock kinds other than the mutex, fair mode (no
-//! line of waiters is kept: a release wakes the waiters, and they compete), `min_replicas`
-//! and TLS connections.
+//! What the SQL backends do not offer yet: segmented locks, fair mode (no line of waiters is
+//! kept, but a waiting writer's place: a release wakes the waiters, and they compete),
+//! `min_replicas` and TLS connections.
 
 mod calls;
 mod errors;
