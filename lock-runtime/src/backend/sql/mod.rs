@@ -12,7 +12,7 @@
 //! arrive, so that a release sent again after a lost reply learns what the first one did;
 //! `<table>_results` keeps a single-flight call's value (`action = Share`); `<table>_shares`
 //! holds the grants of read/write locks and semaphores and the places of waiting writers,
-//! while a marker row in `<table>` keeps the mutex off their names (see [`shares`]). The last
+//! while a marker row in `<table>` keeps the mutex off their names (see `shares.rs`). The last
 //! two are created on their first use where an earlier version created the others. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
