@@ -502,8 +502,8 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
         return Ok(());
     }
     // With why the stores that refuse the kind do.
-    let stores = "PostgreSQL and MySQL keep one holder per key; the memory backend, Redis (one \
-                  server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them";
+    let stores = "PostgreSQL's and MySQL's shares number no shards; the memory backend, Redis \
+                  (one server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them";
     Err(LockError::invalid_config(format!(
         "this backend does not offer {} locks: {stores}; use one of them, or a mutex \
          (`LockClient::lock`) here",

@@ -707,24 +707,14 @@ impl Holder {
 
 /// Who holds a key that the shared `grants` hold, as an operator sees it.
 fn shared_holding(grants: &[SharedHolder], now: Instant) -> Holding {
-    let mut shown: Vec<SharedGrant> = grants
-        .iter()
-        .map(|grant| SharedGrant {
-            owner: owner_tag(&grant.owner),
-            kind: grant.kind,
-            slot: slot_of(grant.kind, grant.slot),
-            token: (!grant.released).then_some(grant.token),
-            remaining: grant.expires_at.saturating_duration_since(now),
-        })
-        .collect();
-    shown.sort_by_key(|grant| grant.remaining);
-    let longest = shown.last().map_or(Duration::ZERO, |grant| grant.remaining);
-    shown.truncate(QUEUE_SHOWN);
-    Holding::Shared {
-        grants: shown,
-        holders: grants.len(),
-        longest,
-    }
+    let shown = grants.iter().map(|grant| SharedGrant {
+        owner: owner_tag(&grant.owner),
+        kind: grant.kind,
+        slot: slot_of(grant.kind, grant.slot),
+        token: (!grant.released).then_some(grant.token),
+        remaining: grant.expires_at.saturating_duration_since(now),
+    });
+    Holding::shared(shown.collect())
 }
 
 impl SharedHolder {

@@ -96,6 +96,18 @@ pub(crate) fn script_kind(kind: LockKind) -> (&'static str, u32) {
     }
 }
 
+/// The kind the Redis scripts (and the SQL shares table) name `tag` with `count` (see
+/// [`script_kind`]); `None` for anything else.
+pub(crate) fn kind_of_script(tag: &str, count: u32) -> Option<LockKind> {
+    match (tag, count) {
+        ("r", 0) => Some(LockKind::Read),
+        ("w", 0) => Some(LockKind::Write),
+        ("s", permits) if permits > 0 => Some(LockKind::Semaphore { permits }),
+        ("g", shards) if shards > 0 => Some(LockKind::Segmented { shards }),
+        _ => None,
+    }
+}
+
 /// Why a key held as `held` cannot be granted as `asked`.
 pub(crate) fn conflict(held: LockKind, asked: LockKind) -> String {
     format!(

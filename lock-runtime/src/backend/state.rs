@@ -95,6 +95,22 @@ pub enum Holding {
 }
 
 impl Holding {
+    /// A key that the shared `grants` hold, as an operator sees it: the grants in the order
+    /// their leases end, [`QUEUE_SHOWN`] at most.
+    pub(crate) fn shared(mut grants: Vec<SharedGrant>) -> Holding {
+        grants.sort_by_key(|grant| grant.remaining);
+        let holders = grants.len();
+        let longest = grants
+            .last()
+            .map_or(Duration::ZERO, |grant| grant.remaining);
+        grants.truncate(QUEUE_SHOWN);
+        Holding::Shared {
+            grants,
+            holders,
+            longest,
+        }
+    }
+
     /// `true` for a key someone holds ([`Holding::Held`], [`Holding::Kept`] or
     /// [`Holding::Shared`]).
     pub fn is_held(&self) -> bool {

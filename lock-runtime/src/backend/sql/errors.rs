@@ -112,7 +112,7 @@ pub(crate) fn backend_error(
 ) -> LockError {
     let db = statements.dialect.name();
     let (table, fences, releases) = (&statements.table, &statements.fences, &statements.releases);
-    let results = &statements.results;
+    let (results, shares) = (&statements.results, &statements.shares);
     let message = match cause(statements.dialect, &error) {
         Cause::Login => format!(
             "{db} at {at} refused the login: check the user and password in the URL \
@@ -120,14 +120,15 @@ pub(crate) fn backend_error(
         ),
         Cause::Privilege => format!(
             "{db} at {at} refused a statement on the lock tables `{table}`, `{fences}`, \
-             `{releases}` and `{results}` (the last for `action = Share`) for lack of a \
-             privilege: grant the URL's user SELECT, INSERT, UPDATE and DELETE on them (and \
+             `{releases}`, `{results}` (for `action = Share`) and `{shares}` (for read/write \
+             locks and semaphores) for lack of a privilege: grant the URL's user SELECT, INSERT, UPDATE and DELETE on them (and \
              CREATE, to let fencelock create them on first use, or create them beforehand with \
              the statements of `SqlClientBuilder::schema`)"
         ),
         Cause::MissingTable => format!(
-            "the lock tables `{table}`, `{fences}`, `{releases}` and `{results}` (the last \
-             for `action = Share`), or one of them, are missing in {db} at {at}: create them \
+            "the lock tables `{table}`, `{fences}`, `{releases}`, `{results}` (for \
+             `action = Share`) and `{shares}` (for read/write locks and semaphores), or one of \
+             them, are missing in {db} at {at}: create them \
              with the statements of \
              `SqlClientBuilder::schema`, or let fencelock create them (`create_tables(true)`, \
              the default, with the CREATE privilege)"

@@ -5,13 +5,15 @@
 //! the database's own clock (an expired row is taken over), waiters are woken by releases
 //! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
 //!
-//! Four tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! Five tables: `<table>` holds a row per held lock (name, owner token, fencing token,
 //! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
 //! fencing counter, which outlives the lock row, so tokens keep increasing per name;
 //! `<table>_releases` remembers each owner's release for as long as a resend of it can
 //! arrive, so that a release sent again after a lost reply learns what the first one did;
-//! `<table>_results` keeps a single-flight call's value (`action = Share`), and is created
-//! on its first use where an earlier version created the others. Every
+//! `<table>_results` keeps a single-flight call's value (`action = Share`); `<table>_shares`
+//! holds the grants of read/write locks and semaphores and the places of waiting writers,
+//! while a marker row in `<table>` keeps the mutex off their names (see `shares.rs`). The last
+//! two are created on their first use where an earlier version created the others. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
 //! default isolation level. Renewal takes no fence lock: it updates only a row that is
@@ -19,9 +21,9 @@
 //! checked on the row's latest version, so the two never both succeed. A deadlock, a
 //! serialization failure or a lock wait that timed out is retried inside the backend.
 //!
-//! What the SQL backends do not offer yet: lock kinds other than the mutex, fair mode (no
-//! line of waiters is kept: a release wakes the waiters, and they compete), `min_replicas`
-//! and TLS connections.
+//! What the SQL backends do not offer yet: segmented locks, fair mode (no line of waiters is
+//! kept, but a waiting writer's place: a release wakes the waiters, and they compete),
+//! `min_replicas` and TLS connections.
 
 mod calls;
 mod errors;
@@ -30,9 +32,10 @@ mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod session;
+mod shares;
 mod statements;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,9 +46,10 @@ use self::calls::Calls;
 use self::errors::is_lock_wait;
 use self::errors::{backend_error, is_missing_table, is_transient, redacted};
 use self::session::{Param, Session, Sessions, Transaction, Value};
+use self::shares::{ShareState, held_by_shares};
 #[cfg(feature = "mysql")]
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
-use self::statements::{Acquiring, Dialect, Extending, Releasing, Statements};
+use self::statements::{Acquiring, Dialect, Extending, Releasing, SHARED_MARKER, Statements};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Published,
     Release, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of, owned_grant,
@@ -104,9 +108,8 @@ struct Store {
     create_tables: bool,
     /// Whether this client deletes lapsed single-flight values already.
     forgetting_results: AtomicBool,
-    /// Whether this client deletes lapsed releases already (MySQL): two such range deletes
-    /// deadlock each other.
-    #[cfg(feature = "mysql")]
+    /// Whether this client deletes lapsed releases already: two such range deletes deadlock
+    /// each other on MySQL.
     forgetting: AtomicBool,
 }
 
@@ -349,50 +352,71 @@ impl Store {
             .map_err(|error| backend_error(&self.statements, &self.at, None, error))
     }
 
-    async fn acquire(&self, lease: &Lease) -> Result<Acquire, sqlx::Error> {
-        match &self.statements.acquiring {
-            #[cfg(feature = "postgres")]
-            Acquiring::AtOnce(statement) => self.acquire_at_once(statement, lease).await,
-            #[cfg(feature = "mysql")]
-            Acquiring::InSteps(steps) => self.acquire_in_steps(steps, lease).await,
+    /// One attempt (see [`LockBackend::acquire`](crate::backend::LockBackend::acquire)); the
+    /// inner error refuses the key (held by another kind, or foreign data).
+    async fn acquire(
+        &self,
+        lease: &Lease,
+        turn: Turn,
+    ) -> Result<Result<Acquire, LockError>, sqlx::Error> {
+        if lease.kind.is_shared() {
+            return self.acquire_shared(lease, turn).await;
         }
+        let acquired = match &self.statements.acquiring {
+            #[cfg(feature = "postgres")]
+            Acquiring::AtOnce(statement) => self.acquire_at_once(statement, lease).await?,
+            #[cfg(feature = "mysql")]
+            Acquiring::InSteps(steps) => self.acquire_in_steps(steps, lease).await?,
+        };
+        // Held by shares (its marker): told apart on this busy path only.
+        Ok(match acquired {
+            (_, Some(holder)) if holder == SHARED_MARKER => Err(held_by_shares(&lease.key)),
+            (acquired, _) => Ok(acquired),
+        })
     }
 
+    /// PostgreSQL's attempt of a mutex: the answer, and the owner of the row that holds the
+    /// key when it is not granted.
     #[cfg(feature = "postgres")]
     async fn acquire_at_once(
         &self,
         statement: &str,
         lease: &Lease,
-    ) -> Result<Acquire, sqlx::Error> {
+    ) -> Result<(Acquire, Option<String>), sqlx::Error> {
         let ttl = Param::Int(millis(lease.ttl));
         let params = [lease.key.as_str().into(), lease.owner.as_str().into(), ttl];
         let mut session = self.sessions.session().await?;
         let rows = session.fetch(statement, &params).await?;
-        let Some([granted, latest, remaining]) = rows.first().map(Vec::as_slice) else {
+        let Some([granted, latest, remaining, holder]) = rows.first().map(Vec::as_slice) else {
             return Err(unexpected("an acquire's answer"));
         };
         let latest = latest.int().ok_or_else(|| unexpected("a fence token"))?;
         Ok(match granted.int() {
-            Some(token) => Acquire::Granted {
-                token: u64::try_from(token).unwrap_or_default(),
-                slot: None,
-            },
-            None => Acquire::Held {
-                remaining: remaining
-                    .int()
-                    .and_then(|us| u64::try_from(us).ok())
-                    .map(Duration::from_micros),
-                latest_token: u64::try_from(latest).unwrap_or_default(),
-            },
+            Some(token) => {
+                let token = u64::try_from(token).unwrap_or_default();
+                (Acquire::Granted { token, slot: None }, None)
+            }
+            None => {
+                let held = Acquire::Held {
+                    remaining: remaining
+                        .int()
+                        .and_then(|us| u64::try_from(us).ok())
+                        .map(Duration::from_micros),
+                    latest_token: u64::try_from(latest).unwrap_or_default(),
+                };
+                (held, holder.text().map(str::to_owned))
+            }
         })
     }
 
+    /// MySQL's attempt of a mutex: the answer, and the owner of the row that holds the key
+    /// when it is not granted.
     #[cfg(feature = "mysql")]
     async fn acquire_in_steps(
         &self,
         steps: &AcquireSteps,
         lease: &Lease,
-    ) -> Result<Acquire, sqlx::Error> {
+    ) -> Result<(Acquire, Option<String>), sqlx::Error> {
         let key = lease.key.as_str();
         let owner = lease.owner.as_str();
         let ttl = Param::Int(millis(lease.ttl));
@@ -401,6 +425,7 @@ impl Store {
         self.lock_fence(session, key, true).await?;
         let (drawn, found) = self.read(session, key).await?;
         let drawn = drawn.ok_or_else(|| unexpected("a missing fence row"))?;
+        let mut holder = None;
         let outcome = match &found {
             Some(grant) if grant.live() && grant.owner == owner => {
                 // The holder asks again (a retry after a lost reply): never shortened.
@@ -411,10 +436,13 @@ impl Store {
                     slot: None,
                 }
             }
-            Some(grant) if grant.live() => Acquire::Held {
-                remaining: Some(grant.remaining()),
-                latest_token: drawn,
-            },
+            Some(grant) if grant.live() => {
+                holder = Some(grant.owner.clone());
+                Acquire::Held {
+                    remaining: Some(grant.remaining()),
+                    latest_token: drawn,
+                }
+            }
             _ => {
                 let as_token = Param::Int(i64::try_from(drawn).unwrap_or(i64::MAX));
                 let taken = match found {
@@ -442,7 +470,7 @@ impl Store {
             }
         };
         transaction.commit().await?;
-        Ok(outcome)
+        Ok((outcome, holder))
     }
 
     /// Releases `lease` (see [`LockBackend::release`]); `retried` when an earlier try of this
@@ -455,6 +483,7 @@ impl Store {
         retried: bool,
     ) -> Result<Release, sqlx::Error> {
         let released = match &self.statements.releasing {
+            _ if lease.kind.is_shared() => self.release_shared(lease, min_hold).await?,
             #[cfg(feature = "postgres")]
             Releasing::AtOnce(statement) => {
                 self.release_at_once(statement, lease, min_hold).await?
@@ -527,13 +556,15 @@ impl Store {
                     session.execute(&steps.keep, &params).await?;
                 }
                 let params = [owner.into(), key.into(), self.release_memory_ms()];
-                session.execute(&steps.remember_release, &params).await?;
+                let remember = &self.statements.remember_release;
+                session.execute(remember, &params).await?;
                 Release::Released
             }
             Some(grant) if grant.owner == marked => Release::Released,
             _ => {
                 let params = [owner.into(), key.into()];
-                let recent = session.fetch(&steps.released_recently, &params).await?;
+                let recent = &self.statements.released_recently;
+                let recent = session.fetch(recent, &params).await?;
                 if recent.is_empty() {
                     Release::NotOwner
                 } else {
@@ -543,16 +574,15 @@ impl Store {
         };
         transaction.commit().await?;
         if random::unit() < 1.0 / 8.0 {
-            self.forget_releases(steps).await;
+            self.forget_releases().await;
         }
         Ok(release)
     }
 
-    /// Deletes releases that lapsed (see `mysql/forget_releases.sql`), unless this client
-    /// does already; a failure (another client's delete deadlocking this one) only leaves
-    /// them to the next try.
-    #[cfg(feature = "mysql")]
-    async fn forget_releases(&self, steps: &ReleaseSteps) {
+    /// Deletes releases that lapsed (see `forget_releases.sql`), unless this client does
+    /// already; a failure (another client's delete deadlocking this one) only leaves them to
+    /// the next try.
+    async fn forget_releases(&self) {
         /// Clears the flag however the delete ends (the release's call may be dropped).
         struct Forgetting<'a>(&'a AtomicBool);
         impl Drop for Forgetting<'_> {
@@ -566,31 +596,63 @@ impl Store {
         let _forgetting = Forgetting(&self.forgetting);
         let forgetting = async {
             let mut session = self.sessions.session().await?;
-            let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-            session.execute(read_committed, &[]).await?;
-            session.execute(&steps.forget_releases, &[]).await
+            self.read_committed_on_mysql(&mut *session).await?;
+            session.execute(&self.statements.forget_releases, &[]).await
         };
         if let Err(error) = forgetting.await {
             tracing::debug!(target: "fencelock", error = %error, "deleting lapsed releases failed; the next try will");
         }
     }
 
-    /// Renews `held` in batches; each grant's answer on its own (see [`Renewal`]).
-    async fn extend(&self, held: &[HeldLease]) -> Result<Vec<Extended>, sqlx::Error> {
-        let mut answers = Vec::with_capacity(held.len());
-        for batch in held.chunks(EXTEND_BATCH) {
-            let params = Statements::grant_params(batch);
-            let renewal = match &self.statements.extending {
-                #[cfg(feature = "postgres")]
-                Extending::AtOnce(statement) => {
-                    self.extend_at_once(statement, batch, &params).await?
-                }
-                #[cfg(feature = "mysql")]
-                Extending::InSteps(steps) => self.extend_in_steps(steps, batch, &params).await?,
-            };
-            answers.extend(batch.iter().map(|held| renewal.answer(held)));
+    /// On MySQL, runs the session's next transaction at READ COMMITTED: a range delete then
+    /// locks only the rows it deletes (see `mysql/forget_releases.sql`).
+    async fn read_committed_on_mysql(&self, session: &mut dyn Session) -> Result<(), sqlx::Error> {
+        #[cfg(feature = "mysql")]
+        if self.dialect() == Dialect::MySql {
+            let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+            session.execute(read_committed, &[]).await?;
         }
-        Ok(answers)
+        let _ = session;
+        Ok(())
+    }
+
+    /// Renews `held` in batches, the mutex's grants apart from the shared kinds'; each grant's
+    /// answer on its own, in order.
+    async fn extend(&self, held: &[HeldLease]) -> Result<Vec<Extended>, sqlx::Error> {
+        let mut answers: Vec<Option<Extended>> = vec![None; held.len()];
+        for shared in [false, true] {
+            let part: Vec<(usize, &HeldLease)> = held
+                .iter()
+                .enumerate()
+                .filter(|(_, held)| held.lease.kind.is_shared() == shared)
+                .collect();
+            for batch in part.chunks(EXTEND_BATCH) {
+                let leases: Vec<HeldLease> =
+                    batch.iter().map(|(_, held)| (*held).clone()).collect();
+                let found = if shared {
+                    self.extend_shares(&leases).await?
+                } else {
+                    self.extend_mutexes(&leases).await?
+                };
+                for ((at, _), found) in batch.iter().zip(found) {
+                    answers[*at] = Some(found);
+                }
+            }
+        }
+        let lost = |found: Option<Extended>| found.unwrap_or(Extended::Lost);
+        Ok(answers.into_iter().map(lost).collect())
+    }
+
+    /// Renews a batch of mutex grants; each grant's answer on its own (see [`Renewal`]).
+    async fn extend_mutexes(&self, batch: &[HeldLease]) -> Result<Vec<Extended>, sqlx::Error> {
+        let params = Statements::grant_params(batch);
+        let renewal = match &self.statements.extending {
+            #[cfg(feature = "postgres")]
+            Extending::AtOnce(statement) => self.extend_at_once(statement, batch, &params).await?,
+            #[cfg(feature = "mysql")]
+            Extending::InSteps(steps) => self.extend_in_steps(steps, batch, &params).await?,
+        };
+        Ok(batch.iter().map(|held| renewal.answer(held)).collect())
     }
 
     /// PostgreSQL's renewal of a batch: a contender's attempt locks the holder's row for a
@@ -667,8 +729,32 @@ impl Store {
         let mut transaction = self.transaction().await?;
         let session = transaction.session();
         self.lock_fence(session, key, false).await?;
-        let (_, found) = self.read(session, key).await?;
-        let forced = match found.filter(GrantRow::live) {
+        let (_, found) = self.lock_marker(session, key).await?;
+        let forced = match found {
+            Some(marker) if marker.is_marker() && marker.live() => {
+                self.force_release_shared(session, key, grant).await?
+            }
+            Some(marker) if marker.is_marker() => {
+                // Every share of it ended (or MySQL's lock_marker.sql just wrote it).
+                let delete_marker = &self.statements.sharing.delete_marker;
+                session.execute(delete_marker, &[key.into()]).await?;
+                ForcedRelease::not_held(key)
+            }
+            found => self.force_release_mutex(session, key, grant, found).await?,
+        };
+        transaction.commit().await?;
+        Ok(forced)
+    }
+
+    /// A forced release of `key`, whose lock row is `found` (not a marker).
+    async fn force_release_mutex(
+        &self,
+        session: &mut dyn Session,
+        key: &str,
+        grant: Grant,
+        found: Option<GrantRow>,
+    ) -> Result<ForcedRelease, sqlx::Error> {
+        Ok(match found.filter(GrantRow::live) {
             None => ForcedRelease::not_held(key),
             Some(found) => {
                 let holding = found.holding();
@@ -692,9 +778,7 @@ impl Store {
                     ForcedRelease::of(key, holding)
                 }
             }
-        };
-        transaction.commit().await?;
-        Ok(forced)
+        })
     }
 
     /// The single-flight value kept under `key`, if any (none while the results table is
@@ -732,13 +816,10 @@ impl Store {
         value: &str,
         keep: Duration,
     ) -> Result<Published, sqlx::Error> {
-        let published = match self.publish_once(key, token, value, keep).await {
-            Err(error) if self.create_tables && is_missing_table(self.dialect(), &error) => {
-                self.create_results_table().await?;
-                self.publish_once(key, token, value, keep).await?
-            }
-            published => published?,
-        };
+        let schema = &self.statements.results_schema;
+        let published = self
+            .creating(schema, || self.publish_once(key, token, value, keep))
+            .await?;
         if published == Published::Kept && random::unit() < 1.0 / 16.0 {
             tokio::spawn(async move { self.forget_results().await });
         }
@@ -756,7 +837,8 @@ impl Store {
         let session = transaction.session();
         self.lock_fence(session, key, false).await?;
         let (_, found) = self.read(session, key).await?;
-        let holds = found.filter(GrantRow::live).map(|grant| grant.holding());
+        let holds = found.filter(|grant| grant.live() && !grant.is_marker());
+        let holds = holds.map(|grant| grant.holding());
         let holds = matches!(holds, Some(Holding::Held { token: Some(t), .. }) if t == token);
         let kept = session
             .fetch(&self.statements.result_read, &[key.into()])
@@ -789,13 +871,25 @@ impl Store {
         Ok(published)
     }
 
-    /// Creates the results table (see `results_schema.sql`).
-    async fn create_results_table(&self) -> Result<(), sqlx::Error> {
-        let mut transaction = self.transaction().await?;
-        for statement in &self.statements.results_schema {
-            transaction.session().execute(statement, &[]).await?;
+    /// Runs `op`; where it finds a table missing and this client creates tables, creates the
+    /// tables of `schema` (one an earlier version did not create: the results or the shares)
+    /// and runs it again.
+    async fn creating<T, F, Fut>(&self, schema: &[String], op: F) -> Result<T, sqlx::Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        match op().await {
+            Err(error) if self.create_tables && is_missing_table(self.dialect(), &error) => {
+                let mut transaction = self.transaction().await?;
+                for statement in schema {
+                    transaction.session().execute(statement, &[]).await?;
+                }
+                transaction.commit().await?;
+                op().await
+            }
+            done => done,
         }
-        transaction.commit().await
     }
 
     /// Deletes some lapsed single-flight values, unless this client does already (on MySQL
@@ -806,11 +900,7 @@ impl Store {
         }
         let forgetting = async {
             let mut session = self.sessions.session().await?;
-            #[cfg(feature = "mysql")]
-            if self.dialect() == Dialect::MySql {
-                let read_committed = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-                session.execute(read_committed, &[]).await?;
-            }
+            self.read_committed_on_mysql(&mut *session).await?;
             session.execute(&self.statements.results_forget, &[]).await
         };
         if let Err(error) = forgetting.await {
@@ -822,9 +912,14 @@ impl Store {
     async fn inspect(&self, key: &str) -> Result<LockState, sqlx::Error> {
         let mut session = self.sessions.session().await?;
         let (fence, found) = self.read(&mut *session, key).await?;
-        let holding = found
-            .filter(GrantRow::live)
-            .map_or(Holding::Free, |grant| grant.holding());
+        let holding = match found.filter(GrantRow::live) {
+            Some(marker) if marker.is_marker() => {
+                let shares = self.read_shares(&mut *session, key).await?;
+                shares::shared_holding(shares.holding())
+            }
+            Some(grant) => grant.holding(),
+            None => Holding::Free,
+        };
         Ok(LockState {
             holding,
             fence,
@@ -834,10 +929,23 @@ impl Store {
 
     async fn list(&self, glob: &Glob) -> Result<Vec<LockState>, sqlx::Error> {
         let rows = self.lock_rows(glob).await?;
-        let states = rows.into_iter().map(|(key, grant, fence)| LockState {
-            holding: grant.holding(),
-            fence,
-            ..LockState::free(&key)
+        let shares = if rows.iter().any(|(_, grant, _)| grant.is_marker()) {
+            self.live_shares(|name| glob.matches(name)).await?
+        } else {
+            HashMap::new()
+        };
+        let states = rows.into_iter().filter_map(|(key, grant, fence)| {
+            let holding = if grant.is_marker() {
+                shares::shared_holding(shares.get(&key).into_iter().flatten())
+            } else {
+                grant.holding()
+            };
+            // A marker whose last share ended since the lock rows were read.
+            holding.is_held().then(|| LockState {
+                holding,
+                fence,
+                ..LockState::free(&key)
+            })
         });
         Ok(states.collect())
     }
@@ -849,11 +957,23 @@ impl Store {
         owners: &OwnerPrefix,
     ) -> Result<Vec<OwnedGrant>, sqlx::Error> {
         let rows = self.lock_rows(glob).await?;
-        let live = rows.into_iter().filter(|(_, grant, _)| grant.live());
-        let owned = live.filter_map(|(key, grant, _)| {
-            owned_grant(&key, &grant.owner, Some(grant.token), owners)
-        });
-        Ok(owned.collect())
+        let live = rows
+            .into_iter()
+            .filter(|(_, grant, _)| grant.live() && !grant.is_marker());
+        let mut owned: Vec<OwnedGrant> = live
+            .filter_map(|(key, grant, _)| {
+                owned_grant(&key, &grant.owner, Some(grant.token), owners)
+            })
+            .collect();
+        let shares = self.live_shares(|name| glob.matches(name)).await?;
+        for (key, rows) in &shares {
+            // A grant kept after its release (min_hold_ms) is left to its keep.
+            let held = rows.iter().filter(|row| row.state == ShareState::Held);
+            owned.extend(
+                held.filter_map(|row| owned_grant(key, &row.owner, Some(row.token), owners)),
+            );
+        }
+        Ok(owned)
     }
 
     /// The lock rows whose key matches `glob`, each with its name's fencing counter.
@@ -918,9 +1038,9 @@ impl AsyncBackend for SqlBackend {
         let owned = lease.clone();
         self.call(Some(&lease.key), move |store| {
             let lease = owned.clone();
-            async move { store.acquire(&lease).await }
+            async move { store.acquire(&lease, turn).await }
         })
-        .await
+        .await?
     }
 
     async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
@@ -945,7 +1065,12 @@ impl AsyncBackend for SqlBackend {
     }
 
     fn offers(&self) -> Capabilities {
-        Capabilities::MUTEX.with_hands_off(false)
+        Capabilities {
+            semaphores: true,
+            ..Capabilities::MUTEX
+                .with_read_write(true)
+                .with_hands_off(false)
+        }
     }
 
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
@@ -1148,9 +1273,10 @@ impl SqlClientBuilder {
         self
     }
 
-    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence, release and results
-    /// tables are named after it, with `_fences`, `_releases` and `_results`. Lowercase ASCII letters, digits and `_`, starting with a letter or
-    /// `_`, at most 48 bytes; the table lives in the connection's default schema (database).
+    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence, release, results and
+    /// shares tables are named after it, with `_fences`, `_releases`, `_results` and
+    /// `_shares`. Lowercase ASCII letters, digits and `_`, starting with a letter or `_`, at
+    /// most 48 bytes; the table lives in the connection's default schema (database).
     pub fn table(mut self, name: impl Into<String>) -> Self {
         self.settings.table = name.into();
         self
@@ -1231,7 +1357,6 @@ impl SqlClientBuilder {
             release_memory: release_memory(settings.timeouts.response),
             create_tables: settings.create_tables,
             forgetting_results: AtomicBool::new(false),
-            #[cfg(feature = "mysql")]
             forgetting: AtomicBool::new(false),
         };
         let backend = SqlBackend {

@@ -96,14 +96,44 @@ pub(crate) struct AcquireSteps {
     pub(crate) take_over: String,
 }
 
-/// A release's steps after the fence lock and the read of the lock row (besides `delete`).
+/// A release's steps after the fence lock and the read of the lock row (besides `delete` and
+/// the statements of releases remembered).
 #[cfg(feature = "mysql")]
 #[derive(Debug)]
 pub(crate) struct ReleaseSteps {
     pub(crate) keep: String,
-    pub(crate) remember_release: String,
-    pub(crate) forget_releases: String,
-    pub(crate) released_recently: String,
+}
+
+/// The owner of a name's marker row in the lock table while shares of the name are live: no
+/// owner token is this (they are hex digits, or start with an instance's tag).
+pub(crate) const SHARED_MARKER: &str = ":shared";
+
+/// The statements of the shared kinds (read/write locks, semaphores), each dialect's; see
+/// `shares_schema.sql` and the module docs.
+#[derive(Debug)]
+pub(crate) struct ShareStatements {
+    /// Locks the name's lock row (marker) after the fence row.
+    pub(crate) lock_marker: String,
+    /// The name's shares.
+    pub(crate) read: String,
+    /// Every live share.
+    pub(crate) list: String,
+    /// A grant or a writer's place.
+    pub(crate) put: String,
+    /// The holder asks again.
+    pub(crate) refresh: String,
+    /// A release with `min_hold_ms`.
+    pub(crate) keep: String,
+    pub(crate) delete: String,
+    /// The name's marker, lasting as long as its longest share.
+    pub(crate) put_marker: String,
+    pub(crate) delete_marker: String,
+    /// A renewal's steps, each with `{grants}`: lock the markers, lock the grants, renew
+    /// them, make the markers last as long.
+    pub(crate) lock_markers: String,
+    pub(crate) lock_grants: String,
+    pub(crate) renew: String,
+    pub(crate) bump_markers: String,
 }
 
 /// Every statement the backend sends, for one lock table.
@@ -118,6 +148,8 @@ pub(crate) struct Statements {
     pub(crate) releases: String,
     /// The results table's name, unquoted.
     pub(crate) results: String,
+    /// The shares table's name, unquoted.
+    pub(crate) shares: String,
     /// Creates the tables, one statement after the other.
     pub(crate) schema: Vec<String>,
     /// Fails when a table is missing.
@@ -140,6 +172,17 @@ pub(crate) struct Statements {
     pub(crate) results_schema: Vec<String>,
     /// Deletes the single-flight values that lapsed.
     pub(crate) results_forget: String,
+    /// Creates the shares table (also one of `schema`).
+    pub(crate) shares_schema: Vec<String>,
+    /// The shared kinds' statements.
+    pub(crate) sharing: ShareStatements,
+    /// Remembers an owner's release (MySQL's mutex and every share's; PostgreSQL's mutex
+    /// release does it itself).
+    pub(crate) remember_release: String,
+    /// Whether an owner released a name lately.
+    pub(crate) released_recently: String,
+    /// Deletes some releases that lapsed.
+    pub(crate) forget_releases: String,
     /// PostgreSQL's `pg_notify` (MySQL announces nothing: waiters poll).
     pub(crate) notify: Option<String>,
     /// Renews a batch of grants.
@@ -155,6 +198,8 @@ impl Statements {
         let results = format!("{table}_results");
         let results_id = dialect.quoted(&results);
         let results_index = dialect.quoted(&format!("{results}_until"));
+        let shares = format!("{table}_shares");
+        let shares_id = dialect.quoted(&shares);
         // Index names are the schema's on PostgreSQL: named after the table, 63 bytes at most
         // with a table name of `MAX_TABLE_LEN`.
         let releases_index = dialect.quoted(&format!("{releases}_until"));
@@ -170,6 +215,8 @@ impl Statements {
                 .replace("{results_until}", &results_index)
                 .replace("{results}", &results_id)
                 .replace("{releases_until}", &releases_index)
+                .replace("{shares}", &shares_id)
+                .replace("{marker}", &format!("'{SHARED_MARKER}'"))
                 .trim()
                 .to_owned()
         };
@@ -187,9 +234,29 @@ impl Statements {
             schema: [
                 split(sql_file!(dialect, "schema.sql")),
                 split(sql_file!(dialect, "results_schema.sql")),
+                split(sql_file!(dialect, "shares_schema.sql")),
             ]
             .concat(),
             results_schema: split(sql_file!(dialect, "results_schema.sql")),
+            shares_schema: split(sql_file!(dialect, "shares_schema.sql")),
+            sharing: ShareStatements {
+                lock_marker: prepare(sql_file!(dialect, "lock_marker.sql")),
+                read: prepare(sql_file!(dialect, "read_shares.sql")),
+                list: prepare(sql_file!(dialect, "list_shares.sql")),
+                put: prepare(sql_file!(dialect, "put_share.sql")),
+                refresh: prepare(sql_file!(dialect, "refresh_share.sql")),
+                keep: prepare(sql_file!(dialect, "keep_share.sql")),
+                delete: prepare(sql_file!(dialect, "delete_share.sql")),
+                put_marker: prepare(sql_file!(dialect, "put_marker.sql")),
+                delete_marker: prepare(sql_file!(dialect, "delete_marker.sql")),
+                lock_markers: prepare(sql_file!(dialect, "lock_markers.sql")),
+                lock_grants: prepare(sql_file!(dialect, "lock_shares.sql")),
+                renew: prepare(sql_file!(dialect, "renew_shares.sql")),
+                bump_markers: prepare(sql_file!(dialect, "bump_markers.sql")),
+            },
+            remember_release: prepare(sql_file!(dialect, "remember_release.sql")),
+            released_recently: prepare(sql_file!(dialect, "released_recently.sql")),
+            forget_releases: prepare(sql_file!(dialect, "forget_releases.sql")),
             probe: prepare(sql_file!(dialect, "probe.sql")),
             lock_fence: prepare(sql_file!(dialect, "lock_fence.sql")),
             read: prepare(sql_file!(dialect, "read.sql")),
@@ -214,9 +281,6 @@ impl Statements {
                 #[cfg(feature = "mysql")]
                 Dialect::MySql => Releasing::InSteps(ReleaseSteps {
                     keep: prepare(include_str!("mysql/keep.sql")),
-                    remember_release: prepare(include_str!("mysql/remember_release.sql")),
-                    forget_releases: prepare(include_str!("mysql/forget_releases.sql")),
-                    released_recently: prepare(include_str!("mysql/released_recently.sql")),
                 }),
             },
             list: prepare(sql_file!(dialect, "list.sql")),
@@ -245,6 +309,7 @@ impl Statements {
             fences,
             releases,
             results,
+            shares,
         }
     }
 
@@ -327,6 +392,31 @@ mod tests {
                 statements.result_read.clone(),
                 statements.result_write.clone(),
             ]);
+            let sharing = &statements.sharing;
+            all.extend(
+                [
+                    &sharing.lock_marker,
+                    &sharing.read,
+                    &sharing.list,
+                    &sharing.put,
+                    &sharing.refresh,
+                    &sharing.keep,
+                    &sharing.delete,
+                    &sharing.put_marker,
+                    &sharing.delete_marker,
+                    &statements.remember_release,
+                    &statements.released_recently,
+                    &statements.forget_releases,
+                ]
+                .map(String::clone),
+            );
+            let renewal = [
+                &sharing.lock_markers,
+                &sharing.lock_grants,
+                &sharing.renew,
+                &sharing.bump_markers,
+            ];
+            all.extend(renewal.map(|step| statements.with_grants(step, 3, false)));
             for statement in all {
                 assert!(!statement.contains('{'), "{dialect:?}: {statement}");
                 assert!(!statement.contains("--"), "{dialect:?}: {statement}");
@@ -336,6 +426,7 @@ mod tests {
                 "app_locks_fences",
                 "app_locks_releases",
                 "app_locks_results",
+                "app_locks_shares",
             ] {
                 assert!(statements.schema.iter().any(|s| s.contains(table)));
             }

@@ -4,8 +4,9 @@
 -- the caller's own (keeping its token; a lease is never shortened). ON CONFLICT sees the
 -- row's latest version, whatever the statement's snapshot. "Now" is the statement's start:
 -- earlier than the grant, so an expiry is never set later than the caller counts on.
--- Returns the granted token (NULL: held by another), the latest token drawn, and the
--- holder's microseconds left as of the snapshot (a hint).
+-- Returns the granted token (NULL: held by another), the latest token drawn, the holder's
+-- microseconds left as of the snapshot (a hint), and its owner (the shares' marker, when the
+-- name is held by a shared kind: the caller refuses such a key).
 WITH fence AS (
     INSERT INTO {fences} AS f (name, token)
     VALUES ($1, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT)
@@ -30,4 +31,5 @@ SELECT
     (SELECT token FROM granted),
     (SELECT token FROM fence),
     (SELECT (EXTRACT(EPOCH FROM expires_at - statement_timestamp()) * 1000000)::BIGINT
-        FROM {locks} WHERE name = $1)
+        FROM {locks} WHERE name = $1),
+    (SELECT owner FROM {locks} WHERE name = $1)

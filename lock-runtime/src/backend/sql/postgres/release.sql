@@ -31,7 +31,8 @@ WITH fence AS (
     INSERT INTO {releases} (owner, name, remembered_until)
     SELECT $2, $1, statement_timestamp() + $5::BIGINT * INTERVAL '1 millisecond'
     FROM (SELECT token FROM released UNION ALL SELECT token FROM kept) AS done
-    ON CONFLICT (owner) DO UPDATE SET remembered_until = EXCLUDED.remembered_until
+    ON CONFLICT (owner) DO UPDATE SET name = EXCLUDED.name,
+        remembered_until = EXCLUDED.remembered_until
     RETURNING 1
 ), remembered_before AS (
     SELECT 1 FROM {releases}

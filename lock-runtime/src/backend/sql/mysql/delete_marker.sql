@@ -1,0 +1,2 @@
+-- No share of the name is live any more: its marker goes. Parameter: the name.
+DELETE FROM {locks} WHERE name = ? AND owner = {marker}

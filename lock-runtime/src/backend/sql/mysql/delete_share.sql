@@ -1,0 +1,1 @@
+DELETE FROM {shares} WHERE name = ? AND owner = ?

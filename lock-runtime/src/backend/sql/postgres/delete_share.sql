@@ -1,0 +1,1 @@
+DELETE FROM {shares} WHERE name = $1 AND owner = $2

@@ -1,0 +1,21 @@
+-- The shares: a row per grant of a shared kind (read/write locks, semaphores) and per waiting
+-- writer's place in line, by name and owner: its kind (`r`, `w`, `s`) and the count it asked
+-- for (0 for readers and writers), its permit (slot, 0 for readers and writers), its fencing
+-- token (drawn from the name's fence, as a mutex's), its state (`held`; `kept`: released, and
+-- kept by min_hold_ms until it expires; `waiting`: a writer's place, until it lapses) and its
+-- expiry. While a grant of a name is live, the lock table holds a marker row for the name
+-- (owner `:shared`), which lasts at least as long as every live grant: the mutex sees the key
+-- held. Created with the lock tables, or on the first shared acquire of a client of a
+-- database whose tables an earlier version created (as results_schema.sql).
+SELECT pg_advisory_xact_lock(hashtext('fencelock schema {locks}'));
+CREATE TABLE IF NOT EXISTS {shares} (
+    name TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    asked BIGINT NOT NULL,
+    slot BIGINT NOT NULL,
+    token BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, owner)
+)
