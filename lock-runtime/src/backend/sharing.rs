@@ -98,6 +98,7 @@ pub(crate) fn script_kind(kind: LockKind) -> (&'static str, u32) {
 
 /// The kind the Redis scripts (and the SQL shares table) name `tag` with `count` (see
 /// [`script_kind`]); `None` for anything else.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn kind_of_script(tag: &str, count: u32) -> Option<LockKind> {
     match (tag, count) {
         ("r", 0) => Some(LockKind::Read),

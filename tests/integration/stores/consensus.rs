@@ -964,6 +964,50 @@ async fn a_slow_mark_undoes_no_refill_and_loses_no_mark() {
     }
 }
 
+/// Requests that give up at once, for a segmented lock with a shard free for each of them,
+/// all get one however they interleave over two clients: one behind another that has not
+/// claimed its shard yet waits for that claim instead of giving up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_requests_get_the_free_shards_together() {
+    const SHARDS: usize = 4;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let clients = [
+            store.client(None, SESSION).await,
+            store.client(None, SESSION).await,
+        ];
+        let key = format!("{kind}:together");
+        for round in 0..5 {
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(SHARDS));
+            let requests = (0..SHARDS).map(|n| {
+                let (client, key, start) = (clients[n % 2].clone(), key.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    client
+                        .segmented(&key, SHARDS as u32)
+                        .give_up()
+                        .acquire()
+                        .await
+                })
+            });
+            let mut shards = Vec::new();
+            let mut guards = Vec::new();
+            for request in futures::future::join_all(requests).await {
+                let guard = request
+                    .expect("joined")
+                    .unwrap_or_else(|e| panic!("{kind}, round {round}: a shard was free: {e}"));
+                shards.push(guard.shard().expect("a shard"));
+                guards.push(guard);
+            }
+            shards.sort_unstable();
+            assert_eq!(shards, [0, 1, 2, 3], "{kind}, round {round}");
+            for guard in guards {
+                guard.release().await.expect("released");
+            }
+        }
+    }
+}
+
 /// A segmented waiter whose client is cut off (frozen: no attempt, no delete, its session
 /// alive) and whose every shard became exhausted while it waited holds the line up no longer
 /// than its place, as a waiter at the head does. Found by the same review: it was never

@@ -251,12 +251,16 @@ enum Standing {
 
 struct Behind {
     mine: Entry,
-    /// The live entry it watches: the nearest it waits for (a permit: the oldest).
+    /// The live entry it watches: the nearest it waits for (a permit: the oldest; a shard:
+    /// the nearest that has not claimed yet, else the oldest).
     predecessor: Entry,
     /// The oldest live entry it waits for.
     head: Entry,
     /// How long the first of those to lapse lasts unrenewed yet (`None`: none lapses).
     soonest_left: Option<Duration>,
+    /// Whether it is a segmented lock that only waits for the claims of those ahead, with a
+    /// shard left for it after them.
+    claims_pending: bool,
 }
 
 impl<S: ConsensusStore> ConsensusBackend<S> {
@@ -480,9 +484,15 @@ impl<S: ConsensusStore> Shared<S> {
         }
         let mut live = Vec::new();
         let mut admission = Admission::skipping(&exhausted);
+        // The segmented locks ahead that have not claimed a shard yet, and the nearest.
+        let (mut unclaimed, mut nearest_unclaimed) = (0, None);
         for (entry, left) in survivors {
             if !entry.kind.mixes_with(kind) {
                 continue;
+            }
+            if let EntryKind::Shard { shard: None, .. } = entry.kind {
+                unclaimed += 1;
+                nearest_unclaimed = Some(entry.clone());
             }
             admission.next(entry.kind);
             // An entry this one does not wait for (a reader ahead of a reader) is no obstacle.
@@ -509,13 +519,26 @@ impl<S: ConsensusStore> Shared<S> {
         let (Some((head, _)), Some((nearest, _))) = (live.first().cloned(), live.pop()) else {
             return Ok(Standing::Head(at_head));
         };
+        // A segmented lock behind one that has not claimed yet waits for that claim, and has
+        // a shard of its own then if enough are free for every claim ahead.
+        let claims_pending = match kind {
+            EntryKind::Shard { count, .. } => {
+                nearest_unclaimed.is_some() && admission.free_shards(count) > unclaimed
+            }
+            _ => false,
+        };
         // A permit or shard waits for any entry ahead to leave: the oldest, likely the first.
-        let predecessor = if kind.counts() { head.clone() } else { nearest };
+        let predecessor = match nearest_unclaimed {
+            Some(claiming) => claiming,
+            None if kind.counts() => head.clone(),
+            None => nearest,
+        };
         Ok(Standing::Behind(Box::new(Behind {
             mine,
             predecessor,
             head,
             soonest_left,
+            claims_pending,
         })))
     }
 
@@ -567,8 +590,10 @@ impl<S: ConsensusStore> Shared<S> {
         let sent_at = Instant::now();
         // Another pass when the entry changed under the one before (this client's watch
         // claimed it, or another client deleted it once its place lapsed) and when it
-        // vanished (its session ended, or that delete): then it enters anew.
-        for _ in 0..3 {
+        // vanished (its session ended, or that delete): then it enters anew. Also after a
+        // wait for the claims ahead (below).
+        let mut claim_waits = 0;
+        for _ in 0..3 + CLAIM_WAITS {
             let entered: Option<Entry> = match self.ours(&id) {
                 Some(_) => None,
                 None => {
@@ -626,14 +651,25 @@ impl<S: ConsensusStore> Shared<S> {
                 Standing::Behind(behind) => {
                     let Behind {
                         mine,
+                        predecessor,
                         head,
                         soonest_left,
-                        ..
+                        claims_pending,
                     } = *behind;
                     let held = Acquire::Held {
                         remaining: soonest_left,
                         latest_token: head.token,
                     };
+                    // Even one that gives up at once waits for the claims ahead when a shard
+                    // is left for it after them: each is a round trip away, and giving up
+                    // would refuse a request that a free shard awaits.
+                    if turn.place().is_none() && claims_pending && claim_waits < CLAIM_WAITS {
+                        claim_waits += 1;
+                        if let Some(changed) = self.store.watch(&lease.key, &predecessor).await? {
+                            let _ = tokio::time::timeout(CLAIM_WAIT, changed).await;
+                        }
+                        continue;
+                    }
                     let Some(place) = turn.place() else {
                         self.store.remove(&lease.key, &mine, None).await?;
                         self.forget(&id);
@@ -689,8 +725,8 @@ impl<S: ConsensusStore> Shared<S> {
         }
         Err(LockError::backend(
             Some(&lease.key),
-            "the lock's entry in line changed or vanished under the attempt three times in a \
-             row (the store's session ended, or this client's watch claimed it meanwhile)",
+            "the lock's entry in line changed or vanished under the attempt again and again (the \
+             store's session ended, or this client's watch claimed it meanwhile)",
             None,
         ))
     }
@@ -1028,6 +1064,12 @@ impl<S: ConsensusStore> Shared<S> {
         Ok(owned.collect())
     }
 }
+
+/// How many times a segmented lock's attempt that gives up at once waits for a claim ahead
+/// of it (see `Behind::claims_pending`), and how long each time at most (a claim is one round
+/// trip of the claiming client; one that froze lapses in its own time).
+const CLAIM_WAITS: u32 = 4;
+const CLAIM_WAIT: Duration = Duration::from_millis(250);
 
 /// How many times a change of a key's exhausted shards is written again when another client
 /// changed them meanwhile.

@@ -197,7 +197,16 @@ impl Admission {
     pub(crate) fn free_shard(&self, count: u32, start: u32) -> Option<u32> {
         (0..count)
             .map(|offset| (start % count + offset) % count)
-            .find(|shard| !self.claimed.contains(shard) && !self.exhausted.contains(shard))
+            .find(|shard| self.is_free(*shard))
+    }
+
+    /// How many shards below `count` are neither claimed by the entries walked nor exhausted.
+    pub(crate) fn free_shards(&self, count: u32) -> usize {
+        (0..count).filter(|shard| self.is_free(*shard)).count()
+    }
+
+    fn is_free(&self, shard: u32) -> bool {
+        !self.claimed.contains(&shard) && !self.exhausted.contains(&shard)
     }
 }
 

@@ -404,7 +404,15 @@ impl Store {
                         .map(Duration::from_micros),
                     latest_token: u64::try_from(latest).unwrap_or_default(),
                 };
-                (held, holder.text().map(str::to_owned))
+                let mut holder = holder.text().map(str::to_owned);
+                // The statement's snapshot predates its wait for the fence row: the marker
+                // seen there may have lapsed, and a mutex taken the key since. Read again
+                // (a new snapshot) before refusing the key as held by shares.
+                if holder.as_deref() == Some(SHARED_MARKER) {
+                    let (_, now) = self.read(&mut *session, &lease.key).await?;
+                    holder = now.filter(GrantRow::live).map(|row| row.owner);
+                }
+                (held, holder)
             }
         })
     }

@@ -2,8 +2,11 @@
 -- same token, not released, not expired), read on their latest version, and returns them
 -- with their slots (checked against the slot each renewal names). `{grants}` as in
 -- lock_markers.sql.
+-- The grants drive the join, each row found by its primary key (STRAIGHT_JOIN, FORCE INDEX):
+-- a plan that scans the table (MariaDB's, on small tables) would lock every row it reads at
+-- REPEATABLE READ, and wait for and block the calls of other names.
 SELECT CONVERT(s.name USING utf8mb4), CAST(s.owner AS CHAR), s.token, s.slot
-FROM {shares} AS s JOIN ({grants}) AS x
+FROM ({grants}) AS x STRAIGHT_JOIN {shares} AS s FORCE INDEX (PRIMARY)
     ON s.name = x.name AND s.owner = x.owner AND s.token = x.token
 WHERE s.state = 'held' AND s.expires_at > UTC_TIMESTAMP(6)
 FOR UPDATE
