@@ -3,13 +3,16 @@
 //! the commands Redis executed), and 8 workers on one key of each kind, each holding it for
 //! a moment (a mutex and a write lock serialise them; readers, permits and shards share).
 //! Then several mutex keys at once: `lock_all` (one call on one server) beside the same keys
-//! taken one by one (what `lock_all` did before).
+//! taken one by one (what `lock_all` did before). Last, each kind's W1 on each store of the
+//! machine beside that store's mutex.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock::testing::{Direction, TcpProxy};
-use fencelock::{LockClient, LockKind};
+use fencelock::testing::{
+    Direction, EtcdCluster, SqlDatabase, SqlKind, TcpProxy, ZooKeeperEnsemble,
+};
+use fencelock::{LockClient, LockError, LockKind};
 use tokio::sync::Barrier;
 
 use crate::probe::{CommandStats, ScriptCalls, measuring};
@@ -66,15 +69,7 @@ pub async fn compare(
     let mut runs = Vec::with_capacity(KINDS.len());
     for (label, kind) in KINDS {
         let key = format!("kinds:w1:{label}");
-        let pair = || async {
-            let guard = client.request(&key, kind).acquire().await;
-            guard
-                .map_err(|e| e.to_string())?
-                .release()
-                .await
-                .map_err(|e| e.to_string())
-        };
-        let uncontended = workloads::measure(iterations, pair).await;
+        let uncontended = uncontended(&client, &key, kind, iterations).await;
         let wire = on_the_wire(&proxy, &proxied, &mut inspector, &key, kind).await?;
         let (contended, cost) =
             measuring(&mut inspector, contended(url, label, kind, per_worker)).await?;
@@ -91,6 +86,73 @@ pub async fn compare(
         });
     }
     Ok(runs)
+}
+
+/// W1 of `kind` on `key`: a free key taken and released, `iterations` times in a row.
+async fn uncontended(client: &LockClient, key: &str, kind: LockKind, iterations: usize) -> Latency {
+    let pair = || async {
+        let guard = client.request(key, kind).acquire().await;
+        guard
+            .map_err(|e| e.to_string())?
+            .release()
+            .await
+            .map_err(|e| e.to_string())
+    };
+    workloads::measure(iterations, pair).await
+}
+
+/// One store's W1 of each kind.
+pub struct StoreKinds {
+    pub store: &'static str,
+    /// Per kind of [`KINDS`], in order; `None` where the store does not offer it.
+    pub w1: Vec<Option<Latency>>,
+}
+
+/// Each kind's W1 on each store: memory, the Redis server at `redis_url`, the machine's
+/// databases (those reached), and a ZooKeeper and an etcd of one member each, started here
+/// one after the other.
+pub async fn across_stores(
+    redis_url: &str,
+    iterations: usize,
+) -> Result<Vec<StoreKinds>, BoxError> {
+    let mut runs = vec![
+        of_store("memory", &LockClient::memory(), iterations).await,
+        of_store("Redis", &LockClient::connect(redis_url).await?, iterations).await,
+    ];
+    for (store, kind) in [("PostgreSQL", SqlKind::Postgres), ("MySQL", SqlKind::MySql)] {
+        let Some(database) = SqlDatabase::reach(kind).await else {
+            continue;
+        };
+        let client = database.builder().connect().await?;
+        runs.push(of_store(store, &client, iterations).await);
+        database.drop_tables().await;
+    }
+    let ensemble = ZooKeeperEnsemble::start(1)?;
+    let zookeeper = LockClient::zookeeper(&ensemble.connect_string()).await?;
+    runs.push(of_store("ZooKeeper", &zookeeper, iterations).await);
+    drop((zookeeper, ensemble));
+    let cluster = EtcdCluster::start(1)?;
+    let etcd = LockClient::etcd(&cluster.endpoints()).await?;
+    runs.push(of_store("etcd", &etcd, iterations).await);
+    Ok(runs)
+}
+
+async fn of_store(store: &'static str, client: &LockClient, iterations: usize) -> StoreKinds {
+    let mut w1 = Vec::with_capacity(KINDS.len());
+    for (label, kind) in KINDS {
+        let key = format!("kinds:stores:{label}");
+        // A kind the store does not offer is refused before anything is sent.
+        let first = client.request(&key, kind).acquire().await;
+        let offered = !matches!(first, Err(LockError::InvalidConfig { .. }));
+        if let Ok(guard) = first {
+            let _ = guard.release().await;
+        }
+        w1.push(match offered {
+            true => Some(uncontended(client, &key, kind, iterations).await),
+            false => None,
+        });
+    }
+    StoreKinds { store, w1 }
 }
 
 /// [`Wire`] of acquiring `kind` on `key` (free) through `proxy`, over [`WIRE_SAMPLES`]

@@ -218,6 +218,8 @@ async fn main() -> Result<(), BoxError> {
         report::kinds(&ping, &runs, sizes.w2_per_worker);
         let several = kinds::several_keys(&url, server_addr, sizes.sequential).await?;
         report::several_keys(&ping, &several);
+        let stores = kinds::across_stores(&url, sizes.sequential).await?;
+        report::kinds_by_store(&stores);
         return Ok(());
     }
     if args.open_loop {

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{table, us};
-use crate::kinds::{HOLD, KindRun, SeveralRun, WORKERS};
+use crate::kinds::{HOLD, KINDS, KindRun, SeveralRun, StoreKinds, WORKERS};
 use crate::workloads::Latency;
 
 pub fn kinds(ping: &Latency, runs: &[KindRun], per_worker: usize) -> Value {
@@ -109,4 +109,54 @@ pub fn several_keys(ping: &Latency, runs: &[SeveralRun]) -> Value {
             "failures": run.uncontended.failures.count,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// Each kind's W1 on each store, and its ratio to that store's mutex.
+pub fn kinds_by_store(stores: &[StoreKinds]) -> Value {
+    println!(
+        "\nLock kinds on every store: W1 mean µs (sequential uncontended acquire + release, {} \
+         pairs), and / the store's mutex; one member per consensus store",
+        stores
+            .iter()
+            .flat_map(|store| store.w1.iter().flatten())
+            .map(|w1| w1.iterations)
+            .next()
+            .unwrap_or(0)
+    );
+    let rows: Vec<Vec<String>> = KINDS
+        .iter()
+        .enumerate()
+        .map(|(at, (label, _))| {
+            let cells = stores.iter().map(|store| {
+                let mutex = store.w1.first().and_then(Option::as_ref);
+                let (Some(w1), Some(mutex)) = (store.w1[at].as_ref(), mutex) else {
+                    return "not offered".to_owned();
+                };
+                let ratio = w1.summary.mean.as_secs_f64() / mutex.summary.mean.as_secs_f64();
+                let failed = match w1.failures.count {
+                    0 => String::new(),
+                    n => format!(", {n} failed"),
+                };
+                format!("{:.1} ({ratio:.2}x{failed})", us(w1.summary.mean))
+            });
+            std::iter::once((*label).to_owned()).chain(cells).collect()
+        })
+        .collect();
+    let headers: Vec<&str> = std::iter::once("kind")
+        .chain(stores.iter().map(|store| store.store))
+        .collect();
+    table(&headers, &rows);
+    json!(
+        stores
+            .iter()
+            .map(|store| json!({
+                "store": store.store,
+                "w1_mean_us": store
+                    .w1
+                    .iter()
+                    .map(|w1| w1.as_ref().map(|w1| us(w1.summary.mean)))
+                    .collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>()
+    )
 }

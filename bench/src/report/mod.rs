@@ -9,7 +9,7 @@ mod topologies;
 
 pub use cost::{CostRow, server_cost};
 pub use footprint::footprint;
-pub use kinds::{kinds, several_keys};
+pub use kinds::{kinds, kinds_by_store, several_keys};
 pub use open_loop::{Library, open_loop};
 pub use telemetry::telemetry;
 pub use topologies::topologies;

@@ -214,7 +214,11 @@ async fn each_zookeeper_waiter_watches_only_the_entry_ahead() {
         let client = store.client(None, SESSION).await;
         waiters.push(tokio::spawn({
             let client = client.clone();
-            async move { client.lock("herd").wait_ms(30_000).acquire().await }
+            // Released by its own task: the line's order need not be the order of spawning.
+            async move {
+                let guard = client.lock("herd").wait_ms(30_000).acquire().await?;
+                guard.release().await
+            }
         }));
         clients.push(client);
     }
@@ -244,11 +248,8 @@ async fn each_zookeeper_waiter_watches_only_the_entry_ahead() {
     );
     holder.release().await.expect("released");
     for waiter in waiters {
-        let guard = waiter
-            .await
-            .expect("joined")
-            .expect("each waiter gets its turn");
-        guard.release().await.expect("released");
+        let turn = waiter.await.expect("joined");
+        turn.expect("each waiter gets its turn, and releases");
     }
 }
 
