@@ -660,8 +660,8 @@ fn holds(locked: &HashMap<GrantId, i64>, held: &HeldLease) -> bool {
         .is_some_and(|slot| held.slot.is_none_or(|named| i64::from(named) == *slot))
 }
 
-/// What the conformance suite does not reach: the marker under renewal and release, and rows
-/// fencelock did not write. On each database the machine runs (skipped without one).
+/// What the conformance suite does not reach: the marker under renewal and release, marks of
+/// grants that hold no shard, and rows fencelock did not write. On each database the machine runs (skipped without one).
 #[cfg(all(test, feature = "testing", feature = "postgres", feature = "mysql"))]
 mod tests {
     use std::sync::Arc;
@@ -865,6 +865,47 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// Only a held grant marks its shard: one kept after its release (`min_hold_ms`) marks
+    /// nothing, and its shard stays free of marks for the next request; nor does a segmented
+    /// lease on a name a mutex holds, whose row stays the mutex's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_held_grant_marks_its_shard() {
+        for database in databases().await {
+            let kind = database.kind();
+            let client = client(&database).await;
+            let backend = client.backend();
+            let marks = backend.shard_marks().expect("segmented locks keep marks");
+            let shards = LockKind::Segmented { shards: 2 };
+            let kept = lease("kept", "holder", shards, 60_000);
+            let held = granted(backend, &kept).await;
+            let released = backend.release(&kept, Duration::from_secs(60)).await;
+            assert_eq!(released.unwrap(), Release::Released);
+            let marked = marks.mark_exhausted(&held).await.unwrap();
+            assert!(!marked, "{kind:?}: a kept grant marked its shard");
+            let next = granted(backend, &lease("kept", "next", shards, 60_000)).await;
+            assert!(
+                next.slot.is_some() && next.slot != held.slot,
+                "{kind:?}: {next:?}"
+            );
+
+            let mutex = lease("mutex", "owner", LockKind::Mutex, 60_000);
+            let mutex = granted(backend, &mutex).await;
+            let stray = HeldLease {
+                lease: lease("mutex", "owner", shards, 60_000),
+                token: mutex.token,
+                slot: Some(0),
+            };
+            assert!(!marks.mark_exhausted(&stray).await.unwrap(), "{kind:?}");
+            let other = lease("mutex", "other", LockKind::Mutex, 60_000);
+            let answer = backend.acquire(&other, Turn::Once).await;
+            assert!(
+                matches!(answer, Ok(Acquire::Held { .. })),
+                "{kind:?}: the mutex still holds its name: {answer:?}"
+            );
+            database.drop_tables().await;
+        }
     }
 
     /// A share row fencelock did not write makes the name refuse shared requests (KeyInUse),
