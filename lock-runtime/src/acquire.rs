@@ -501,9 +501,9 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
     if client.backend().capabilities().offers(kind) {
         return Ok(());
     }
-    // With why the stores that refuse the kind do.
-    let stores = "PostgreSQL's and MySQL's shares number no shards; the memory backend, Redis \
-                  (one server, Sentinel, Cluster, Redlock), ZooKeeper and etcd offer them";
+    // Every store fencelock ships offers every kind: only a custom backend gets here.
+    let stores = "the memory backend, Redis (one server, Sentinel, Cluster, Redlock), \
+                  PostgreSQL, MySQL, ZooKeeper and etcd offer them";
     Err(LockError::invalid_config(format!(
         "this backend does not offer {} locks: {stores}; use one of them, or a mutex \
          (`LockClient::lock`) here",

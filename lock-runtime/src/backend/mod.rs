@@ -675,6 +675,31 @@ mod tests {
         assert_eq!((memory.until.len(), memory.order.len()), (1, 1));
     }
 
+    /// A custom backend that offers the mutex alone refuses the other kinds before sending
+    /// anything, naming the stores that offer them.
+    #[tokio::test]
+    async fn a_kind_not_offered_is_refused_naming_the_stores_that_offer_it() {
+        let client = LockClient::from_backend(RequiredOnly);
+        let kinds = [
+            LockKind::Read,
+            LockKind::Semaphore { permits: 2 },
+            LockKind::Segmented { shards: 2 },
+        ];
+        for kind in kinds {
+            match client.request("k", kind).give_up().acquire().await {
+                Err(LockError::InvalidConfig { reason }) => {
+                    let offered = format!("does not offer {} locks", kind.name());
+                    assert!(reason.contains(&offered), "{reason}");
+                    assert!(
+                        reason.contains("PostgreSQL, MySQL, ZooKeeper and etcd offer them"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_backend_without_operator_methods_says_what_it_does_not_offer() {
         let admin = LockClient::from_backend(RequiredOnly).admin();

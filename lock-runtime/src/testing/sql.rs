@@ -296,7 +296,8 @@ impl SqlDatabase {
     /// finished processes may still hold locks on them for a moment).
     pub async fn drop_tables(&self) {
         let drop = format!(
-            "DROP TABLE IF EXISTS {0}, {0}_fences, {0}_releases, {0}_results, {0}_shares",
+            "DROP TABLE IF EXISTS {0}, {0}_fences, {0}_releases, {0}_results, {0}_shares, \
+             {0}_exhausted",
             self.table
         );
         for tries_left in (0..3).rev() {

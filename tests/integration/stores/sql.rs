@@ -245,24 +245,87 @@ async fn a_misconfigured_client_gets_an_error_that_names_the_cause() {
     }
 }
 
-/// Read/write locks and semaphores are offered; a segmented lock is refused with the stores
-/// that offer it (every other store).
+/// An item's stock, a counter per shard, and how often a body ran.
+#[derive(Default)]
+struct Stock {
+    units: std::sync::Mutex<[u32; 4]>,
+    runs: AtomicU32,
+}
+
+/// The body takes a unit from its shard, or marks the shard exhausted when it finds none (and
+/// runs again on another shard).
+#[fencelock::redis_lock(key = "stock:{sku}", shards = 4, wait_ms = 10_000, sleep_ms = 20)]
+async fn buy(sku: &str, stock: &Stock) -> Result<u32, LockError> {
+    stock.runs.fetch_add(1, Ordering::Relaxed);
+    let shard = fencelock::current_shard().expect("under the segmented lock");
+    let taken = {
+        let mut units = stock.units.lock().unwrap();
+        let left = &mut units[shard as usize];
+        left.checked_sub(1).map(|after| *left = after)
+    };
+    match taken {
+        Some(()) => Ok(shard),
+        None => Err(fencelock::shard_exhausted().await),
+    }
+}
+
+/// Every kind is offered: readers, permits and shards. The stock example on two clients of
+/// one database: the last unit is sold once, the empty shards are marked for both clients, a
+/// call for which every shard is marked fails at once without a run, and a refill by either
+/// client sells again. A database whose tables an earlier version created (no exhausted
+/// shards' table) gets it on the first segmented lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_segmented_lock_is_refused_naming_the_stores_that_offer_it() {
+async fn every_kind_is_offered_and_exhausted_shards_hold_for_every_client() {
     for database in databases().await {
+        let kind = database.kind();
         let client = database.client().await;
         let read = client.read_lock("kinds").give_up().acquire().await;
         read.unwrap().release().await.unwrap();
         let permits = client.semaphore("kinds", 2).give_up().acquire().await;
         permits.unwrap().release().await.unwrap();
-        let shards = match client.segmented("kinds", 2).acquire().await {
-            Err(LockError::InvalidConfig { reason, .. }) => reason,
-            other => panic!("refused before anything is sent: {other:?}"),
-        };
+        let exhausted = format!("{}_exhausted", database.table());
+        let dropped = database.execute(&format!("DROP TABLE {exhausted}")).await;
+        dropped.unwrap();
+
+        let clients = [client, database.client().await];
+        let stock = Stock::default();
+        stock.units.lock().unwrap()[2] = 1;
+        let buys = (0..8).map(|n| with_client(clients[n % 2].clone(), buy("tea", &stock)));
+        let outcomes = futures::future::join_all(buys).await;
+        let sold: Vec<u32> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok())
+            .copied()
+            .collect();
+        assert_eq!(sold, [2], "{kind:?}: the last unit, once: {outcomes:?}");
+        for outcome in outcomes.iter().filter(|o| o.is_err()) {
+            assert!(
+                matches!(outcome, Err(LockError::Exhausted { shard: None, .. })),
+                "{kind:?}: {outcome:?}"
+            );
+        }
+        let runs = stock.runs.load(Ordering::Relaxed);
         assert!(
-            shards.contains("ZooKeeper and etcd offer them") && shards.contains("PostgreSQL"),
-            "{shards}"
+            runs <= 5,
+            "{kind:?}: a sale and a mark per shard at most: {runs} runs"
         );
+        for client in &clients {
+            let later = with_client(client.clone(), buy("tea", &stock)).await;
+            assert!(
+                matches!(later, Err(LockError::Exhausted { shard: None, .. })),
+                "{kind:?}: {later:?}"
+            );
+        }
+        let refused = stock.runs.load(Ordering::Relaxed);
+        assert_eq!(refused, runs, "{kind:?}: refused without a run");
+
+        stock.units.lock().unwrap()[1] = 1;
+        clients[1].refill_shard("stock:tea", 1).await.unwrap();
+        let sold = with_client(clients[0].clone(), buy("tea", &stock)).await;
+        assert_eq!(sold.ok(), Some(1), "{kind:?}: the refilled shard");
+        clients[0].refill_shards("stock:tea").await.unwrap();
+        let left = database.execute(&format!("DELETE FROM {exhausted}")).await;
+        assert_eq!(left.ok(), Some(0), "{kind:?}: every mark refilled");
         database.drop_tables().await;
     }
 }

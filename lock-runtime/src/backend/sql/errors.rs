@@ -113,6 +113,7 @@ pub(crate) fn backend_error(
     let db = statements.dialect.name();
     let (table, fences, releases) = (&statements.table, &statements.fences, &statements.releases);
     let (results, shares) = (&statements.results, &statements.shares);
+    let exhausted = &statements.exhausted;
     let message = match cause(statements.dialect, &error) {
         Cause::Login => format!(
             "{db} at {at} refused the login: check the user and password in the URL \
@@ -120,16 +121,17 @@ pub(crate) fn backend_error(
         ),
         Cause::Privilege => format!(
             "{db} at {at} refused a statement on the lock tables `{table}`, `{fences}`, \
-             `{releases}`, `{results}` (for `action = Share`) and `{shares}` (for read/write \
-             locks and semaphores) for lack of a privilege: grant the URL's user SELECT, INSERT, UPDATE and DELETE on them (and \
-             CREATE, to let fencelock create them on first use, or create them beforehand with \
-             the statements of `SqlClientBuilder::schema`)"
+             `{releases}`, `{results}` (for `action = Share`), `{shares}` (for read/write \
+             locks, semaphores and segmented locks) and `{exhausted}` (for segmented locks' \
+             exhausted shards) for lack of a privilege: grant the URL's user SELECT, INSERT, \
+             UPDATE and DELETE on them (and CREATE, to let fencelock create them on first use, \
+             or create them beforehand with the statements of `SqlClientBuilder::schema`)"
         ),
         Cause::MissingTable => format!(
             "the lock tables `{table}`, `{fences}`, `{releases}`, `{results}` (for \
-             `action = Share`) and `{shares}` (for read/write locks and semaphores), or one of \
-             them, are missing in {db} at {at}: create them \
-             with the statements of \
+             `action = Share`), `{shares}` (for read/write locks, semaphores and segmented \
+             locks) and `{exhausted}` (for segmented locks' exhausted shards), or one of them, \
+             are missing in {db} at {at}: create them with the statements of \
              `SqlClientBuilder::schema`, or let fencelock create them (`create_tables(true)`, \
              the default, with the CREATE privilege)"
         ),

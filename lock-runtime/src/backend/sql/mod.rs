@@ -5,15 +5,17 @@
 //! the database's own clock (an expired row is taken over), waiters are woken by releases
 //! (PostgreSQL `LISTEN/NOTIFY`) or poll (MySQL), and reentrancy comes from the runtime.
 //!
-//! Five tables: `<table>` holds a row per held lock (name, owner token, fencing token,
+//! Six tables: `<table>` holds a row per held lock (name, owner token, fencing token,
 //! expiry), inserted to lock and deleted to unlock; `<table>_fences` keeps each name's
 //! fencing counter, which outlives the lock row, so tokens keep increasing per name;
 //! `<table>_releases` remembers each owner's release for as long as a resend of it can
 //! arrive, so that a release sent again after a lost reply learns what the first one did;
 //! `<table>_results` keeps a single-flight call's value (`action = Share`); `<table>_shares`
-//! holds the grants of read/write locks and semaphores and the places of waiting writers,
-//! while a marker row in `<table>` keeps the mutex off their names (see `shares.rs`). The last
-//! two are created on their first use where an earlier version created the others. Every
+//! holds the grants of read/write locks, semaphores and segmented locks (a shard is a
+//! grant's slot) and the places of waiting writers, while a marker row in `<table>` keeps the
+//! mutex off their names; `<table>_exhausted` holds the shards of segmented locks marked
+//! exhausted, until refilled (see `shares.rs`). The last three are created on their first
+//! use where an earlier version created the others. Every
 //! acquire and release of a name runs in one short transaction that first takes the name's
 //! fence row lock: acquirers of one name queue on it, one at a time, at each database's
 //! default isolation level. Renewal takes no fence lock: it updates only a row that is
@@ -21,9 +23,9 @@
 //! checked on the row's latest version, so the two never both succeed. A deadlock, a
 //! serialization failure or a lock wait that timed out is retried inside the backend.
 //!
-//! What the SQL backends do not offer yet: segmented locks, fair mode (no line of waiters is
-//! kept, but a waiting writer's place: a release wakes the waiters, and they compete),
-//! `min_replicas` and TLS connections.
+//! What the SQL backends do not offer yet: fair mode (no line of waiters is kept, but a
+//! waiting writer's place: a release wakes the waiters, and they compete), `min_replicas` and
+//! TLS connections.
 
 mod calls;
 mod errors;
@@ -51,9 +53,9 @@ use self::shares::{ShareState, held_by_shares};
 use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Extending, Releasing, SHARED_MARKER, Statements};
 use super::{
-    Acquire, AsyncBackend, AsyncOperator, AsyncResults, Extended, HeldLease, Lease, Published,
-    Release, ReleaseWatch, ResultStore, SharedResult, Turn, holding_of, owned_grant,
-    release_memory, released_mark,
+    Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
+    Lease, Published, Release, ReleaseWatch, ResultStore, ShardMarks, SharedResult, Turn,
+    holding_of, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -1073,12 +1075,7 @@ impl AsyncBackend for SqlBackend {
     }
 
     fn offers(&self) -> Capabilities {
-        Capabilities {
-            semaphores: true,
-            ..Capabilities::MUTEX
-                .with_read_write(true)
-                .with_hands_off(false)
-        }
+        Capabilities::EVERY_KIND.with_hands_off(false)
     }
 
     async fn extend_grants(&self, held: &[HeldLease]) -> Result<Vec<Extended>, LockError> {
@@ -1107,6 +1104,31 @@ impl AsyncBackend for SqlBackend {
 
     fn result_calls(&self) -> Option<&dyn ResultStore> {
         Some(self)
+    }
+
+    fn shard_mark_calls(&self) -> Option<&dyn ShardMarks> {
+        Some(self)
+    }
+}
+
+// Exhausted shards of segmented locks: a row per marked shard in `<table>_exhausted`.
+impl AsyncShardMarks for SqlBackend {
+    async fn mark(&self, held: &HeldLease) -> Result<bool, LockError> {
+        let owned = held.clone();
+        self.call(Some(&held.lease.key), move |store| {
+            let held = owned.clone();
+            async move { store.mark_exhausted(&held).await }
+        })
+        .await
+    }
+
+    async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
+        let owned = key.to_owned();
+        self.call(Some(key), move |store| {
+            let key = owned.clone();
+            async move { store.refill(&key, shard).await }
+        })
+        .await
     }
 }
 
@@ -1281,9 +1303,9 @@ impl SqlClientBuilder {
         self
     }
 
-    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence, release, results and
-    /// shares tables are named after it, with `_fences`, `_releases`, `_results` and
-    /// `_shares`. Lowercase ASCII letters, digits and `_`, starting with a letter or `_`, at
+    /// The lock table's name (default [`DEFAULT_TABLE`]); the fence, release, results, shares
+    /// and exhausted shards' tables are named after it, with `_fences`, `_releases`,
+    /// `_results`, `_shares` and `_exhausted`. Lowercase ASCII letters, digits and `_`, starting with a letter or `_`, at
     /// most 48 bytes; the table lives in the connection's default schema (database).
     pub fn table(mut self, name: impl Into<String>) -> Self {
         self.settings.table = name.into();

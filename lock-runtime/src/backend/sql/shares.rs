@@ -1,6 +1,7 @@
-//! The shared kinds on SQL (read/write locks, semaphores): a row per grant, and per waiting
-//! writer's place, in `<table>_shares` (see `shares_schema.sql`), admitted by the rule every
-//! store applies ([`admit`]).
+//! The shared kinds on SQL (read/write locks, semaphores, segmented locks): a row per grant,
+//! and per waiting writer's place, in `<table>_shares` (see `shares_schema.sql`), admitted by
+//! the rule every store applies ([`admit`]); a segmented lock's grant holds its shard as its
+//! slot.
 //!
 //! While a share of a name is live, the lock table holds a marker row for the name (owner
 //! [`SHARED_MARKER`]) that lasts at least as long as every live share: the mutex's one
@@ -10,6 +11,11 @@
 //! before they commit (or delete it with the last). A renewal locks the markers first, then
 //! the grants, renews them and makes the markers last as long: so a marker never ends before
 //! a share it covers, and a mutex takes over only a marker whose every share has expired.
+//!
+//! The exhausted shards of segmented locks are rows of `<table>_exhausted`. A mark is written
+//! under the same locks as an acquire, once the holder's grant of the shard is found held; a
+//! refill deletes marks under the fence lock; an acquire of a segmented lock reads them under
+//! its locks: it is refused when every shard below its count is marked, else skips them.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -17,7 +23,9 @@ use std::time::Duration;
 use super::session::{Param, Session, Value};
 use super::statements::{SHARED_MARKER, Statements};
 use super::{GrantId, GrantRow, Store, grant_id, millis, unexpected};
-use crate::backend::sharing::{Share, admit, conflict, kind_of_script, script_kind, slot_of};
+use crate::backend::sharing::{
+    Share, admit, conflict, every_shard_exhausted, kind_of_script, script_kind, slot_of,
+};
 use crate::backend::{
     Acquire, Extended, ForcedRelease, Grant, HeldLease, Holding, Lease, Release, SharedGrant, Turn,
 };
@@ -103,6 +111,16 @@ impl ShareRow {
         }
     }
 
+    /// Whether it is `held`'s grant of a segmented lock's `shard`, held and live.
+    fn holds_shard(&self, held: &HeldLease, shard: u32) -> bool {
+        self.live()
+            && self.state == ShareState::Held
+            && matches!(self.kind, LockKind::Segmented { .. })
+            && self.owner == held.lease.owner
+            && self.token == held.token
+            && self.slot == shard
+    }
+
     /// Its token, while it is not released (a kept grant names none).
     fn held_token(&self) -> Option<u64> {
         (self.state == ShareState::Held).then_some(self.token)
@@ -158,8 +176,8 @@ pub(super) fn shared_holding<'a>(rows: impl IntoIterator<Item = &'a ShareRow>) -
 pub(super) fn held_by_shares(key: &str) -> LockError {
     LockError::key_in_use(
         key,
-        "it is held as a read/write lock or a semaphore, and a mutex lock was requested; use \
-         one kind of lock per key",
+        "it is held as a read/write lock, a semaphore or a segmented lock, and a mutex lock was \
+         requested; use one kind of lock per key",
     )
 }
 
@@ -245,12 +263,17 @@ impl Store {
         // Its grant kept after its release (min_hold_ms) is all a late copy of the owner's
         // attempt may find: no second grant, and no place.
         let kept = mine.is_some_and(|mine| mine.state == ShareState::Kept);
+        let exhausted = self.exhausted(session, &lease.key, lease.kind).await?;
+        if every_shard_exhausted(lease.kind, &exhausted) {
+            // No release would let it in: refused at once, leaving nothing.
+            return Ok(Err(LockError::exhausted(&lease.key, None)));
+        }
         let holders: Vec<Share> = shares.holding().map(ShareRow::share).collect();
         let ahead = live()
             .filter(|row| row.state == ShareState::Waiting && row.owner != lease.owner)
             .map(|row| row.kind);
         let start = lease.kind.count().map_or(0, random::below);
-        let admitted = match admit(lease.kind, &holders, ahead, false, start, &[]) {
+        let admitted = match admit(lease.kind, &holders, ahead, false, start, &exhausted) {
             Ok(admitted) => admitted.filter(|_| !kept),
             Err(why) => return Ok(Err(LockError::key_in_use(&lease.key, why))),
         };
@@ -274,6 +297,78 @@ impl Store {
             remaining: shares.holding().map(ShareRow::remaining).min(),
             latest_token: drawn,
         }))
+    }
+
+    /// `key`'s shards marked exhausted, for an acquire of a segmented lock (`kind`): read under
+    /// its fence and marker locks, as marks and refills are written under the fence lock.
+    /// Other kinds read none (and need no exhausted shards' table).
+    async fn exhausted(
+        &self,
+        session: &mut dyn Session,
+        key: &str,
+        kind: LockKind,
+    ) -> Result<Vec<u32>, sqlx::Error> {
+        if !matches!(kind, LockKind::Segmented { .. }) {
+            return Ok(Vec::new());
+        }
+        let read = &self.statements.sharing.read_exhausted;
+        let rows = session.fetch(read, &[key.into()]).await?;
+        let shard = |row: &Vec<Value>| u32::try_from(row.first()?.int()?).ok();
+        Ok(rows.iter().filter_map(shard).collect())
+    }
+
+    /// Marks the shard of `held` (a segmented lock's grant) exhausted if that grant still holds
+    /// it (see [`ShardMarks::mark_exhausted`](crate::backend::ShardMarks::mark_exhausted)):
+    /// checked and written under the name's fence and marker locks, as an acquire reads the
+    /// marks. Creates the shared kinds' tables first where they are missing (as
+    /// [`acquire_shared`](Self::acquire_shared)).
+    pub(super) async fn mark_exhausted(&self, held: &HeldLease) -> Result<bool, sqlx::Error> {
+        let segmented = matches!(held.lease.kind, LockKind::Segmented { .. });
+        let Some(shard) = held.slot.filter(|_| segmented) else {
+            return Ok(false);
+        };
+        let schema = &self.statements.shares_schema;
+        self.creating(schema, || self.mark_once(held, shard)).await
+    }
+
+    async fn mark_once(&self, held: &HeldLease, shard: u32) -> Result<bool, sqlx::Error> {
+        let key = held.lease.key.as_str();
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        self.lock_fence(session, key, false).await?;
+        self.lock_marker(session, key).await?;
+        let shares = self.read_shares(session, key).await?;
+        let holds = shares.rows.iter().any(|row| row.holds_shard(held, shard));
+        if holds {
+            let params = [key.into(), Param::Int(i64::from(shard))];
+            let mark = &self.statements.sharing.mark_exhausted;
+            session.execute(mark, &params).await?;
+        }
+        // MySQL's lock_marker.sql may have written an expired marker.
+        self.settle_marker(session, key).await?;
+        transaction.commit().await?;
+        Ok(holds)
+    }
+
+    /// Clears the marks of `key`'s exhausted shards, `shard`'s or every one (see
+    /// [`ShardMarks::refill`](crate::backend::ShardMarks::refill)), under the name's fence
+    /// lock.
+    pub(super) async fn refill(&self, key: &str, shard: Option<u32>) -> Result<(), sqlx::Error> {
+        let schema = &self.statements.shares_schema;
+        self.creating(schema, || self.refill_once(key, shard)).await
+    }
+
+    async fn refill_once(&self, key: &str, shard: Option<u32>) -> Result<(), sqlx::Error> {
+        let mut transaction = self.transaction().await?;
+        let session = transaction.session();
+        self.lock_fence(session, key, false).await?;
+        // A negative shard clears every mark (see refill.sql).
+        let shard = Param::Int(shard.map_or(-1, i64::from));
+        let params = [key.into(), shard.clone(), shard];
+        session
+            .execute(&self.statements.sharing.refill, &params)
+            .await?;
+        transaction.commit().await
     }
 
     /// Writes `lease`'s share row: its slot, token, state, and how long it lasts.
@@ -565,8 +660,8 @@ fn holds(locked: &HashMap<GrantId, i64>, held: &HeldLease) -> bool {
         .is_some_and(|slot| held.slot.is_none_or(|named| i64::from(named) == *slot))
 }
 
-/// What the conformance suite does not reach: the marker under renewal and release, and rows
-/// fencelock did not write. On each database the machine runs (skipped without one).
+/// What the conformance suite does not reach: the marker under renewal and release, marks of
+/// grants that hold no shard, and rows fencelock did not write. On each database the machine runs (skipped without one).
 #[cfg(all(test, feature = "testing", feature = "postgres", feature = "mysql"))]
 mod tests {
     use std::sync::Arc;
@@ -770,6 +865,47 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// Only a held grant marks its shard: one kept after its release (`min_hold_ms`) marks
+    /// nothing, and its shard stays free of marks for the next request; nor does a segmented
+    /// lease on a name a mutex holds, whose row stays the mutex's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_held_grant_marks_its_shard() {
+        for database in databases().await {
+            let kind = database.kind();
+            let client = client(&database).await;
+            let backend = client.backend();
+            let marks = backend.shard_marks().expect("segmented locks keep marks");
+            let shards = LockKind::Segmented { shards: 2 };
+            let kept = lease("kept", "holder", shards, 60_000);
+            let held = granted(backend, &kept).await;
+            let released = backend.release(&kept, Duration::from_secs(60)).await;
+            assert_eq!(released.unwrap(), Release::Released);
+            let marked = marks.mark_exhausted(&held).await.unwrap();
+            assert!(!marked, "{kind:?}: a kept grant marked its shard");
+            let next = granted(backend, &lease("kept", "next", shards, 60_000)).await;
+            assert!(
+                next.slot.is_some() && next.slot != held.slot,
+                "{kind:?}: {next:?}"
+            );
+
+            let mutex = lease("mutex", "owner", LockKind::Mutex, 60_000);
+            let mutex = granted(backend, &mutex).await;
+            let stray = HeldLease {
+                lease: lease("mutex", "owner", shards, 60_000),
+                token: mutex.token,
+                slot: Some(0),
+            };
+            assert!(!marks.mark_exhausted(&stray).await.unwrap(), "{kind:?}");
+            let other = lease("mutex", "other", LockKind::Mutex, 60_000);
+            let answer = backend.acquire(&other, Turn::Once).await;
+            assert!(
+                matches!(answer, Ok(Acquire::Held { .. })),
+                "{kind:?}: the mutex still holds its name: {answer:?}"
+            );
+            database.drop_tables().await;
+        }
     }
 
     /// A share row fencelock did not write makes the name refuse shared requests (KeyInUse),

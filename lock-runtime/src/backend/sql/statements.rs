@@ -108,8 +108,8 @@ pub(crate) struct ReleaseSteps {
 /// owner token is this (they are hex digits, or start with an instance's tag).
 pub(crate) const SHARED_MARKER: &str = ":shared";
 
-/// The statements of the shared kinds (read/write locks, semaphores), each dialect's; see
-/// `shares_schema.sql` and the module docs.
+/// The statements of the shared kinds (read/write locks, semaphores, segmented locks), each
+/// dialect's; see `shares_schema.sql` and the module docs.
 #[derive(Debug)]
 pub(crate) struct ShareStatements {
     /// Locks the name's lock row (marker) after the fence row.
@@ -134,6 +134,12 @@ pub(crate) struct ShareStatements {
     pub(crate) lock_grants: String,
     pub(crate) renew: String,
     pub(crate) bump_markers: String,
+    /// The name's exhausted shards.
+    pub(crate) read_exhausted: String,
+    /// Marks a shard exhausted.
+    pub(crate) mark_exhausted: String,
+    /// Clears one mark of the name, or all.
+    pub(crate) refill: String,
 }
 
 /// Every statement the backend sends, for one lock table.
@@ -150,6 +156,8 @@ pub(crate) struct Statements {
     pub(crate) results: String,
     /// The shares table's name, unquoted.
     pub(crate) shares: String,
+    /// The exhausted shards' table's name, unquoted.
+    pub(crate) exhausted: String,
     /// Creates the tables, one statement after the other.
     pub(crate) schema: Vec<String>,
     /// Fails when a table is missing.
@@ -172,7 +180,8 @@ pub(crate) struct Statements {
     pub(crate) results_schema: Vec<String>,
     /// Deletes the single-flight values that lapsed.
     pub(crate) results_forget: String,
-    /// Creates the shares table (also one of `schema`).
+    /// Creates the shared kinds' tables, the shares and the exhausted shards (also of
+    /// `schema`).
     pub(crate) shares_schema: Vec<String>,
     /// The shared kinds' statements.
     pub(crate) sharing: ShareStatements,
@@ -200,6 +209,8 @@ impl Statements {
         let results_index = dialect.quoted(&format!("{results}_until"));
         let shares = format!("{table}_shares");
         let shares_id = dialect.quoted(&shares);
+        let exhausted = format!("{table}_exhausted");
+        let exhausted_id = dialect.quoted(&exhausted);
         // Index names are the schema's on PostgreSQL: named after the table, 63 bytes at most
         // with a table name of `MAX_TABLE_LEN`.
         let releases_index = dialect.quoted(&format!("{releases}_until"));
@@ -216,6 +227,7 @@ impl Statements {
                 .replace("{results}", &results_id)
                 .replace("{releases_until}", &releases_index)
                 .replace("{shares}", &shares_id)
+                .replace("{exhausted}", &exhausted_id)
                 .replace("{marker}", &format!("'{SHARED_MARKER}'"))
                 .trim()
                 .to_owned()
@@ -253,6 +265,9 @@ impl Statements {
                 lock_grants: prepare(sql_file!(dialect, "lock_shares.sql")),
                 renew: prepare(sql_file!(dialect, "renew_shares.sql")),
                 bump_markers: prepare(sql_file!(dialect, "bump_markers.sql")),
+                read_exhausted: prepare(sql_file!(dialect, "read_exhausted.sql")),
+                mark_exhausted: prepare(sql_file!(dialect, "mark_exhausted.sql")),
+                refill: prepare(sql_file!(dialect, "refill.sql")),
             },
             remember_release: prepare(sql_file!(dialect, "remember_release.sql")),
             released_recently: prepare(sql_file!(dialect, "released_recently.sql")),
@@ -310,6 +325,7 @@ impl Statements {
             releases,
             results,
             shares,
+            exhausted,
         }
     }
 
@@ -404,6 +420,9 @@ mod tests {
                     &sharing.delete,
                     &sharing.put_marker,
                     &sharing.delete_marker,
+                    &sharing.read_exhausted,
+                    &sharing.mark_exhausted,
+                    &sharing.refill,
                     &statements.remember_release,
                     &statements.released_recently,
                     &statements.forget_releases,
@@ -427,6 +446,7 @@ mod tests {
                 "app_locks_releases",
                 "app_locks_results",
                 "app_locks_shares",
+                "app_locks_exhausted",
             ] {
                 assert!(statements.schema.iter().any(|s| s.contains(table)));
             }

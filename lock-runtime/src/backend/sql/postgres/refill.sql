@@ -1,0 +1,3 @@
+-- Clears marks of the name's exhausted shards, under its fence lock: the shard's, or every
+-- one when the shard is negative. Parameters: the name, the shard (twice).
+DELETE FROM {exhausted} WHERE name = $1 AND ($2::BIGINT < 0 OR shard = $3)
