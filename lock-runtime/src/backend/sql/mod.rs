@@ -271,6 +271,15 @@ impl Store {
         Transaction::begin(self.sessions.session().await?).await
     }
 
+    /// A transaction that runs at READ COMMITTED on MySQL, for writes to a range of rows: at
+    /// REPEATABLE READ they would also lock the gaps beside them, and hold up other names'
+    /// writes there until the commit.
+    async fn transaction_read_committed(&self) -> Result<Transaction, sqlx::Error> {
+        let mut session = self.sessions.session().await?;
+        self.read_committed_on_mysql(&mut *session).await?;
+        Transaction::begin(session).await
+    }
+
     /// Takes the fence row lock of `key`; with `draw`, also draws a token from its counter
     /// (what [`read`](Self::read) then returns as the latest).
     async fn lock_fence(
