@@ -25,7 +25,10 @@ local zt = redis.call('TYPE', KEYS[2]).ok
 local h, z = {}, {}
 if lt == 'hash' then h = redis.call('HGETALL', KEYS[1]) end
 if zt == 'zset' then z = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES') end
-local function left(k) local at = redis.call('PEXPIRETIME', k); if at < 0 then return at end; return at - now end
+-- Time is frozen at the script's start for expiry, but TIME runs on: a key alive here may
+-- have expired by `now` (by a ms or more on a loaded machine). Its remaining TTL is then 0,
+-- never a negative number that reads as PEXPIRETIME's -1 (no TTL) or -2 (no key).
+local function left(k) local at = redis.call('PEXPIRETIME', k); if at < 0 then return at end; return math.max(at - now, 0) end
 return {string.format('%.0f', now), lt, zt, left(KEYS[1]), left(KEYS[2]), h, z}
 "#;
 
@@ -555,4 +558,81 @@ async fn shared_bookkeeping_survives_random_cycles() {
         .map(|(cat, ds)| format!("{cat}: {} times, first: {}", ds.len(), ds[0]))
         .collect();
     assert!(summary.is_empty(), "{summary:#?}");
+}
+
+/// A semaphore's keys whose expiry (the end of their last lease) is one ms behind the
+/// snapshot's clock, yet alive in its script (Redis freezes time for expiry at the script's
+/// start, while TIME runs on), as under heavy load: their TTL reads as ended, never as none.
+#[tokio::test]
+async fn snapshot_of_keys_expiring_meanwhile_shows_their_ttl() {
+    let server = redis_server();
+    let mut conn = inspector(&server).await;
+    let lock = "lock:{expiring}";
+    // Writes a grant whose lease, and both keys, end 2 ms after the script's first clock
+    // reading (still ahead of its frozen time), then waits, busy, until the clock is 1 ms past
+    // that end, and takes the snapshot.
+    let setup = r#"
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local t0 = clock()
+local ends = t0 + 2
+local token = string.format('%.0f', t0 * 1000)
+redis.call('HSET', KEYS[1], 'o:a', 's ' .. token .. ' 0 2', 'f', 's', 's:0', 'a', 'n:2', '1',
+  'counts', '2', 't', token)
+redis.call('ZADD', KEYS[2], ends, 'a:' .. token)
+redis.call('PEXPIREAT', KEYS[1], ends)
+redis.call('PEXPIREAT', KEYS[2], ends)
+while clock() < ends + 1 do end
+"#;
+    let script = redis::Script::new(&format!("{setup}\nreturn (function()\n{SNAPSHOT}\nend)()"));
+    let leases = format!("{lock}:leases");
+    let mut hit = 0;
+    for _ in 0..20 {
+        let (now, lock_type, leases_type, lock_ttl, leases_ttl, h, z): (
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            Vec<String>,
+            Vec<String>,
+        ) = script
+            .key(lock)
+            .key(&leases)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let s = Snapshot {
+            now: now.parse().unwrap(),
+            lock_type,
+            leases_type,
+            lock_ttl,
+            leases_ttl,
+            hash: h.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect(),
+            leases: z
+                .chunks(2)
+                .map(|p| (p[0].clone(), p[1].parse::<f64>().unwrap() as i64))
+                .collect(),
+        };
+        let ends = s.leases.values().copied().max().unwrap();
+        // The snapshot's clock read just after the wait, in the same ms (else: again).
+        if s.lock_type == "hash" && s.now == ends + 1 {
+            hit += 1;
+            let mut out = Vec::new();
+            check(&s, &mut out);
+            assert!(out.is_empty(), "{out:#?}");
+        }
+        let _: () = redis::cmd("DEL")
+            .arg(lock)
+            .arg(&leases)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    assert!(
+        hit > 0,
+        "the snapshot's clock never read 1 ms past the keys' expiry"
+    );
 }
