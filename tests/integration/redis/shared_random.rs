@@ -60,6 +60,15 @@ struct Snapshot {
 }
 
 async fn snapshot(conn: &mut redis::aio::MultiplexedConnection, lock: &str) -> Snapshot {
+    snapshot_by(conn, &redis::Script::new(SNAPSHOT), lock).await
+}
+
+/// The snapshot that `script` returns (`SNAPSHOT`'s answer, maybe after other work).
+async fn snapshot_by(
+    conn: &mut redis::aio::MultiplexedConnection,
+    script: &redis::Script,
+    lock: &str,
+) -> Snapshot {
     let leases = format!("{lock}:leases");
     let (now, lock_type, leases_type, lock_ttl, leases_ttl, h, z): (
         String,
@@ -69,7 +78,7 @@ async fn snapshot(conn: &mut redis::aio::MultiplexedConnection, lock: &str) -> S
         i64,
         Vec<String>,
         Vec<String>,
-    ) = redis::Script::new(SNAPSHOT)
+    ) = script
         .key(lock)
         .key(&leases)
         .invoke_async(conn)
@@ -590,32 +599,7 @@ while clock() < ends + 1 do end
     let leases = format!("{lock}:leases");
     let mut hit = 0;
     for _ in 0..20 {
-        let (now, lock_type, leases_type, lock_ttl, leases_ttl, h, z): (
-            String,
-            String,
-            String,
-            i64,
-            i64,
-            Vec<String>,
-            Vec<String>,
-        ) = script
-            .key(lock)
-            .key(&leases)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
-        let s = Snapshot {
-            now: now.parse().unwrap(),
-            lock_type,
-            leases_type,
-            lock_ttl,
-            leases_ttl,
-            hash: h.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect(),
-            leases: z
-                .chunks(2)
-                .map(|p| (p[0].clone(), p[1].parse::<f64>().unwrap() as i64))
-                .collect(),
-        };
+        let s = snapshot_by(&mut conn, &script, lock).await;
         let ends = s.leases.values().copied().max().unwrap();
         // The snapshot's clock read just after the wait, in the same ms (else: again).
         if s.lock_type == "hash" && s.now == ends + 1 {
