@@ -19,7 +19,8 @@
 //! `--quick` runs every workload about 4-10x shorter; `--topologies` runs only the topology
 //! table; `--telemetry` only W1 with and without a tracing subscriber and a metrics recorder
 //! listening; `--kinds` only the lock kinds (mutex, read, write, semaphore, segmented): W1,
-//! round trips per acquisition, and 8 workers on one key of each kind; `--backends` only the
+//! round trips per acquisition, and 8 workers on one key of each kind, then several keys at
+//! once, then each kind's W1 on every store beside its mutex; `--backends` only the
 //! topology table's rows an application chooses between: one Redis server, Redlock(3),
 //! PostgreSQL and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`);
 //! `--w1` only W0 and W1 (the guard, the attribute's call, rslock); `--cost` only W0 to W3
