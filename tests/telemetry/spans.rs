@@ -227,13 +227,19 @@ async fn a_manual_guard_keeps_its_span_until_released_and_lends_it_to_work() {
 async fn lost_span(key: &str, guard: &LockGuard) -> SpanRecord {
     let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
     assert!(lost.is_ok(), "the lease of {key} was not lost");
-    wait_for("the loss warned under the span", || {
+    let warned = wait_for("the loss warned under the span", || {
         lock_spans(key).into_iter().find(|span| {
             let events = events_under(span.seq);
             events.iter().any(|e| e.message() == "lock lost")
         })
     })
-    .await
+    .await;
+    // Read again: the copy above may predate the loss, recorded on the span just before its
+    // warning, which was read after the copy.
+    let now = lock_spans(key)
+        .into_iter()
+        .find(|span| span.seq == warned.seq);
+    now.expect("the span is still recorded")
 }
 
 /// A private server, a client of it, a guard of `key` held there, and a plain connection.
