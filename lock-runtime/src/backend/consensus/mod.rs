@@ -69,7 +69,7 @@ use super::{
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
-    OwnerPrefix, QUEUE_SHOWN, ShardMarks, SharedGrant, Waiter,
+    OwnerPrefix, ShardMarks, SharedGrant, Waiter,
 };
 use crate::background::Background;
 use crate::glob::Glob;
@@ -1188,7 +1188,7 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
     if let Some(foreign) = holders.iter().find(|entry| entry.state == State::Foreign) {
         return entry_holding(foreign, None);
     }
-    let mut grants: Vec<SharedGrant> = holders
+    let grants: Vec<SharedGrant> = holders
         .iter()
         .zip(left)
         .map(|(entry, left)| SharedGrant {
@@ -1200,17 +1200,7 @@ fn shared_holding(holders: &[Entry], left: &[Option<Duration>]) -> Holding {
             remaining: left.unwrap_or(Duration::MAX),
         })
         .collect();
-    grants.sort_by_key(|grant| grant.remaining);
-    let holders = grants.len();
-    let longest = grants
-        .last()
-        .map_or(Duration::ZERO, |grant| grant.remaining);
-    grants.truncate(QUEUE_SHOWN);
-    Holding::Shared {
-        grants,
-        holders,
-        longest,
-    }
+    Holding::shared(grants)
 }
 
 // The calls of every lock (see `LockBackend`); each keeps the session alive.
