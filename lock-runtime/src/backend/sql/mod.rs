@@ -348,14 +348,8 @@ impl Store {
             }
             Err(_) => {}
         }
-        self.retrying(None, retry_until, || async {
-            let mut transaction = self.transaction().await?;
-            for statement in &self.statements.schema {
-                transaction.session().execute(statement, &[]).await?;
-            }
-            transaction.commit().await
-        })
-        .await?;
+        self.retrying(None, retry_until, || self.create(&self.statements.schema))
+            .await?;
         // Once more: a table of that name that was there already may be another's.
         probe()
             .await
@@ -900,15 +894,23 @@ impl Store {
     {
         match op().await {
             Err(error) if self.create_tables && is_missing_table(self.dialect(), &error) => {
-                let mut transaction = self.transaction().await?;
-                for statement in schema {
-                    transaction.session().execute(statement, &[]).await?;
-                }
-                transaction.commit().await?;
+                self.create(schema).await?;
                 op().await
             }
             done => done,
         }
+    }
+
+    /// Creates the tables of `schema` in one transaction, its statements sent as one text: a
+    /// round trip instead of one per statement, so that creating them fits between the
+    /// cuts of a slow, unreliable link.
+    async fn create(&self, schema: &[String]) -> Result<(), sqlx::Error> {
+        let mut transaction = self.transaction().await?;
+        transaction
+            .session()
+            .execute(&schema.join(";\n"), &[])
+            .await?;
+        transaction.commit().await
     }
 
     /// Deletes some lapsed single-flight values, unless this client does already (on MySQL
