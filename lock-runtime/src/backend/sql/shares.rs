@@ -1054,17 +1054,23 @@ mod tests {
                     let mut inspector = sqlx::MySqlConnection::connect(database.url())
                         .await
                         .unwrap();
-                    let waiting = "SELECT trx_isolation_level FROM information_schema.innodb_trx \
-                                   WHERE trx_state = 'LOCK WAIT'";
-                    for _ in 0..100 {
-                        let levels: Vec<String> = sqlx::query_scalar(waiting)
+                    // This test's transactions only: other tests run beside it on the server.
+                    let waiting = format!(
+                        "SELECT trx_isolation_level FROM information_schema.innodb_trx \
+                         WHERE trx_state = 'LOCK WAIT' AND INSTR(trx_query, '{}') > 0",
+                        database.table()
+                    );
+                    for _ in 0..25 {
+                        let levels: Vec<String> = sqlx::query_scalar(&waiting)
                             .fetch_all(&mut inspector)
                             .await
                             .unwrap();
                         if levels.len() == 2 {
                             return levels;
                         }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        // MariaDB refreshes this view only once it has not been read for
+                        // 100 ms: read faster, it shows the same rows forever.
+                        tokio::time::sleep(Duration::from_millis(150)).await;
                     }
                     Vec::new()
                 }
