@@ -215,3 +215,39 @@ async fn foreign_data_in_the_marks_does_not_break_a_release() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Review finding: a refill deleted whatever the key of exhausted shards held. Foreign data
+/// there is refused by a refill and by a mark, and left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_the_marks_is_refused_and_kept() {
+    let server = redis_server();
+    let locks = client(&server).await;
+    let guard = locks.segmented("stock:tea", 2).acquire().await.unwrap();
+    let mut redis = inspector(&server).await;
+    let _: () = redis::cmd("SET")
+        .arg("lock:{stock:tea}:exhausted")
+        .arg("not a set")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let refused = [
+        guard.mark_exhausted().await,
+        locks.refill_shard("stock:tea", 1).await,
+        locks.refill_shards("stock:tea").await,
+    ];
+    for outcome in refused {
+        match outcome {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(reason.contains("exhausted shards"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let kept: String = redis::cmd("GET")
+        .arg("lock:{stock:tea}:exhausted")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(kept, "not a set");
+    guard.release().await.unwrap();
+}

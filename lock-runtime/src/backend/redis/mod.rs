@@ -1055,10 +1055,7 @@ impl AsyncShardMarks for RedisBackend {
         );
         let args = [held.lease.owner.as_str(), &token, &shard];
         let reply = self.run(&LIBRARY.shard_mark, &keys, &args, key).await?;
-        match integer(&reply) {
-            Some(marked) => Ok(marked == 1),
-            None => Err(unexpected(key, "marking a shard exhausted", &reply)),
-        }
+        Ok(marks_count(key, "marking a shard exhausted", &reply)? == 1)
     }
 
     async fn clear_marks(&self, key: &str, shard: Option<u32>) -> Result<(), LockError> {
@@ -1067,11 +1064,20 @@ impl AsyncShardMarks for RedisBackend {
         let reply = self
             .run(&LIBRARY.shard_refill, &keys, &[&shard], key)
             .await?;
-        match integer(&reply) {
-            Some(_) => Ok(()),
-            None => Err(unexpected(key, "refilling shards", &reply)),
-        }
+        marks_count(key, "refilling shards", &reply).map(drop)
     }
+}
+
+/// The count a shard marking or refill script replied, or why the set of exhausted shards is
+/// not the library's (`{2, why}`).
+fn marks_count(key: &str, what: &str, reply: &Value) -> Result<i64, LockError> {
+    if let Value::Array(items) = reply
+        && let [status, Value::BulkString(why)] = items.as_slice()
+        && integer(status) == Some(2)
+    {
+        return Err(LockError::key_in_use(key, String::from_utf8_lossy(why)));
+    }
+    integer(reply).ok_or_else(|| unexpected(key, what, reply))
 }
 
 // Single-flight values (see `ResultStore`), next to the lock key in its slot.

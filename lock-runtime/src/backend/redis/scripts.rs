@@ -139,7 +139,7 @@ const PARTS: [Part; 14] = [
     },
     Part {
         name: "shard_refill",
-        prelude: &[],
+        prelude: &[SHARED],
         body: include_str!("lua/shard_refill.lua"),
         flags: "'allow-oom'",
     },

@@ -2,9 +2,13 @@
 -- shared.lua): every later acquisition skips it until a refill takes the mark out.
 -- KEYS[1] lock key (a hash), KEYS[2] the leases, KEYS[3] the shards marked exhausted (a set)
 -- ARGV[1] owner token, ARGV[2] the grant's fencing token, ARGV[3] its shard
--- Returns 1 once marked, 0 if the grant does not hold the shard (any more); an error if the
+-- Returns 1 once marked, 0 if the grant does not hold the shard (any more), {2, why} if the
 -- set holds something else.
 local now_ms = server_time()
+local foreign = foreign_exhausted(KEYS[3])
+if foreign then
+  return {2, foreign}
+end
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end

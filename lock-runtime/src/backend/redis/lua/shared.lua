@@ -211,6 +211,16 @@ local function admit(lock_key, leases_key, kind, count, held_back, start, exhaus
   return false
 end
 
+-- Why the set of exhausted shards `exhausted_key` cannot be used (it holds something else), or
+-- nil.
+local function foreign_exhausted(exhausted_key)
+  local found = redis.call('TYPE', exhausted_key).ok
+  if found ~= 'set' and found ~= 'none' then
+    return 'its set of exhausted shards `' .. exhausted_key .. '` holds a ' .. found ..
+      ', not what a lock keeps there'
+  end
+end
+
 -- Whether `kind` is a segmented lock whose every shard below `count` is in the set
 -- `exhausted_key` (such a request is refused at once, as sharing.rs's every_shard_exhausted
 -- says), or why that set cannot be read.
@@ -218,10 +228,9 @@ local function every_shard_exhausted(exhausted_key, kind, count)
   if kind ~= 'g' then
     return false
   end
-  local found = redis.call('TYPE', exhausted_key).ok
-  if found ~= 'set' then
-    return false, found ~= 'none' and
-      'its set of exhausted shards holds something else (a ' .. found .. ')'
+  local foreign = foreign_exhausted(exhausted_key)
+  if foreign or redis.call('EXISTS', exhausted_key) == 0 then
+    return false, foreign
   end
   if redis.call('SCARD', exhausted_key) < count then
     return false
