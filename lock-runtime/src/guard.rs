@@ -118,19 +118,24 @@ impl LockGuard {
         marking.mark().await.map(drop)
     }
 
+    /// This grant as the backend knows it: its lease, token and shard.
+    pub(crate) fn held_lease(&self) -> HeldLease {
+        HeldLease {
+            lease: self.lease.clone(),
+            token: self.token,
+            slot: self.shard,
+        }
+    }
+
     /// What marking this grant's shard exhausted needs, for a segmented lock.
     pub(crate) fn shard_marking(
         &self,
         exhausted: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Option<ShardMarking> {
-        let shard = self.shard?;
+        self.shard?;
         Some(ShardMarking {
             client: self.client.clone(),
-            held: HeldLease {
-                lease: self.lease.clone(),
-                token: self.token,
-                slot: Some(shard),
-            },
+            held: self.held_lease(),
             signal: self.loss_signal(),
             exhausted,
         })

@@ -354,7 +354,7 @@ type Answer = Result<Acquire, LockError>;
 fn turn_on_masters(kind: LockKind, turn: Turn) -> Result<Turn, LockError> {
     match turn {
         Turn::Fair(_) => Err(LockError::invalid_config(
-            "fair mode needs one line of waiters, and Redlock's masters min_hold none (a release \
+            "fair mode needs one line of waiters, and Redlock's masters keep none (a release \
              on each could favour a different waiter): drop `fair`, or lock on a single Redis",
         )),
         Turn::InLine(place) if kind == LockKind::Write => Ok(Turn::InLine(place)),

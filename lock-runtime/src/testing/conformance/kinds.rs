@@ -390,11 +390,7 @@ pub async fn exhausted_shards_are_skipped_until_refilled(client: &LockClient, ke
     client.refill_shard(key, 2).await.expect("refill");
     let refilled = take(client, key, SHARDS, rule).await;
     assert_eq!(refilled.shard(), Some(2), "{rule}: the refilled shard");
-    let released = HeldLease {
-        lease: lease(key, "released", SHARDS),
-        token: refilled.token(),
-        slot: refilled.shard(),
-    };
+    let released = refilled.held_lease();
     refilled.release().await.expect("release");
     let gone = marks.mark_exhausted(&released).await.expect("mark");
     assert!(!gone, "{rule}: a released grant marks nothing");
