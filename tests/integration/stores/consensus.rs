@@ -1061,3 +1061,45 @@ async fn a_frozen_shard_waiter_with_every_shard_exhausted_blocks_no_longer_than_
         taken.release().await.expect("released");
     }
 }
+
+/// Review finding: on ZooKeeper and etcd, an instance's sweep failed as a whole at the first
+/// key whose exhausted shards held foreign data. That key's grant is in `failed`, and the
+/// instance's other locks are released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_sweep_goes_on_past_foreign_data() {
+    use fencelock::LockKind;
+    for kind in KINDS {
+        let store = Store::start(kind, 1);
+        let url = match &store {
+            Store::ZooKeeper(ensemble) => ensemble.url(),
+            Store::Etcd(cluster) => cluster.url(),
+        };
+        let builder = LockClient::open_builder(&url).instance_id("sweep-1");
+        let instance = builder.connect().await.expect("connects");
+        let mut guards = Vec::new();
+        for key in ["sweepa", "sweepc"] {
+            guards.push(instance.lock(key).acquire().await.expect("acquired"));
+        }
+        let shards = LockKind::Segmented { shards: 4 };
+        let shard = instance.request("sweepb", shards).acquire().await;
+        guards.push(shard.expect("a shard"));
+        match &store {
+            Store::ZooKeeper(ensemble) => ensemble
+                .create_node("/fencelock/sweepb%exhausted", b"not marks")
+                .await
+                .expect("created"),
+            Store::Etcd(cluster) => cluster
+                .put("fencelock/sweepb%exhausted", b"not marks")
+                .await
+                .expect("put"),
+        }
+        let locks = store.client(None, SESSION).await;
+        let swept = locks.admin().release_instance("sweep-1").await;
+        let swept = swept.unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let released: Vec<&str> = swept.released.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(released, ["sweepa", "sweepc"], "{kind}: {swept:?}");
+        let failed: Vec<&str> = swept.failed.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(failed, ["sweepb"], "{kind}: {swept:?}");
+        drop(guards);
+    }
+}
