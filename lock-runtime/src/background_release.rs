@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -85,10 +86,12 @@ struct InFlight {
 /// The [`InFlight`] of a release, which its first answered send ends.
 type SharedInFlight = Arc<Mutex<Option<InFlight>>>;
 
-/// The guard that held a lease released in the background: its span, and its loss signal.
+/// The guard that held a lease released in the background: its span, its loss signal, and
+/// where the release's outcome is reported (a shutdown's count).
 pub(crate) struct Holder {
     pub(crate) span: LockSpan,
     pub(crate) signal: Arc<LossSignal>,
+    pub(crate) report_to: Option<mpsc::UnboundedSender<Outcome>>,
 }
 
 /// How long the background fallback of an in-doubt release waits for the caller's own.
@@ -96,7 +99,7 @@ const IN_DOUBT_FALLBACK: Duration = Duration::from_secs(1);
 
 /// How a background release ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Released,
     /// The key was gone or another owner's: `NotOwner`, or `Unconfirmed` after a try whose
     /// reply was lost (it may have released the key).
@@ -127,12 +130,21 @@ async fn release_with_retries(
     (held, in_flight): (Option<Holder>, SharedInFlight),
 ) {
     let releasing = retry_release(&*backend, &lease, hold_until, delay, in_flight);
-    let Some(Holder { span, signal }) = held else {
+    let Some(Holder {
+        span,
+        signal,
+        report_to,
+    }) = held
+    else {
         releasing.await;
         return;
     };
     let released = releasing.instrument(span.span().clone()).await;
     span.released(released.label());
+    if let Some(report_to) = report_to {
+        // A shutdown that stopped waiting has dropped its receiver: nobody needs the count.
+        let _ = report_to.send(released);
+    }
     if let Outcome::Lost(cause) = released
         && signal.lose(cause)
     {

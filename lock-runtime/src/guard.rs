@@ -325,6 +325,7 @@ impl Drop for LockGuard {
                 (!released).then(|| Holder {
                     span: self.holding.span().clone(),
                     signal: self.tracking.signal().clone(),
+                    report_to: None,
                 }),
             );
         }

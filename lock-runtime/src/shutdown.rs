@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::LockClient;
-use crate::background_release::{Holder, release_in_background};
+use crate::background_release::{Holder, Outcome, release_in_background};
 use crate::renewal::LossCause;
 use crate::sync::{Outstanding, Ticket};
 
@@ -64,16 +64,21 @@ impl ShutdownState {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
-    /// Locks the client held, released now. Their guards and bodies see the lock lost with
+    /// Locks the client held whose release the store confirmed within [`SHUTDOWN_WAIT`].
+    /// The guards and bodies of every lock it held see the lock lost with
     /// [`LossCause::ShutDown`].
     pub released: usize,
+    /// Locks the client held that the store no longer had as its own (their leases had
+    /// ended, or an operator released them): nothing to release.
+    pub lost: usize,
     /// Requests that were acquiring or waiting, stopped with [`LockError::ShutDown`] after
     /// giving back their places in line.
     ///
     /// [`LockError::ShutDown`]: crate::LockError::ShutDown
     pub withdrawn: usize,
-    /// Releases not answered within [`SHUTDOWN_WAIT`] (the store is slow or unreachable):
-    /// those locks end with their leases, unless the release still arrives.
+    /// Locks whose release the store did not confirm within [`SHUTDOWN_WAIT`] (it is slow,
+    /// unreachable, or failing): they end with their leases, unless a try of the release,
+    /// still going on in the background, is answered later.
     pub unanswered: usize,
 }
 
@@ -86,7 +91,8 @@ impl LockClient {
     /// [`LossCause::ShutDown`]: a `#[redis_lock]` body with `on_lost = Abort` is stopped at
     /// its next `.await`). Later requests fail with `ShutDown`. Clones share the client:
     /// all of them are shut down. Waits at most [`SHUTDOWN_WAIT`] for the requests to stop
-    /// and again for the releases' answers.
+    /// and again for the releases' answers. A caller that stops waiting (a timeout around
+    /// it) does not stop the shutdown: it goes on in the background.
     ///
     /// The locks are released at once, not after their bodies stop: a body still running
     /// (until its next `.await`, or on with `on_lost = Continue`) overlaps with the next
@@ -109,6 +115,18 @@ impl LockClient {
     /// # }
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
+        // In a task of its own: a caller that stops waiting (a timeout around it, a dropped
+        // future) leaves it going on, so that no lock stays held and renewed by a client
+        // that is down.
+        match self.background().spawn(self.clone().shut_down()) {
+            // A join error: the background runtime is ending with the process, and nothing
+            // more can run.
+            Ok(task) => task.await.unwrap_or_default(),
+            Err(_) => self.clone().shut_down().await,
+        }
+    }
+
+    async fn shut_down(self) -> ShutdownReport {
         let state = self.shutdown_state();
         state.down.send_replace(true);
         let waited_until = Instant::now() + SHUTDOWN_WAIT;
@@ -117,20 +135,102 @@ impl LockClient {
         let stopped = state.acquisitions.all_settled();
         let _ = tokio::time::timeout_at(waited_until, stopped).await;
         let held = self.renewer().drain(LossCause::ShutDown);
-        let released = held.len();
+        let count = held.len();
+        let (report_to, mut outcomes) = mpsc::unbounded_channel();
         for lease in held {
             let holder = Holder {
                 span: lease.span,
                 signal: lease.signal,
+                report_to: Some(report_to.clone()),
             };
-            release_in_background(self, lease.lease, lease.hold_until, false, Some(holder));
+            release_in_background(&self, lease.lease, lease.hold_until, false, Some(holder));
         }
-        let answered = self.releases_in_flight().all_settled();
-        let _ = tokio::time::timeout(SHUTDOWN_WAIT, answered).await;
-        ShutdownReport {
-            released,
+        drop(report_to);
+        let answered_until = Instant::now() + SHUTDOWN_WAIT;
+        let mut report = ShutdownReport {
             withdrawn: state.withdrawn.load(Ordering::Relaxed),
-            unanswered: self.releases_in_flight().count(),
+            ..ShutdownReport::default()
+        };
+        // Each release's outcome once it has one (an error is tried again until the wait
+        // ends), then the releases of guards dropped before, which the process waits for.
+        while let Ok(Some(outcome)) = tokio::time::timeout_at(answered_until, outcomes.recv()).await
+        {
+            match outcome {
+                Outcome::Released => report.released += 1,
+                Outcome::Lost(_) => report.lost += 1,
+                Outcome::Failed => {}
+            }
+        }
+        report.unanswered = count - report.released - report.lost;
+        let dropped_before = self.releases_in_flight().all_settled();
+        let _ = tokio::time::timeout_at(answered_until, dropped_before).await;
+        report
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use crate::LockClient;
+    use crate::background::Background;
+    use crate::testing::Faults;
+
+    /// Review finding: a shutdown whose caller stopped waiting while requests were still
+    /// stopping (a timeout around it) left the client's locks held and renewed for good. It
+    /// goes on without its caller: the lock is free for another client soon after.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_whose_caller_stops_waiting_still_releases() {
+        let (locks, _faults) = Faults::memory_client();
+        let runtime = Background::Runtime(tokio::runtime::Handle::current());
+        let other = LockClient::with_background(locks.backend().clone(), runtime, false, None);
+        let guard = locks.lock("held").acquire().await.unwrap();
+        let blocker = other.lock("waited").acquire().await.unwrap();
+        let waiting = locks.lock("waited").wait_ms(60_000).acquire();
+        let waiter = tokio::spawn(waiting);
+        for _ in 0..1_000 {
+            if locks.shutdown_state().running() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            locks.shutdown_state().running(),
+            1,
+            "the waiter is acquiring"
+        );
+        // Polled once, while the waiter has still to stop, and dropped.
+        let polled = pin!(locks.shutdown()).poll(&mut Context::from_waker(Waker::noop()));
+        assert!(polled.is_pending());
+        let next = other.lock("held").wait_ms(10_000).acquire();
+        let next = tokio::time::timeout(Duration::from_secs(20), next).await;
+        assert!(matches!(next, Ok(Ok(_))), "{next:?}");
+        assert!(waiter.await.unwrap().is_err());
+        drop((guard, blocker));
+    }
+
+    /// Review finding: a release that failed was counted released. Only the releases the
+    /// store confirmed are; those it did not answer within the wait are `unanswered`.
+    #[tokio::test(start_paused = true)]
+    async fn only_confirmed_releases_are_counted_released() {
+        for unreachable in [false, true] {
+            let (locks, faults) = Faults::memory_client();
+            let guards = [
+                locks.lock("a").acquire().await.unwrap(),
+                locks.lock("b").acquire().await.unwrap(),
+            ];
+            faults.unreachable(unreachable);
+            let report = locks.shutdown().await;
+            let expected = if unreachable { (0, 2) } else { (2, 0) };
+            assert_eq!(
+                (report.released, report.unanswered),
+                expected,
+                "unreachable: {unreachable}: {report:?}"
+            );
+            drop(guards);
         }
     }
 }
