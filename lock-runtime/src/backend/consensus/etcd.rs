@@ -625,17 +625,18 @@ impl ConsensusStore for EtcdStore {
         key: &'a str,
         data: &'a [u8],
         version: Option<i64>,
+        holder: &'a Entry,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             let id = self.result_key(key);
-            let unchanged = at_version(&id, version);
+            let mut unchanged = vec![at_version(&id, version)];
+            unchanged.extend(still(holder, None));
             let options = PutOptions::new().with_lease(session.lease);
-            let txn = Txn::new().when([unchanged]).and_then([TxnOp::put(
-                id,
-                data.to_vec(),
-                Some(options),
-            )]);
+            let txn =
+                Txn::new()
+                    .when(unchanged)
+                    .and_then([TxnOp::put(id, data.to_vec(), Some(options))]);
             let (written, _) = self
                 .transact(key, "cannot write the shared value", txn)
                 .await?;

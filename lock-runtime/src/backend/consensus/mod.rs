@@ -149,12 +149,14 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
     fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>>;
 
     /// Writes `data` as `key`'s single-flight value if it still has `version` (`None`: if
-    /// there is none), tied to the current session; whether it did.
+    /// there is none) and `holder`'s entry is still in the line, tied to the current
+    /// session; whether it did.
     fn put_result<'a>(
         &'a self,
         key: &'a str,
         data: &'a [u8],
         version: Option<i64>,
+        holder: &'a Entry,
     ) -> BoxFuture<'a, Result<bool, LockError>>;
 
     /// The shards of `key`'s segmented locks marked exhausted (see [`encode_marks`]), as
@@ -1336,16 +1338,16 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
         // later token's replaces it; `keep` is what a lease-less store cannot count.
         let _ = keep;
         let store = &self.shared.store;
-        let line = store.line(key).await?;
-        let holds = line
-            .iter()
-            .any(|entry| entry.token == result.token && matches!(entry.state, State::Held(_)));
-        if !holds {
-            return Ok(Published::NotHeld);
-        }
         let data = [format!("{} ", result.token).as_bytes(), &result.value].concat();
-        // Another pass when another client wrote in between.
+        // Another pass when another client wrote in between, or the line changed.
         for _ in 0..3 {
+            let line = store.line(key).await?;
+            let holder = line
+                .iter()
+                .find(|entry| entry.token == result.token && matches!(entry.state, State::Held(_)));
+            let Some(holder) = holder else {
+                return Ok(Published::NotHeld);
+            };
             let version = match store.result(key).await? {
                 Some((kept, version)) => {
                     let kept = SharedResult::decode(&kept).ok_or_else(|| foreign_result(key))?;
@@ -1356,7 +1358,7 @@ impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
                 }
                 None => None,
             };
-            if store.put_result(key, &data, version).await? {
+            if store.put_result(key, &data, version, holder).await? {
                 return Ok(Published::Kept);
             }
         }

@@ -10,7 +10,9 @@ use tokio::sync::{Notify, oneshot};
 
 use super::state::{EntryKind, State};
 use super::{ConsensusBackend, ConsensusStore, Entry, Kept};
-use crate::backend::{Acquire, BoxFuture, Lease, LockBackend, Release, Turn};
+use crate::backend::{
+    Acquire, BoxFuture, Lease, LockBackend, Published, Release, SharedResult, Turn,
+};
 use crate::background::Background;
 use crate::release_hub::owner_tag;
 use crate::sync::lock_ignoring_poison;
@@ -23,6 +25,8 @@ const PLACE: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 struct Lines {
     by_key: BTreeMap<String, Vec<Entry>>,
+    /// Single-flight values and their versions.
+    results: BTreeMap<String, (Vec<u8>, i64)>,
     /// Orders, tokens and versions: one counter, as ZooKeeper's zxid.
     counter: u64,
 }
@@ -192,17 +196,36 @@ impl ConsensusStore for HeldStore {
         1
     }
 
-    fn result<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
-        Box::pin(std::future::ready(Ok(None)))
+    fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
+        let kept = lock_ignoring_poison(&self.0.lines)
+            .results
+            .get(key)
+            .cloned();
+        Box::pin(std::future::ready(Ok(kept)))
     }
 
     fn put_result<'a>(
         &'a self,
-        _: &'a str,
-        _: &'a [u8],
-        _: Option<i64>,
+        key: &'a str,
+        data: &'a [u8],
+        version: Option<i64>,
+        holder: &'a Entry,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(std::future::ready(Ok(false)))
+        let mut lines = lock_ignoring_poison(&self.0.lines);
+        lines.counter += 1;
+        let next_version = lines.counter as i64;
+        let held = lines
+            .by_key
+            .get(key)
+            .is_some_and(|line| line.iter().any(|entry| entry.id == holder.id));
+        let unchanged = lines.results.get(key).map(|(_, version)| *version) == version;
+        let written = held && unchanged;
+        if written {
+            lines
+                .results
+                .insert(key.to_owned(), (data.to_vec(), next_version));
+        }
+        Box::pin(std::future::ready(Ok(written)))
     }
 
     fn marks<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
@@ -321,4 +344,44 @@ async fn a_hand_off_is_announced_only_for_the_latest_place() {
         matches!(third, Ok(Acquire::Granted { .. })),
         "the next attempt takes the key: {third:?}"
     );
+}
+
+/// Review finding: a value was written once the line read showed its grant holding the key,
+/// also when the grant ended between that read and the write. The write is conditioned on
+/// the holder's entry: a grant that ended meanwhile keeps nothing.
+#[tokio::test]
+async fn a_value_of_a_grant_that_ended_after_the_line_was_read_is_not_kept() {
+    let store = HeldStore::default();
+    let background = Background::Runtime(tokio::runtime::Handle::current());
+    let backend = Arc::new(ConsensusBackend::new(store.clone(), background));
+    let granted = backend.acquire(&lease("holder"), Turn::Once).await;
+    let Ok(Acquire::Granted { token, .. }) = granted else {
+        panic!("{granted:?}");
+    };
+    let (read, let_go) = store.hold_next_read();
+    let publishing = {
+        let backend = backend.clone();
+        let result = SharedResult {
+            token,
+            value: b"42".to_vec(),
+        };
+        tokio::spawn(async move {
+            let results = backend.results().expect("values are kept");
+            results
+                .publish_result(KEY, &result, Duration::from_secs(30))
+                .await
+        })
+    };
+    read.await
+        .expect("the publish read the line, the grant holding");
+    release_the_holder(&backend).await;
+    let_go.send(()).expect("the publish waits");
+    let published = publishing.await.expect("the publish ran");
+    assert!(matches!(published, Ok(Published::NotHeld)), "{published:?}");
+    let kept = backend
+        .results()
+        .expect("values are kept")
+        .read_result(KEY)
+        .await;
+    assert!(matches!(kept, Ok(None)), "{kept:?}");
 }

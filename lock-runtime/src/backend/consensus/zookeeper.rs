@@ -237,6 +237,24 @@ impl std::fmt::Debug for ZooKeeperStore {
 }
 
 impl ZooKeeperStore {
+    /// Commits `writer`'s checks and writes: whether it did (not when a check failed).
+    async fn commit_if(
+        &self,
+        key: &str,
+        what: &str,
+        mut writer: zookeeper_client::MultiWriter<'_>,
+    ) -> Result<bool, LockError> {
+        match writer.commit().await {
+            Ok(_) => Ok(true),
+            Err(failed) => match zookeeper_client::Error::from(failed) {
+                zookeeper_client::Error::NoNode
+                | zookeeper_client::Error::BadVersion
+                | zookeeper_client::Error::NodeExists => Ok(false),
+                error => Err(self.error(Some(key), what, error)),
+            },
+        }
+    }
+
     fn directory_options() -> zookeeper_client::CreateOptions<'static> {
         CreateMode::Persistent.with_acls(Acls::anyone_all())
     }
@@ -499,30 +517,27 @@ impl ConsensusStore for ZooKeeperStore {
         key: &'a str,
         data: &'a [u8],
         version: Option<i64>,
+        holder: &'a Entry,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let session = self.session().await?;
             let path = self.result_path(key);
-            let written = match version.map(i32::try_from) {
-                Some(Ok(version)) => {
-                    let set = session.client.set_data(&path, data, Some(version)).await;
-                    set.map(drop)
-                }
+            let version = match version.map(i32::try_from) {
+                Some(Ok(version)) => Some(version),
                 Some(Err(_)) => return Ok(false),
-                None => {
-                    let value = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-                    session.client.create(&path, data, &value).await.map(drop)
-                }
+                None => None,
             };
-            match written {
-                Ok(()) => Ok(true),
-                Err(
-                    zookeeper_client::Error::NoNode
-                    | zookeeper_client::Error::BadVersion
-                    | zookeeper_client::Error::NodeExists,
-                ) => Ok(false),
-                Err(error) => Err(self.error(Some(key), "cannot write the shared value", error)),
-            }
+            let mut writer = session.client.new_multi_writer();
+            let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+            let added = writer
+                .add_check_version(&holder.id, -1)
+                .and_then(|()| match version {
+                    Some(version) => writer.add_set_data(&path, data, Some(version)),
+                    None => writer.add_create(&path, data, &ephemeral),
+                });
+            let what = "cannot write the shared value";
+            added.map_err(|error| self.error(Some(key), what, error))?;
+            self.commit_if(key, what, writer).await
         })
     }
 
@@ -566,15 +581,7 @@ impl ConsensusStore for ZooKeeperStore {
                 });
             let what = "cannot write the exhausted shards";
             added.map_err(|error| self.error(Some(key), what, error))?;
-            match writer.commit().await {
-                Ok(_) => Ok(true),
-                Err(failed) => match zookeeper_client::Error::from(failed) {
-                    zookeeper_client::Error::NoNode
-                    | zookeeper_client::Error::BadVersion
-                    | zookeeper_client::Error::NodeExists => Ok(false),
-                    error => Err(self.error(Some(key), what, error)),
-                },
-            }
+            self.commit_if(key, what, writer).await
         })
     }
 
