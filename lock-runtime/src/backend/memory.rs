@@ -55,11 +55,18 @@ struct State {
     /// One counter for all keys: strictly increasing per key, with no per-key state left
     /// behind once a key is released.
     last_token: u64,
-    /// The values single-flight calls left, each until it lapses.
+    /// The values single-flight calls left, each until it lapses (a read of its key, or a
+    /// sweep once there are twice as many as after the last one, takes it out then).
     results: HashMap<String, (SharedResult, Instant)>,
+    /// How many values were left after the last sweep of lapsed ones.
+    results_after_sweep: usize,
     /// The shards of segmented locks marked exhausted, per key, until refilled.
     exhausted: HashMap<String, Vec<u32>>,
 }
+
+/// How many single-flight values the memory backend keeps before it first sweeps out the
+/// lapsed ones.
+const RESULTS_SWEPT_FROM: usize = 64;
 
 struct Holder {
     owner: String,
@@ -112,6 +119,7 @@ impl MemoryBackend {
                 released: ReleaseMemory::new(release_memory(NOMINAL_RESPONSE_TIMEOUT)),
                 last_token: 0,
                 results: HashMap::new(),
+                results_after_sweep: 0,
                 exhausted: HashMap::new(),
             }),
             releases: Arc::default(),
@@ -883,6 +891,11 @@ impl AsyncResults for MemoryBackend {
         state
             .results
             .insert(key.to_owned(), (result.clone(), now + keep));
+        // Values of keys never read again would stay for good: swept as the map doubles.
+        if state.results.len() >= (2 * state.results_after_sweep).max(RESULTS_SWEPT_FROM) {
+            state.results.retain(|_, (_, lapses_at)| *lapses_at > now);
+            state.results_after_sweep = state.results.len();
+        }
         Ok(Published::Kept)
     }
 }
@@ -962,6 +975,34 @@ mod tests {
             replicas: 0,
             kind: LockKind::Mutex,
         }
+    }
+
+    /// Review finding: the value of a key never read again stayed for good. Lapsed values
+    /// are swept as new ones are left: the map stays bounded by the live ones.
+    #[tokio::test(start_paused = true)]
+    async fn lapsed_values_of_keys_never_read_again_are_swept() {
+        let backend = MemoryBackend::new();
+        for round in 0..10 {
+            for n in 0..100 {
+                let mut lease = lease("a", 1_000);
+                lease.key = format!("k{round}:{n}");
+                let granted = backend.acquire(&lease, Turn::Once).await.unwrap();
+                let Acquire::Granted { token, .. } = granted else {
+                    panic!("{granted:?}");
+                };
+                let result = SharedResult {
+                    token,
+                    value: Vec::new(),
+                };
+                let keep = Duration::from_millis(100);
+                let published = backend.publish_result(&lease.key, &result, keep).await;
+                assert_eq!(published.unwrap(), Published::Kept);
+                backend.release(&lease, Duration::ZERO).await.unwrap();
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let kept = lock_ignoring_poison(&backend.state).results.len();
+        assert!(kept <= 200, "{kept} values kept, 100 at most live");
     }
 
     #[tokio::test(start_paused = true)]
