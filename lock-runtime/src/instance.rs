@@ -105,6 +105,15 @@ impl OwnerPrefix {
         })
     }
 
+    /// Every owner token that starts with `text` (every one, for an empty text; one, for a
+    /// whole owner token: none is the start of another).
+    pub(crate) fn starting(text: &str) -> OwnerPrefix {
+        OwnerPrefix {
+            starts: text.to_owned(),
+            except: None,
+        }
+    }
+
     /// The text every owner token meant starts with.
     pub fn starts(&self) -> &str {
         &self.starts

@@ -3,6 +3,8 @@
 //! ([`LockClient::admin`]), so they work on every store, the memory backend included.
 
 use crate::admin::Holding;
+use crate::glob;
+use crate::instance::OwnerPrefix;
 use crate::{LockClient, LockGuard};
 
 /// Panics unless `key` is free on `client`'s store (nothing holds it).
@@ -40,14 +42,28 @@ pub async fn assert_held(client: &LockClient, key: &str) -> Holding {
 }
 
 /// Panics unless `guard`'s grant holds its key on `client`'s store: the same owner, with the
-/// guard's fencing token (among the grants, for a shared kind). A guard whose lease was lost
-/// (expired, released by an operator, taken over) fails it.
+/// guard's fencing token (among the grants, for a shared kind, also past the first
+/// [`QUEUE_SHOWN`](crate::admin::QUEUE_SHOWN) an inspection shows). A guard whose lease was
+/// lost (expired, released by an operator, taken over) fails it, also while `min_hold_ms`
+/// keeps its key taken.
 pub async fn assert_held_by(client: &LockClient, guard: &LockGuard) {
     let key = guard.key();
     let holding = assert_held(client, key).await;
-    let holds = holding.grants().iter().any(|grant| {
-        grant.owner == guard.owner() && grant.token.is_none_or(|token| token == guard.token())
-    });
+    let holds = match &holding {
+        // A key written by a version before tokens were kept names none.
+        Holding::Held { owner, token, .. } => {
+            *owner == guard.owner() && token.is_none_or(|token| token == guard.token())
+        }
+        Holding::Shared {
+            grants, holders, ..
+        } => {
+            let shown = grants
+                .iter()
+                .any(|grant| grant.owner == guard.owner() && grant.token == Some(guard.token()));
+            shown || (*holders > grants.len() && held_past_those_shown(client, guard).await)
+        }
+        Holding::Kept { .. } | Holding::Free | Holding::Foreign { .. } => false,
+    };
     assert!(
         holds,
         "expected lock `{key}` to be held by the guard's grant (owner {}, token {}), but it is \
@@ -55,6 +71,25 @@ pub async fn assert_held_by(client: &LockClient, guard: &LockGuard) {
         guard.owner(),
         guard.token()
     );
+}
+
+/// Whether `guard`'s grant is among every live grant of its key's owner, read past those an
+/// inspection shows.
+async fn held_past_those_shown(client: &LockClient, guard: &LockGuard) -> bool {
+    let Some(operator) = client.backend().operator() else {
+        return false;
+    };
+    let owner = OwnerPrefix::starting(&guard.held_lease().lease.owner);
+    let key = guard.key();
+    match operator.grants_of_owners(&glob::escape(key), &owner).await {
+        Ok(grants) => grants
+            .iter()
+            .any(|owned| owned.key == key && owned.grant.token == Some(guard.token())),
+        Err(error) => panic!(
+            "cannot read the grants of lock `{key}` from the store: {}",
+            crate::WithSources(&error)
+        ),
+    }
 }
 
 async fn holding(client: &LockClient, key: &str) -> Holding {

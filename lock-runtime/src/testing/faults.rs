@@ -9,6 +9,8 @@ use std::time::Duration;
 use super::{Call, Intercepted, Interceptor, Verdict};
 use crate::backend::BoxFuture;
 use crate::backend::memory::MemoryBackend;
+use crate::glob;
+use crate::instance::OwnerPrefix;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
@@ -76,8 +78,18 @@ impl Faults {
     /// force-released it): its holders find the lease lost at their next renewal or release.
     pub async fn end_leases(&self, client: &LockClient, key: &str) -> Result<(), LockError> {
         let admin = client.admin();
-        let state = admin.inspect(key).await?;
-        for grant in state.holding.grants() {
+        let mut grants = admin.inspect(key).await?.holding.grants();
+        // A shared kind's grants past the first 100 that an inspection shows.
+        if let Some(operator) = client.backend().operator() {
+            let every_owner = OwnerPrefix::starting("");
+            let pattern = glob::escape(key);
+            for owned in operator.grants_of_owners(&pattern, &every_owner).await? {
+                if owned.key == key && !grants.contains(&owned.grant) {
+                    grants.push(owned.grant);
+                }
+            }
+        }
+        for grant in grants {
             admin.force_release_of(key, grant).await?;
         }
         Ok(())

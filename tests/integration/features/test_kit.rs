@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fencelock::admin::Holding;
 use fencelock::testing::Faults;
 use fencelock::testing::assertions::{assert_free, assert_held, assert_held_by};
 use fencelock::{LockClient, LockError, LossCause};
@@ -52,7 +53,32 @@ async fn each_assertion_passes_and_fails_when_it_should(locks: LockClient) {
     for reader in &readers {
         assert_held_by(&locks, reader).await;
     }
+
+    // Review findings: a grant past the first 100 shown failed, and a guard whose key a
+    // shutdown released while `min_hold_ms` keeps it taken passed.
+    let mut permits = Vec::new();
+    for _ in 0..PERMITS {
+        let permit = locks.semaphore("pool", PERMITS).acquire().await.unwrap();
+        permits.push(permit);
+    }
+    for permit in &permits {
+        assert_held_by(&locks, permit).await;
+    }
+    let kept = locks
+        .lock("kept")
+        .min_hold_ms(60_000)
+        .acquire()
+        .await
+        .unwrap();
+    assert_held_by(&locks, &kept).await;
+    locks.shutdown().await;
+    let kept_by = assert_held(&locks, "kept").await;
+    assert!(matches!(kept_by, Holding::Kept { .. }), "{kept_by:?}");
+    assert!(panics(async move { assert_held_by(&locks, &kept).await }).await);
 }
+
+/// More permits than an inspection shows (100).
+const PERMITS: u32 = 120;
 
 #[tokio::test]
 async fn key_assertions_on_the_memory_backend() {
@@ -118,6 +144,14 @@ async fn scripted_faults_on_the_memory_backend() {
     let ended = locks.lock("ended").acquire().await.unwrap();
     faults.end_leases(&locks, "ended").await.unwrap();
     assert_free(&locks, "ended").await;
+    // Review finding: only the first 100 grants that an inspection shows were ended.
+    let mut permits = Vec::new();
+    for _ in 0..PERMITS {
+        permits.push(locks.semaphore("pool", PERMITS).acquire().await.unwrap());
+    }
+    faults.end_leases(&locks, "pool").await.unwrap();
+    assert_free(&locks, "pool").await;
+    drop(permits);
     let lost = within_a_minute(ended.lost()).await;
     assert!(
         matches!(
