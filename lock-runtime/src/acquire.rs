@@ -189,9 +189,15 @@ impl Acquisition {
     }
 
     /// Ends the request for the client's shutdown: gives back its place (an attempt cut
-    /// short may still land, so its cleanup stays due too).
+    /// short may still land, so its cleanup stays due too), waiting for the store at most as
+    /// long as the shutdown waits for its requests; a place not given back by then is given
+    /// back in the background.
     async fn stop_for_shutdown(&mut self) -> LockError {
-        self.pending.withdraw(true, self.deadline).await;
+        let shutdown_wait = Instant::now() + crate::shutdown::SHUTDOWN_WAIT;
+        let until = self
+            .deadline
+            .map_or(shutdown_wait, |d| d.min(shutdown_wait));
+        self.pending.withdraw(true, Some(until)).await;
         LockError::shut_down(&self.pending.lease.key)
     }
 
@@ -677,6 +683,61 @@ impl Drop for PendingAcquire {
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::{Arc, Mutex};
+
+    /// Review finding: a request stopped by a shutdown gave back its place with no bound of
+    /// its own (none without `wait_ms`): a store that never answered that call held the
+    /// request, and its caller, for good. It waits for the store at most the shutdown's wait.
+    #[cfg(feature = "testing")]
+    #[tokio::test(start_paused = true)]
+    async fn a_request_stopped_by_a_shutdown_waits_at_most_the_shutdown_wait() {
+        use crate::background::Background;
+        use crate::shutdown::SHUTDOWN_WAIT;
+        use crate::testing::{Call, Intercepted, Interceptor, Verdict};
+
+        #[derive(Debug)]
+        struct UnansweredReleases;
+        impl Interceptor for UnansweredReleases {
+            fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+                let verdict = match call {
+                    Call::Release { .. } => Verdict::Hang,
+                    _ => Verdict::Pass,
+                };
+                Box::pin(std::future::ready(verdict))
+            }
+        }
+        let backend = Arc::new(Intercepted::new(MemoryBackend::new(), UnansweredReleases));
+        let client = || {
+            let runtime = Background::Runtime(tokio::runtime::Handle::current());
+            LockClient::with_background(backend.clone(), runtime, true, None)
+        };
+        let (holder, waiter) = (client(), client());
+        let held = holder.lock("k").acquire().await.unwrap();
+        let request = waiter.lock("k").retry(1_000).sleep_ms(100).acquire();
+        let waiting = tokio::spawn(request);
+        for _ in 0..100 {
+            if holder.admin().inspect("k").await.unwrap().waiters == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let line = holder.admin().inspect("k").await.unwrap();
+        assert_eq!(line.waiters, 1, "the request waits in line: {line:?}");
+        let started = Instant::now();
+        let shutdown = tokio::spawn(async move { waiter.shutdown().await });
+        let stopped = tokio::time::timeout(Duration::from_secs(60), waiting).await;
+        let stopped = stopped.expect("the request ends").expect("its task ran");
+        assert!(
+            matches!(stopped, Err(LockError::ShutDown { .. })),
+            "{stopped:?}"
+        );
+        assert!(
+            started.elapsed() <= SHUTDOWN_WAIT,
+            "{:?}",
+            started.elapsed()
+        );
+        shutdown.await.unwrap();
+        held.discard();
+    }
 
     use super::*;
     use crate::backend::late_replies::LateReplies;

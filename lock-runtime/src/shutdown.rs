@@ -172,7 +172,7 @@ impl LockClient {
 mod tests {
     use std::future::Future;
     use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Waker};
     use std::time::Duration;
 
     use crate::LockClient;
