@@ -57,8 +57,10 @@ impl Faults {
         (LockClient::from_backend_on(backend, runtime), faults)
     }
 
-    /// Makes the store unreachable (every call fails with a backend error, as an outage
-    /// does), or reachable again.
+    /// Makes the store unreachable (every call of the client fails with a backend error, as
+    /// an outage does), or reachable again. An operator's calls ([`LockClient::admin`], and
+    /// the [assertions](super::assertions) that read through them) still reach it: a test
+    /// can look at the store during the outage.
     pub fn unreachable(&self, on: bool) {
         self.plan().unreachable = on;
     }

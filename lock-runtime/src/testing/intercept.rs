@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Release, ReleaseWatch, ResultStore, ShardMarks, TogetherCall, Turn,
+    Published, Release, ReleaseWatch, ResultStore, ShardMarks, SharedResult, TogetherCall, Turn,
 };
 
 /// A call on its way to the wrapped backend.
@@ -43,6 +43,33 @@ pub enum Call<'a> {
         lease: &'a Lease,
         /// How long the key stays taken (`min_hold_ms`).
         min_hold: Duration,
+    },
+    /// [`LockBackend::acquire_together`]: several keys in one call.
+    AcquireTogether {
+        /// The leases asked for.
+        leases: &'a [Lease],
+    },
+    /// [`ResultStore::read_result`] (`action = Share`).
+    ReadResult {
+        /// The key whose value is read.
+        key: &'a str,
+    },
+    /// [`ResultStore::publish_result`] (`action = Share`).
+    PublishResult {
+        /// The key whose value is left.
+        key: &'a str,
+    },
+    /// [`ShardMarks::mark_exhausted`].
+    MarkExhausted {
+        /// The segmented lock's grant whose shard is marked.
+        held: &'a HeldLease,
+    },
+    /// [`ShardMarks::refill`].
+    Refill {
+        /// The key whose shards are refilled.
+        key: &'a str,
+        /// The shard, or every one.
+        shard: Option<u32>,
     },
 }
 
@@ -183,14 +210,76 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
     }
 
     fn results(&self) -> Option<&dyn ResultStore> {
-        self.backend.results()
+        self.backend.results().map(|_| self as &dyn ResultStore)
     }
 
     fn shard_marks(&self) -> Option<&dyn ShardMarks> {
-        self.backend.shard_marks()
+        self.backend.shard_marks().map(|_| self as &dyn ShardMarks)
     }
 
     fn acquire_together<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
-        self.backend.acquire_together(leases)
+        let together = self.backend.acquire_together(leases)?;
+        Some(Box::pin(async move {
+            self.admit(Call::AcquireTogether { leases }).await?;
+            together.await
+        }))
     }
+}
+
+// Offered when the wrapped backend offers them (`results` and `shard_marks` above).
+impl<B: LockBackend, I: Interceptor> ResultStore for Intercepted<B, I> {
+    fn read_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SharedResult>, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::ReadResult { key }).await?;
+            offered(self.backend.results(), "single-flight values")?
+                .read_result(key)
+                .await
+        })
+    }
+
+    fn publish_result<'a>(
+        &'a self,
+        key: &'a str,
+        result: &'a SharedResult,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Published, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::PublishResult { key }).await?;
+            offered(self.backend.results(), "single-flight values")?
+                .publish_result(key, result, keep)
+                .await
+        })
+    }
+}
+
+impl<B: LockBackend, I: Interceptor> ShardMarks for Intercepted<B, I> {
+    fn mark_exhausted<'a>(&'a self, held: &'a HeldLease) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::MarkExhausted { held }).await?;
+            offered(self.backend.shard_marks(), "exhausted shards")?
+                .mark_exhausted(held)
+                .await
+        })
+    }
+
+    fn refill<'a>(
+        &'a self,
+        key: &'a str,
+        shard: Option<u32>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            self.admit(Call::Refill { key, shard }).await?;
+            offered(self.backend.shard_marks(), "exhausted shards")?
+                .refill(key, shard)
+                .await
+        })
+    }
+}
+
+/// The wrapped backend's `calls`, which it offers whenever the wrapper offers its own.
+fn offered<'a, T: ?Sized>(calls: Option<&'a T>, what: &str) -> Result<&'a T, LockError> {
+    calls.ok_or_else(|| crate::backend::not_offered(what))
 }

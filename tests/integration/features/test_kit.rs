@@ -125,6 +125,16 @@ async fn scripted_faults_on_the_memory_backend() {
         refused.is_err_and(|error| error.is_backend()),
         "an outage is a backend error"
     );
+    // Review finding: the calls of several keys at once, of single-flight values and of
+    // exhausted shards still reached the store.
+    let together = locks
+        .lock_all(["down:a", "down:b"])
+        .give_up()
+        .acquire()
+        .await;
+    assert!(together.is_err_and(|error| error.is_backend()));
+    let refilled = locks.refill_shards("down").await;
+    assert!(refilled.is_err_and(|error| error.is_backend()));
     faults.unreachable(false);
 
     faults.delay_next_acquire(Duration::from_secs(5));
