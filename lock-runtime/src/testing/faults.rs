@@ -15,7 +15,7 @@ use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
 
 /// The faults of a client made by [`Faults::memory_client`], changed while a test runs: the
-/// store unreachable, renewals failing, acquisitions answered late, a lease ended now.
+/// store unreachable, renewals failing, acquisitions slow to arrive, a lease ended now.
 ///
 /// ```
 /// use std::time::Duration;
@@ -71,7 +71,11 @@ impl Faults {
         self.plan().fail_renewals = on;
     }
 
-    /// Answers the next acquisition attempt `by` late (one attempt per call; they queue up).
+    /// Holds the next acquisition attempt `by` on its way to the store (one attempt per
+    /// call; they queue up), as a slow network does: the store applies it only then, and a
+    /// caller whose wait ends first gets a backend error for an attempt never applied. (A
+    /// reply lost after the store applied the attempt needs a real connection cut: see
+    /// [`TcpProxy`](super::TcpProxy).)
     pub fn delay_next_acquire(&self, by: Duration) {
         self.plan().acquire_delays.push_back(by);
     }
