@@ -1299,3 +1299,39 @@ fn a_rejected_kind_is_not_also_a_conflict() {
         );
     }
 }
+
+/// Review finding: a template whose fixed text could never make a valid key compiled, and
+/// every call failed at run time.
+#[test]
+fn a_key_text_too_long_or_with_control_characters() {
+    let long = "k".repeat(1_025);
+    let (message, at) = error(&format!(
+        "#[redis_lock(key = \"{long}:{{id}}\")] async fn f(id: u64) -> Result<(), E> {{}}"
+    ));
+    assert!(
+        message.starts_with(
+            "a lock key is at most 1024 bytes and this template's text alone has 1026"
+        ),
+        "{message}"
+    );
+    assert_eq!(at, format!("\"{long}:{{id}}\""));
+    let (message, at) =
+        error("#[redis_lock(key = \"a\\nb:{id}\")] async fn f(id: u64) -> Result<(), E> {}");
+    assert_eq!(
+        message,
+        "lock keys must not contain control characters, found '\\n'; write the key without it"
+    );
+    assert_eq!(at, "\"a\\nb:{id}\"");
+}
+
+/// Review finding: `keys` with two kind arguments also reported that the two conflict; each
+/// is reported once, as not combining with `keys`.
+#[test]
+fn keys_with_two_kinds_reports_each_once() {
+    let errors = errors(
+        "#[redis_lock(keys = [\"a:{x}\", \"b:{y}\"], shards = 4, mode = Read)] \
+         async fn f(x: u64, y: u64) -> Result<(), E> {}",
+    );
+    let reported: Vec<_> = errors.iter().map(|error| error.at.as_str()).collect();
+    assert_eq!(reported, ["mode", "shards"], "{errors:#?}");
+}

@@ -227,7 +227,7 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
         }
         KeyPart::Value { root, fields } => {
             let fields = fields.iter().map(|field| match field {
-                Field::Named(name) => format_ident!("{}", name, span = span).into_token_stream(),
+                Field::Named(name) => field_name(name, span).into_token_stream(),
                 Field::Index(index) => Index {
                     index: *index,
                     span,
@@ -238,6 +238,14 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
         }
     });
     quote!(#krate::__private::render_key(&[#(#parts),*]))
+}
+
+/// A field's name as its struct declares it: raw (`r#type`) for a keyword.
+fn field_name(name: &str, span: Span) -> Ident {
+    match syn::parse_str::<Ident>(name) {
+        Ok(_) => Ident::new(name, span),
+        Err(_) => Ident::new_raw(name, span),
+    }
 }
 
 /// `LockKind::Mutex`, or the kind `mode`, `permits` or `shards` asks for. A count is the

@@ -357,3 +357,18 @@ fn the_lock_line_names_counts_written_as_expressions() {
         "/// Runs while holding the distributed write lock of `catalog` (`#[redis_lock]`, lease 1_000 ms)."
     );
 }
+
+/// Review finding: a field named by a keyword (`{order.type}`) was emitted as `order.type`,
+/// which does not parse; it is `order.r#type`, as its struct declares it.
+#[test]
+fn a_field_named_by_a_keyword_is_emitted_raw() {
+    let expanded = expand::redis_lock(
+        quote!(key = "order:{order.type}"),
+        quote!(
+            async fn f(order: &Order) -> Result<(), E> {}
+        ),
+    );
+    let file: syn::File = syn::parse2(expanded).expect("the expansion is valid Rust syntax");
+    let expanded = prettyplease::unparse(&file);
+    assert!(expanded.contains("order.r#type"), "{expanded}");
+}

@@ -219,8 +219,12 @@ fn kind_arguments(args: &LockArgs) -> impl Iterator<Item = (&'static str, &Ident
 
 /// Checks that one argument at most chooses the kind of lock: each written after the first
 /// is an error at its name, as a duplicate is. A lock has one kind, and no two combine into
-/// another (a read lock already admits any number of readers).
+/// another (a read lock already admits any number of readers). With `keys`, every kind
+/// argument is an error already (see `check_several`).
 fn check_kind(args: &LockArgs, errors: &mut Errors) {
+    if args.keys.is_some() {
+        return;
+    }
     let mode = args.mode.as_ref().map(|mode| {
         let kind = match mode.value {
             Mode::Read => "a read lock",
@@ -463,6 +467,18 @@ fn check_key(template: &LitStr, sig: &Signature, errors: &mut Errors) -> Option<
             return None;
         }
     };
+    let texts = || {
+        segments.iter().filter_map(|segment| match segment {
+            Segment::Text(text) => Some(text.as_str()),
+            Segment::Placeholder(_) => None,
+        })
+    };
+    let text_len = texts().map(str::len).sum();
+    let chars = texts().flat_map(str::chars);
+    if let Some(problem) = fencelock_options::key_text_problem(text_len, chars) {
+        errors.push(syn::Error::new(template.span(), problem));
+        return None;
+    }
     let arguments = NamedArguments::of(sig);
     let mut parts = Vec::with_capacity(segments.len());
     let mut valid = true;

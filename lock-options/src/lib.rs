@@ -20,6 +20,26 @@ pub const DEFAULT_RETRY: u32 = 5;
 /// Longest pause between attempts when none is given.
 pub const DEFAULT_SLEEP_MS: u64 = 200;
 
+/// The longest lock key accepted, in bytes (before any client prefix).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// What is wrong with the fixed text of a key template (the text around its placeholders,
+/// `text_len` bytes in all), if anything: longer than a key may be, or a control character
+/// in it (NUL, newlines), which would make the key unreadable in logs and operator tools.
+pub fn key_text_problem(text_len: usize, mut text: impl Iterator<Item = char>) -> Option<String> {
+    if text_len > MAX_KEY_LEN {
+        return Some(format!(
+            "a lock key is at most {MAX_KEY_LEN} bytes and this template's text alone has \
+             {text_len}; lock on a shorter identifier (an id or a hash of the value)"
+        ));
+    }
+    let control = text.find(|c| c.is_control())?;
+    Some(format!(
+        "lock keys must not contain control characters, found {control:?}; write the key \
+         without it"
+    ))
+}
+
 /// The most permits a semaphore (`permits`) may have. Every acquisition reads the holders
 /// of its key; beyond this, a pool or a rate limiter serves better than a lock.
 pub const MAX_PERMITS: u32 = 1_024;

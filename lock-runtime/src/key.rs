@@ -4,8 +4,7 @@ use std::fmt::{self, Display, Write};
 
 use crate::LockError;
 
-/// The longest lock key accepted, in bytes (before any client prefix).
-pub const MAX_KEY_LEN: usize = 1024;
+pub use fencelock_options::MAX_KEY_LEN;
 
 /// One piece of a key template, as the `#[redis_lock]` expansion hands it over.
 #[derive(Clone, Copy)]

@@ -1108,7 +1108,8 @@ mod tests {
                     b.slot.unwrap()
                 ),
                 SqlKind::MySql => format!(
-                    "INSERT INTO {table} (name, shard) VALUES ('b', {}) ON DUPLICATE KEY                      UPDATE shard = shard",
+                    "INSERT INTO {table} (name, shard) VALUES ('b', {}) ON DUPLICATE KEY \
+                     UPDATE shard = shard",
                     b.slot.unwrap()
                 ),
             };
