@@ -107,6 +107,7 @@ impl OwnerPrefix {
 
     /// Every owner token that starts with `text` (every one, for an empty text; one, for a
     /// whole owner token: none is the start of another).
+    #[cfg(feature = "testing")]
     pub(crate) fn starting(text: &str) -> OwnerPrefix {
         OwnerPrefix {
             starts: text.to_owned(),

@@ -66,6 +66,7 @@ impl Outstanding {
     }
 
     /// How many pieces of work are outstanding, on all keys.
+    #[cfg(feature = "testing")]
     pub(crate) fn count(&self) -> usize {
         lock_ignoring_poison(&self.state)
             .keys
