@@ -16,6 +16,9 @@ use fencelock::testing::RedisServer;
 use fencelock::{LockClient, LockError, redis_lock};
 use redis::AsyncCommands;
 
+#[path = "shared/stop_signal.rs"]
+mod stop_signal;
+
 const PROCESSES: usize = 3;
 const TICKS: u64 = 5;
 
@@ -79,8 +82,8 @@ fn now_ms() -> u64 {
 }
 
 /// One process's scheduler: `scheduled_job worker <url> <mode> <first tick, ms since epoch>`.
-/// On Ctrl-C it stops and releases its lock at once (a job cut short does not keep the next
-/// process waiting for the lease).
+/// On `SIGTERM` or Ctrl-C it stops and releases its lock at once (a job cut short does not
+/// keep the next process waiting for the lease).
 async fn worker(
     url: &str,
     mode: &str,
@@ -92,7 +95,7 @@ async fn worker(
         .await?;
     let outcome = tokio::select! {
         outcome = run_ticks(&locks, redis, mode, first_tick_ms) => outcome,
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        () = stop_signal::stop_signal() => Ok(()),
     };
     locks.shutdown().await;
     outcome

@@ -11,6 +11,7 @@ use fencelock::{LockClient, WithSources};
 use serde_json::json;
 
 use crate::service::{AppState, Sale, SaleError, sell};
+use crate::stop_signal::stop_signal;
 use crate::store::Store;
 
 /// Seconds a buyer refused for contention is told to wait before trying again.
@@ -18,8 +19,9 @@ const RETRY_AFTER_SECONDS: &str = "1";
 
 /// Serves on `127.0.0.1:port` (0: a free port) until `SIGTERM` or Ctrl-C; prints
 /// `listening on http://127.0.0.1:PORT` once it accepts connections. On the signal it
-/// finishes the requests in progress, then shuts its lock client down: whatever it still
-/// holds is released at once, and its waiting requests leave their lines.
+/// shuts its lock client down (whatever it still holds is released at once, and its
+/// waiting requests leave their lines, answered 503), then finishes the requests in
+/// progress.
 pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), String> {
     let state = AppState {
         store: Store::connect(redis_url)
@@ -54,25 +56,6 @@ pub async fn serve(port: u16, redis_url: &str, locked: bool) -> Result<(), Strin
         .with_graceful_shutdown(stopped)
         .await
         .map_err(|e| format!("the server stopped: {e}"))
-}
-
-/// `SIGTERM` (what `kill` and orchestrators send) or Ctrl-C.
-async fn stop_signal() {
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                terminate.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }
 
 async fn handle_deduct_stock(

@@ -12,6 +12,8 @@ mod http;
 mod load;
 mod report;
 mod service;
+#[path = "../../shared/stop_signal.rs"]
+mod stop_signal;
 mod store;
 
 use std::process::ExitCode;
