@@ -234,43 +234,44 @@ where
     }
     // A call nested in a body that holds the key re-enters it: no flight, whose leader could
     // be waiting for this very holder.
+    let started = Instant::now();
     if crate::body_scope::held(client.id(), &key).is_some() {
-        return lead(client, key, options, function, None, body).await;
+        return lead(client, key, (options, started), function, None, body).await;
     }
-    let deadline = Instant::now() + options.wait();
+    let deadline = started + options.wait();
     let flight = (client.id(), key.clone(), function, TypeId::of::<R::Value>());
-    let (leading, options) = loop {
+    let leading = loop {
         let following = match join(&flight) {
-            Ok(leading) => break (leading, options),
+            Ok(leading) => break leading,
             Err(following) => following,
         };
         match tokio::time::timeout_at(deadline, follow(following)).await {
             Ok(Ok(Some(value))) => return R::from_value(value),
             // A flight that ended without a value this call can take: another one.
             Ok(Ok(None)) => {}
-            // A follower that leads waits for the lock what is left of its wait.
-            Ok(Err(leading)) => {
-                let left = deadline
-                    .saturating_duration_since(Instant::now())
-                    .as_millis();
-                break (
-                    leading,
-                    options.within(u64::try_from(left).unwrap_or(u64::MAX).max(1)),
-                );
-            }
+            Ok(Err(leading)) => break leading,
             Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
         }
     };
-    lead(client, key, options, function, Some(leading), body).await
+    lead(
+        client,
+        key,
+        (options, started),
+        function,
+        Some(leading),
+        body,
+    )
+    .await
 }
 
 /// The leader's call: under the key's mutex, the value of `function` another process left
 /// since the flight started, else the body's, left for the others. The flight ends before the
-/// release, with the value, unless the lock was lost.
+/// release, with the value, unless the lock was lost. The call `started` then with `options`:
+/// what it waited as a follower and for the store's reads counts in its wait for the lock.
 async fn lead<R, F>(
     client: LockClient,
     key: String,
-    options: LockOptions,
+    (options, started): (LockOptions, Instant),
     function: &'static str,
     mut leading: Option<Leading>,
     body: F,
@@ -282,14 +283,22 @@ where
     let Some(results) = client.backend().results() else {
         return R::from_lock_error(not_offered());
     };
-    let seen = match &leading {
-        Some(leading) => leading.seen(results, &key).await,
-        None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+    let seen = async {
+        match &leading {
+            Some(leading) => leading.seen(results, &key).await,
+            None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+        }
+    };
+    let seen = match options.wait_bound() {
+        Some(wait) => tokio::time::timeout_at(started + wait, seen).await,
+        None => Ok(seen.await),
     };
     let seen = match seen {
-        Ok(seen) => seen,
-        Err(error) => return R::from_lock_error(error),
+        Ok(Ok(seen)) => seen,
+        Ok(Err(error)) => return R::from_lock_error(error),
+        Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
     };
+    let options = options.left_since(started);
     let (keep, on_lost) = (options.ttl(), options.on_lost);
     let shared_body = async {
         let left = match results.read_result(&key).await {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use fencelock::testing::{SqlDatabase, SqlKind};
+use fencelock::backend::BoxFuture;
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::testing::{Call, Intercepted, Interceptor, SqlDatabase, SqlKind, Verdict};
 use fencelock::{LockClient, LockError, redis_lock, with_client};
 use redis::AsyncCommands;
 use tokio::sync::Notify;
@@ -509,4 +511,36 @@ async fn a_follower_with_a_wait_beyond_a_day_takes_over() {
     go.notify_one();
     assert!(leader.await.unwrap().is_err());
     assert_eq!(follower.await.unwrap().unwrap(), 2);
+}
+
+#[redis_lock(key = "slow", action = Share, wait_ms = 1_000)]
+async fn slow_to_read() -> Result<u32, LockError> {
+    Ok(1)
+}
+
+/// Reads of the kept value that are held 5 s on their way to the store.
+#[derive(Debug)]
+struct SlowReads;
+
+impl Interceptor for SlowReads {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            if let Call::ReadResult { .. } = call {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Verdict::Pass
+        })
+    }
+}
+
+/// Review finding: the reads of the kept value before the lock were not counted in
+/// `wait_ms`, so a slow store made a call wait past it. The call ends within its wait.
+#[tokio::test(start_paused = true)]
+async fn a_share_call_ends_within_its_wait_when_the_store_is_slow() {
+    let backend = Intercepted::new(MemoryBackend::new(), SlowReads);
+    let locks = LockClient::from_backend_on(backend, tokio::runtime::Handle::current());
+    let started = tokio::time::Instant::now();
+    let answer = with_client(locks, slow_to_read()).await;
+    assert!(answer.is_err_and(|error| error.is_not_acquired()));
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
 }
