@@ -544,3 +544,39 @@ async fn a_share_call_ends_within_its_wait_when_the_store_is_slow() {
     assert!(answer.is_err_and(|error| error.is_not_acquired()));
     assert_eq!(started.elapsed(), Duration::from_secs(1));
 }
+
+/// Review finding: foreign data under a key's single-flight value was named only when it
+/// was a string (a hash failed with Redis's WRONGTYPE as a backend error). Any foreign data
+/// there is `KeyInUse`, and left as it is.
+#[tokio::test]
+async fn foreign_data_in_the_value_is_named_and_left_alone() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = support::inspector(&server).await;
+    let result_key = "lock:{report:7}:result";
+    for foreign in ["hash", "not a value", "123456789012345678901234567890 x"] {
+        let _: () = redis.del(result_key).await.unwrap();
+        if foreign == "hash" {
+            let _: () = redis.hset(result_key, "field", "value").await.unwrap();
+        } else {
+            let _: () = redis.set(result_key, foreign).await.unwrap();
+        }
+        let refused = with_client(locks.clone(), report_of(7)).await;
+        match refused {
+            Err(LockError::KeyInUse { reason, .. }) => {
+                assert!(
+                    reason.contains("single-flight value"),
+                    "{foreign}: {reason}"
+                )
+            }
+            other => panic!("{foreign}: {other:?}"),
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg(result_key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let expected = if foreign == "hash" { "hash" } else { "string" };
+        assert_eq!(kind, expected, "{foreign} is left as it is");
+    }
+}

@@ -1090,6 +1090,9 @@ impl AsyncResults for RedisBackend {
         let kept = match &reply {
             Value::Nil => return Ok(None),
             Value::BulkString(kept) => kept,
+            Value::Array(items) if items.len() == 1 && integer(&items[0]) == Some(2) => {
+                return Err(foreign_result(key));
+            }
             _ => return Err(unexpected(key, "result read", &reply)),
         };
         SharedResult::decode(kept)

@@ -10,10 +10,15 @@ local holder = redis.call('GET', KEYS[1])
 if not holder or string.sub(holder, -#ARGV[1] - 1) ~= ':' .. ARGV[1] then
   return 0
 end
+local found = redis.call('TYPE', KEYS[2]).ok
+if found ~= 'string' and found ~= 'none' then
+  return 2
+end
 local kept = redis.call('GET', KEYS[2])
 if kept then
+  -- A token is a u64: at most 20 digits (as the client reads it back).
   local token = string.match(kept, '^(%d+) ')
-  if not token then
+  if not token or #token > 20 then
     return 2
   end
   -- Decimal tokens compared as text: longer is later, then by digits.
