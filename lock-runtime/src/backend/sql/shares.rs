@@ -579,7 +579,9 @@ impl Store {
         let mut by_name: Vec<&HeldLease> = batch.iter().collect();
         by_name.sort_by(|a, b| a.lease.key.cmp(&b.lease.key));
         let params = Statements::grant_params(by_name);
-        let mut transaction = self.transaction().await?;
+        // At READ COMMITTED on MySQL: a marker or grant not found would lock the gap where
+        // it would be, and hold up other names' writes there until the commit.
+        let mut transaction = self.transaction_read_committed().await?;
         let session = transaction.session();
         let lock_markers = with(&sharing.lock_markers, batch.len());
         let markers: HashSet<String> = session
@@ -1029,10 +1031,11 @@ mod tests {
         }
     }
 
-    /// On MySQL, a mark and a refill run at READ COMMITTED (what the test below relies on):
-    /// seen in `information_schema.innodb_trx` while they wait for the name's fence row.
+    /// On MySQL, a mark, a refill and a renewal of shares run at READ COMMITTED (what the
+    /// test below relies on): seen in `information_schema.innodb_trx` while the first two
+    /// wait for the name's fence row and the renewal for its marker, the lock row.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn marks_and_refills_run_at_read_committed_on_mysql() {
+    async fn marks_refills_and_renewals_run_at_read_committed_on_mysql() {
         use sqlx::Connection;
         for database in databases().await {
             if database.kind() != SqlKind::MySql {
@@ -1043,13 +1046,16 @@ mod tests {
             let marks = backend.shard_marks().unwrap();
             let two = LockKind::Segmented { shards: 2 };
             let held = granted(backend, &lease("a", "holder-a", two, 60_000)).await;
-            // The exhausted shards' table exists before the fence row is held.
+            // The exhausted shards' table exists before the rows are held.
             marks.refill("a", None).await.unwrap();
             let hold = Duration::from_secs(3);
             let fence = database.hold_fence_row("a", hold).await.unwrap();
-            let (marked, refilled, levels) = tokio::join!(
+            let marker = database.hold_lock_row("a", hold).await.unwrap();
+            let renewed = std::slice::from_ref(&held);
+            let (marked, refilled, extended, levels) = tokio::join!(
                 marks.mark_exhausted(&held),
                 marks.refill("a", None),
+                backend.extend(renewed),
                 async {
                     let mut inspector = sqlx::MySqlConnection::connect(database.url())
                         .await
@@ -1065,7 +1071,7 @@ mod tests {
                             .fetch_all(&mut inspector)
                             .await
                             .unwrap();
-                        if levels.len() == 2 {
+                        if levels.len() == 3 {
                             return levels;
                         }
                         // MariaDB refreshes this view only once it has not been read for
@@ -1076,9 +1082,10 @@ mod tests {
                 }
             );
             fence.await.unwrap();
+            marker.await.unwrap();
             database.drop_tables().await;
-            assert!(marked.unwrap() && refilled.is_ok());
-            assert_eq!(levels, ["READ COMMITTED", "READ COMMITTED"]);
+            assert!(marked.unwrap() && refilled.is_ok() && extended.is_ok());
+            assert_eq!(levels, ["READ COMMITTED"; 3]);
         }
     }
 
