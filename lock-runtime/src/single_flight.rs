@@ -234,44 +234,37 @@ where
     }
     // A call nested in a body that holds the key re-enters it: no flight, whose leader could
     // be waiting for this very holder.
-    let started = Instant::now();
     if crate::body_scope::held(client.id(), &key).is_some() {
-        return lead(client, key, (options, started), function, None, body).await;
+        return lead(client, key, options, function, None, body).await;
     }
+    let started = Instant::now();
     let deadline = started + options.wait();
     let flight = (client.id(), key.clone(), function, TypeId::of::<R::Value>());
-    let leading = loop {
+    let (leading, options) = loop {
         let following = match join(&flight) {
-            Ok(leading) => break leading,
+            Ok(leading) => break (leading, options),
             Err(following) => following,
         };
         match tokio::time::timeout_at(deadline, follow(following)).await {
             Ok(Ok(Some(value))) => return R::from_value(value),
             // A flight that ended without a value this call can take: another one.
             Ok(Ok(None)) => {}
-            Ok(Err(leading)) => break leading,
+            // A follower that leads waits for the lock what is left of its wait.
+            Ok(Err(leading)) => break (leading, options.left_since(started)),
             Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
         }
     };
-    lead(
-        client,
-        key,
-        (options, started),
-        function,
-        Some(leading),
-        body,
-    )
-    .await
+    lead(client, key, options, function, Some(leading), body).await
 }
 
 /// The leader's call: under the key's mutex, the value of `function` another process left
 /// since the flight started, else the body's, left for the others. The flight ends before the
-/// release, with the value, unless the lock was lost. The call `started` then with `options`:
-/// what it waited as a follower and for the store's reads counts in its wait for the lock.
+/// release, with the value, unless the lock was lost. With `wait_ms`, the store's reads count
+/// in the wait for the lock.
 async fn lead<R, F>(
     client: LockClient,
     key: String,
-    (options, started): (LockOptions, Instant),
+    options: LockOptions,
     function: &'static str,
     mut leading: Option<Leading>,
     body: F,
@@ -289,16 +282,19 @@ where
             None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
         }
     };
-    let seen = match options.wait_bound() {
-        Some(wait) => tokio::time::timeout_at(started + wait, seen).await,
-        None => Ok(seen.await),
+    let reads_started = Instant::now();
+    let (seen, options) = match options.wait_bound() {
+        Some(wait) => {
+            let seen = tokio::time::timeout_at(reads_started + wait, seen).await;
+            (seen, options.left_since(reads_started))
+        }
+        None => (Ok(seen.await), options),
     };
     let seen = match seen {
         Ok(Ok(seen)) => seen,
         Ok(Err(error)) => return R::from_lock_error(error),
         Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
     };
-    let options = options.left_since(started);
     let (keep, on_lost) = (options.ttl(), options.on_lost);
     let shared_body = async {
         let left = match results.read_result(&key).await {

@@ -580,3 +580,19 @@ async fn foreign_data_in_the_value_is_named_and_left_alone() {
         assert_eq!(kind, expected, "{foreign} is left as it is");
     }
 }
+
+#[redis_lock(key = "once", action = Share, retry = 0)]
+async fn computed_with_no_retry() -> Result<u32, LockError> {
+    Ok(1)
+}
+
+/// Review finding: counting the reads in the wait gave every leader a `wait_ms`, which cuts
+/// an attempt still out; with `retry = 0` (a wait of 0) that was 1 ms. Without `wait_ms` the
+/// attempt is answered, however slowly.
+#[tokio::test(start_paused = true)]
+async fn a_share_call_without_wait_ms_waits_for_its_attempt() {
+    let (locks, faults) = fencelock::testing::Faults::memory_client();
+    faults.delay_next_acquire(Duration::from_millis(50));
+    let answer = with_client(locks, computed_with_no_retry()).await;
+    assert_eq!(answer.unwrap(), 1);
+}
