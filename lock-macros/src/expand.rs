@@ -240,11 +240,12 @@ fn render_key(krate: &Path, key: &Key) -> TokenStream {
     quote!(#krate::__private::render_key(&[#(#parts),*]))
 }
 
-/// A field's name as its struct declares it: raw (`r#type`) for a keyword.
+/// A field's name as its struct declares it: raw (`r#type`) for a keyword, `gen` included
+/// (reserved since edition 2024, and not a keyword to syn).
 fn field_name(name: &str, span: Span) -> Ident {
     match syn::parse_str::<Ident>(name) {
-        Ok(_) => Ident::new(name, span),
-        Err(_) => Ident::new_raw(name, span),
+        Ok(_) if name != "gen" => Ident::new(name, span),
+        _ => Ident::new_raw(name, span),
     }
 }
 

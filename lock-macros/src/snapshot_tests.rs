@@ -363,7 +363,7 @@ fn the_lock_line_names_counts_written_as_expressions() {
 #[test]
 fn a_field_named_by_a_keyword_is_emitted_raw() {
     let expanded = expand::redis_lock(
-        quote!(key = "order:{order.type}"),
+        quote!(key = "order:{order.type}:{order.gen}"),
         quote!(
             async fn f(order: &Order) -> Result<(), E> {}
         ),
@@ -371,4 +371,5 @@ fn a_field_named_by_a_keyword_is_emitted_raw() {
     let file: syn::File = syn::parse2(expanded).expect("the expansion is valid Rust syntax");
     let expanded = prettyplease::unparse(&file);
     assert!(expanded.contains("order.r#type"), "{expanded}");
+    assert!(expanded.contains("order.r#gen"), "{expanded}");
 }

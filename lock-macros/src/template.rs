@@ -211,7 +211,9 @@ fn parse_path(path: &str) -> Result<(String, Vec<Field>), PathError> {
         .ok_or(PathError::Invalid)?;
     let fields = pieces
         .map(|piece| {
-            if is_identifier(piece) && piece != "self" {
+            // Names no field can have, not even raw (`r#type` is a field's name).
+            let unnameable = ["self", "super", "crate", "Self"].contains(&piece);
+            if is_identifier(piece) && !unnameable {
                 Ok(Field::Named(piece.to_owned()))
             } else {
                 tuple_index(piece)
@@ -454,6 +456,9 @@ mod tests {
             ("a:{a..b}", "{a..b}"),
             ("a:{a.01}", "{a.01}"),
             ("a:{a.self}", "{a.self}"),
+            ("a:{a.super}", "{a.super}"),
+            ("a:{a.crate}", "{a.crate}"),
+            ("a:{a.Self}", "{a.Self}"),
             ("a:{a-b}", "{a-b}"),
             ("a:{a::b}", "{a::b}"),
             ("a:{é}", "{é}"),

@@ -119,7 +119,9 @@ impl Interceptor for Faults {
                     _ => None,
                 };
                 let delay = match call {
-                    Call::Acquire { .. } if fail.is_none() => plan.acquire_delays.pop_front(),
+                    Call::Acquire { .. } | Call::AcquireTogether { .. } if fail.is_none() => {
+                        plan.acquire_delays.pop_front()
+                    }
                     _ => None,
                 };
                 (fail, delay)

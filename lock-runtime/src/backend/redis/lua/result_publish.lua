@@ -16,9 +16,9 @@ if found ~= 'string' and found ~= 'none' then
 end
 local kept = redis.call('GET', KEYS[2])
 if kept then
-  -- A token is a u64: at most 20 digits (as the client reads it back).
+  -- A token is a u64 (as the client reads it back): at most 20 digits, at most 2^64 - 1.
   local token = string.match(kept, '^(%d+) ')
-  if not token or #token > 20 then
+  if not token or #token > 20 or (#token == 20 and token > '18446744073709551615') then
     return 2
   end
   -- Decimal tokens compared as text: longer is later, then by digits.
