@@ -692,20 +692,11 @@ mod tests {
     async fn a_request_stopped_by_a_shutdown_waits_at_most_the_shutdown_wait() {
         use crate::background::Background;
         use crate::shutdown::SHUTDOWN_WAIT;
-        use crate::testing::{Call, Intercepted, Interceptor, Verdict};
+        use crate::testing::Intercepted;
+        use crate::testing::intercept::UnansweredReleases;
 
-        #[derive(Debug)]
-        struct UnansweredReleases;
-        impl Interceptor for UnansweredReleases {
-            fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
-                let verdict = match call {
-                    Call::Release { .. } => Verdict::Hang,
-                    _ => Verdict::Pass,
-                };
-                Box::pin(std::future::ready(verdict))
-            }
-        }
-        let backend = Arc::new(Intercepted::new(MemoryBackend::new(), UnansweredReleases));
+        let unanswered = UnansweredReleases(None);
+        let backend = Arc::new(Intercepted::new(MemoryBackend::new(), unanswered));
         let client = || {
             let runtime = Background::Runtime(tokio::runtime::Handle::current());
             LockClient::with_background(backend.clone(), runtime, true, None)

@@ -233,21 +233,11 @@ mod tests {
     /// request whose place the store does not give back holds the shutdown for its wait.
     #[tokio::test(start_paused = true)]
     async fn held_locks_are_released_before_the_requests_stop() {
-        use crate::backend::BoxFuture;
-        use crate::testing::{Call, Intercepted, Interceptor, Verdict};
+        use crate::testing::Intercepted;
+        use crate::testing::intercept::UnansweredReleases;
 
-        #[derive(Debug)]
-        struct UnansweredReleasesOfWaited;
-        impl Interceptor for UnansweredReleasesOfWaited {
-            fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
-                let verdict = match call {
-                    Call::Release { lease, .. } if lease.key == "waited" => Verdict::Hang,
-                    _ => Verdict::Pass,
-                };
-                Box::pin(std::future::ready(verdict))
-            }
-        }
-        let backend = Intercepted::new(MemoryBackend::new(), UnansweredReleasesOfWaited);
+        let unanswered = UnansweredReleases(Some("waited"));
+        let backend = Intercepted::new(MemoryBackend::new(), unanswered);
         let backend = std::sync::Arc::new(backend);
         let client = || {
             let runtime = Background::Runtime(tokio::runtime::Handle::current());

@@ -283,3 +283,22 @@ impl<B: LockBackend, I: Interceptor> ShardMarks for Intercepted<B, I> {
 fn offered<'a, T: ?Sized>(calls: Option<&'a T>, what: &str) -> Result<&'a T, LockError> {
     calls.ok_or_else(|| crate::backend::not_offered(what))
 }
+
+/// An interceptor for this crate's tests: the releases of `.0` (of every key: `None`) are
+/// never answered, as a store that stopped answering.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct UnansweredReleases(pub(crate) Option<&'static str>);
+
+#[cfg(test)]
+impl Interceptor for UnansweredReleases {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let verdict = match call {
+            Call::Release { lease, .. } if self.0.is_none_or(|key| lease.key == key) => {
+                Verdict::Hang
+            }
+            _ => Verdict::Pass,
+        };
+        Box::pin(std::future::ready(verdict))
+    }
+}

@@ -13,7 +13,7 @@ pub mod defects;
 mod etcd;
 mod faults;
 pub mod history;
-mod intercept;
+pub(crate) mod intercept;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 mod members;
 mod proxy;

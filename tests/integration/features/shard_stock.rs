@@ -200,12 +200,7 @@ async fn foreign_data_in_the_marks_does_not_break_a_release() {
     });
     assert!(queued.await, "the waiter is in line");
     let mut redis = inspector(&server).await;
-    let _: () = redis::cmd("SET")
-        .arg("lock:{stock:tea}:exhausted")
-        .arg("not a set")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    put_foreign_marks(&mut redis).await;
     guard.release().await.unwrap();
     let refused = tokio::time::timeout(Duration::from_secs(5), waiting).await;
     match refused.expect("the waiter hears of the release").unwrap() {
@@ -224,12 +219,7 @@ async fn foreign_data_in_the_marks_is_refused_and_kept() {
     let locks = client(&server).await;
     let guard = locks.segmented("stock:tea", 2).acquire().await.unwrap();
     let mut redis = inspector(&server).await;
-    let _: () = redis::cmd("SET")
-        .arg("lock:{stock:tea}:exhausted")
-        .arg("not a set")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    put_foreign_marks(&mut redis).await;
     let refused = [
         guard.mark_exhausted().await,
         locks.refill_shard("stock:tea", 1).await,
@@ -250,4 +240,14 @@ async fn foreign_data_in_the_marks_is_refused_and_kept() {
         .unwrap();
     assert_eq!(kept, "not a set");
     guard.release().await.unwrap();
+}
+
+/// Writes a string, another program's data, where `stock:tea`'s exhausted shards are kept.
+async fn put_foreign_marks(redis: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("SET")
+        .arg("lock:{stock:tea}:exhausted")
+        .arg("not a set")
+        .query_async(redis)
+        .await
+        .unwrap();
 }
