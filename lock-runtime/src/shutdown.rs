@@ -93,7 +93,8 @@ impl LockClient {
     /// its next `.await`). Later requests fail with `ShutDown`. Clones share the client:
     /// all of them are shut down. Waits at most [`SHUTDOWN_WAIT`] for the requests to stop
     /// and again for the releases' answers. A caller that stops waiting (a timeout around
-    /// it) does not stop the shutdown: it goes on in the background.
+    /// it) stops only these waits: by its first `.await` the locks are sent for release and
+    /// the requests told to stop.
     ///
     /// The locks are released at once, not after their bodies stop: a body still running
     /// (until its next `.await`, or on with `on_lost = Continue`) overlaps with the next
@@ -116,21 +117,6 @@ impl LockClient {
     /// # }
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
-        // In a task of its own: a caller that stops waiting (a timeout around it, a dropped
-        // future) leaves it going on, so that no lock stays held and renewed by a client
-        // that is down.
-        match self.background().spawn(self.clone().shut_down()) {
-            Ok(task) => match task.await {
-                Ok(report) => report,
-                Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-                // The background runtime is ending with the process: nothing more can run.
-                Err(_) => ShutdownReport::default(),
-            },
-            Err(_) => self.clone().shut_down().await,
-        }
-    }
-
-    async fn shut_down(self) -> ShutdownReport {
         let state = self.shutdown_state();
         state.down.send_replace(true);
         let waited_until = Instant::now() + SHUTDOWN_WAIT;
@@ -195,8 +181,8 @@ mod tests {
     use crate::testing::Faults;
 
     /// Review finding: a shutdown whose caller stopped waiting while requests were still
-    /// stopping (a timeout around it) left the client's locks held and renewed for good. It
-    /// goes on without its caller: the lock is free for another client soon after.
+    /// stopping (a timeout around it) left the client's locks held and renewed for good. By
+    /// its first `.await` they are sent for release: the lock is free for another client.
     #[tokio::test(start_paused = true)]
     async fn a_shutdown_whose_caller_stops_waiting_still_releases() {
         let (locks, _faults) = Faults::memory_client();
