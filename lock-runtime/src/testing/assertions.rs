@@ -2,10 +2,10 @@
 //! whether a guard's grant is what holds it. They read the store through the operator view
 //! ([`LockClient::admin`]), so they work on every store, the memory backend included.
 
-use crate::admin::Holding;
+use crate::admin::{Grant, Holding};
 use crate::glob;
 use crate::instance::OwnerPrefix;
-use crate::{LockClient, LockGuard};
+use crate::{LockClient, LockError, LockGuard};
 
 /// Panics unless `key` is free on `client`'s store (nothing holds it).
 ///
@@ -76,20 +76,35 @@ pub async fn assert_held_by(client: &LockClient, guard: &LockGuard) {
 /// Whether `guard`'s grant is among every live grant of its key's owner, read past those an
 /// inspection shows.
 async fn held_past_those_shown(client: &LockClient, guard: &LockGuard) -> bool {
-    let Some(operator) = client.backend().operator() else {
-        return false;
-    };
-    let owner = OwnerPrefix::starting(&guard.held_lease().lease.owner);
     let key = guard.key();
-    match operator.grants_of_owners(&glob::escape(key), &owner).await {
+    let owner = OwnerPrefix::starting(&guard.held_lease().lease.owner);
+    match grants_of(client, key, &owner).await {
         Ok(grants) => grants
             .iter()
-            .any(|owned| owned.key == key && owned.grant.token == Some(guard.token())),
+            .any(|grant| grant.token == Some(guard.token())),
         Err(error) => panic!(
             "cannot read the grants of lock `{key}` from the store: {}",
             crate::WithSources(&error)
         ),
     }
+}
+
+/// Every live grant of `key` whose owner `owners` matches, also past the first
+/// [`QUEUE_SHOWN`](crate::admin::QUEUE_SHOWN) an inspection shows; none on a backend
+/// without an operator's calls.
+pub(super) async fn grants_of(
+    client: &LockClient,
+    key: &str,
+    owners: &OwnerPrefix,
+) -> Result<Vec<Grant>, LockError> {
+    let Some(operator) = client.backend().operator() else {
+        return Ok(Vec::new());
+    };
+    let owned = operator
+        .grants_of_owners(&glob::escape(key), owners)
+        .await?;
+    let of_key = owned.into_iter().filter(|owned| owned.key == key);
+    Ok(of_key.map(|owned| owned.grant).collect())
 }
 
 async fn holding(client: &LockClient, key: &str) -> Holding {

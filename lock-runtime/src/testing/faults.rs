@@ -6,10 +6,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::assertions;
 use super::{Call, Intercepted, Interceptor, Verdict};
+use crate::admin::Holding;
 use crate::backend::BoxFuture;
 use crate::backend::memory::MemoryBackend;
-use crate::glob;
 use crate::instance::OwnerPrefix;
 use crate::sync::lock_ignoring_poison;
 use crate::{LockClient, LockError};
@@ -84,14 +85,16 @@ impl Faults {
     /// force-released it): its holders find the lease lost at their next renewal or release.
     pub async fn end_leases(&self, client: &LockClient, key: &str) -> Result<(), LockError> {
         let admin = client.admin();
-        let mut grants = admin.inspect(key).await?.holding.grants();
+        let holding = admin.inspect(key).await?.holding;
+        let mut grants = holding.grants();
         // A shared kind's grants past the first 100 that an inspection shows.
-        if let Some(operator) = client.backend().operator() {
+        if let Holding::Shared { holders, .. } = holding
+            && holders > grants.len()
+        {
             let every_owner = OwnerPrefix::starting("");
-            let pattern = glob::escape(key);
-            for owned in operator.grants_of_owners(&pattern, &every_owner).await? {
-                if owned.key == key && !grants.contains(&owned.grant) {
-                    grants.push(owned.grant);
+            for grant in assertions::grants_of(client, key, &every_owner).await? {
+                if !grants.contains(&grant) {
+                    grants.push(grant);
                 }
             }
         }
