@@ -1056,19 +1056,11 @@ impl<S: ConsensusStore> Shared<S> {
     /// The grants of `owners` that hold `key` (a waiter's entry at the head holds it too: its
     /// client takes the key as soon as it looks).
     async fn owned(&self, key: &str, owners: &OwnerPrefix) -> Result<Vec<OwnedGrant>, LockError> {
-        let line = self.store.line(key).await?;
-        let shards = line
-            .iter()
-            .any(|e| matches!(e.kind, EntryKind::Shard { .. }));
         // Foreign data where the marks are kept leaves the grants listed: their forced
         // release says why it fails, and the sweep goes on with the other keys.
-        let exhausted = match shards {
-            true => match self.exhausted(key).await {
-                Ok((marks, _)) => marks,
-                Err(LockError::KeyInUse { .. }) => Vec::new(),
-                Err(error) => return Err(error),
-            },
-            false => Vec::new(),
+        let (line, exhausted) = match self.read_line(key).await {
+            Err(LockError::KeyInUse { .. }) => (self.store.line(key).await?, Vec::new()),
+            read => read?,
         };
         let holders = &line[..holder_count(&line, &exhausted)];
         let granted = holders
