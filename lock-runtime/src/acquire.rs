@@ -163,12 +163,12 @@ impl Acquisition {
         let shutdown = client.shutdown_state();
         let granted = tokio::select! {
             biased;
-            () = shutdown.stopping() => None,
-            granted = self.until_granted() => Some(granted),
+            waited_until = shutdown.stopping() => Err(waited_until),
+            granted = self.until_granted() => Ok(granted),
         };
         let granted = match granted {
-            Some(granted) => granted,
-            None => Err(self.stop_for_shutdown().await),
+            Ok(granted) => granted,
+            Err(waited_until) => Err(self.stop_for_shutdown(waited_until).await),
         };
         let span = self.record.span();
         let guard = granted.and_then(|granted| {
@@ -189,14 +189,11 @@ impl Acquisition {
     }
 
     /// Ends the request for the client's shutdown: gives back its place (an attempt cut
-    /// short may still land, so its cleanup stays due too), waiting for the store at most as
-    /// long as the shutdown waits for its requests; a place not given back by then is given
-    /// back in the background.
-    async fn stop_for_shutdown(&mut self) -> LockError {
-        let shutdown_wait = Instant::now() + crate::shutdown::SHUTDOWN_WAIT;
-        let until = self
-            .deadline
-            .map_or(shutdown_wait, |d| d.min(shutdown_wait));
+    /// short may still land, so its cleanup stays due too), waiting for the store at most
+    /// until the shutdown stops waiting for its requests; a place not given back by then is
+    /// given back in the background.
+    async fn stop_for_shutdown(&mut self, waited_until: Instant) -> LockError {
+        let until = self.deadline.map_or(waited_until, |d| d.min(waited_until));
         self.pending.withdraw(true, Some(until)).await;
         LockError::shut_down(&self.pending.lease.key)
     }
@@ -686,10 +683,15 @@ mod tests {
 
     /// Review finding: a request stopped by a shutdown gave back its place with no bound of
     /// its own (none without `wait_ms`): a store that never answered that call held the
-    /// request, and its caller, for good. It waits for the store at most the shutdown's wait.
+    /// request, and its caller, for good. Then it waited the shutdown's wait from when it
+    /// noticed the shutdown (here 2 s late: its task ran only then), outlasting the
+    /// shutdown. It waits for the store at most until the shutdown's wait ends.
     #[cfg(feature = "testing")]
     #[tokio::test(start_paused = true)]
     async fn a_request_stopped_by_a_shutdown_waits_at_most_the_shutdown_wait() {
+        use std::pin::pin;
+        use std::task::{Context, Waker};
+
         use crate::background::Background;
         use crate::shutdown::SHUTDOWN_WAIT;
         use crate::testing::Intercepted;
@@ -714,7 +716,13 @@ mod tests {
         let line = holder.admin().inspect("k").await.unwrap();
         assert_eq!(line.waiters, 1, "the request waits in line: {line:?}");
         let started = Instant::now();
-        let shutdown = tokio::spawn(async move { waiter.shutdown().await });
+        let mut shutdown = pin!(waiter.shutdown());
+        let polled = shutdown
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        assert!(polled.is_pending(), "the shutdown waits for the request");
+        // The clock moves before the request's task runs again.
+        tokio::time::advance(Duration::from_secs(2)).await;
         let stopped = tokio::time::timeout(Duration::from_secs(60), waiting).await;
         let stopped = stopped.expect("the request ends").expect("its task ran");
         assert!(
@@ -726,7 +734,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        shutdown.await.unwrap();
+        assert_eq!(shutdown.await.withdrawn, 1);
         held.discard();
     }
 

@@ -17,10 +17,11 @@ use crate::sync::{Outstanding, Ticket};
 /// then for the answers to its releases.
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
-/// Whether a client is shut down, and its requests still running.
+/// Whether a client is shut down (and when the shutdown stops waiting for its requests),
+/// and its requests still running.
 #[derive(Debug)]
 pub(crate) struct ShutdownState {
-    down: watch::Sender<bool>,
+    down: watch::Sender<Option<Instant>>,
     acquisitions: Arc<Outstanding>,
     withdrawn: AtomicUsize,
 }
@@ -28,7 +29,7 @@ pub(crate) struct ShutdownState {
 impl Default for ShutdownState {
     fn default() -> Self {
         ShutdownState {
-            down: watch::Sender::new(false),
+            down: watch::Sender::new(None),
             acquisitions: Arc::default(),
             withdrawn: AtomicUsize::new(0),
         }
@@ -37,7 +38,7 @@ impl Default for ShutdownState {
 
 impl ShutdownState {
     pub(crate) fn is_down(&self) -> bool {
-        *self.down.borrow()
+        self.down.borrow().is_some()
     }
 
     /// How many requests are running.
@@ -51,12 +52,18 @@ impl ShutdownState {
         self.acquisitions.start(key)
     }
 
-    /// Completes once the client is shut down; counts the request that stops for it.
-    pub(crate) async fn stopping(&self) {
+    /// Completes once the client is shut down, with the instant the shutdown stops waiting
+    /// for its requests; counts the request that stops for it.
+    pub(crate) async fn stopping(&self) -> Instant {
         let mut down = self.down.subscribe();
         // The sender lives as long as this state: `wait_for` only ends when it is down.
-        let _ = down.wait_for(|down| *down).await;
+        let waited_until = down
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|down| *down);
         self.withdrawn.fetch_add(1, Ordering::Relaxed);
+        waited_until.unwrap_or_else(Instant::now)
     }
 }
 
@@ -118,8 +125,13 @@ impl LockClient {
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
         let state = self.shutdown_state();
-        state.down.send_replace(true);
         let waited_until = Instant::now() + SHUTDOWN_WAIT;
+        // A request that notices late stops waiting when the first shutdown does.
+        state.down.send_if_modified(|down| {
+            let first = down.is_none();
+            down.get_or_insert(waited_until);
+            first
+        });
         let (report_to, mut outcomes) = mpsc::unbounded_channel();
         // What is held now is released first: a process that exits before the shutdown
         // ends waits for those releases (they are in flight), not for the requests.
