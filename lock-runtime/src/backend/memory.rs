@@ -13,7 +13,7 @@ use super::sharing::{Share, admit, conflict, every_shard_exhausted, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
     Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, ShardMarks, SharedResult,
-    Turn, holding_of, owned_grant, release_memory, released_mark,
+    TogetherCall, Turn, holding_of, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -202,12 +202,12 @@ impl State {
         self.holders.get_mut(key)
     }
 
-    /// `key`'s shared grants without those whose lease ended (`None` when none is left).
     /// The shards of `key` marked exhausted, ascending.
     fn exhausted_shards(&self, key: &str) -> Vec<u32> {
         self.exhausted.get(key).cloned().unwrap_or_default()
     }
 
+    /// `key`'s shared grants without those whose lease ended (`None` when none is left).
     fn live_shared(&mut self, key: &str, now: Instant) -> Option<&mut Vec<SharedHolder>> {
         let grants = self.shared.get_mut(key)?;
         grants.retain(|grant| grant.expires_at > now);
@@ -347,6 +347,32 @@ impl State {
         self.leave_line(&lease.key, &lease.owner);
         let token = self.grant(&lease.key, &lease.owner, now + lease.ttl);
         Ok(Acquire::Granted { token, slot: None })
+    }
+
+    /// Mutex leases granted together, all or none, as `acquire_together.lua` does: each key
+    /// free, with nobody in its line, or already its lease's owner's (a copy of the call);
+    /// `None`, with nothing written, otherwise.
+    fn acquire_together(&mut self, leases: &[Lease]) -> Option<Vec<u64>> {
+        let now = Instant::now();
+        let every_one_free = leases
+            .iter()
+            .all(|lease| match self.live_holder(&lease.key, now) {
+                Some(holder) => holder.owner == lease.owner,
+                None => {
+                    self.live_shared(&lease.key, now).is_none()
+                        && self.live_line(&lease.key, now).is_none()
+                }
+            });
+        if !every_one_free {
+            return None;
+        }
+        let granted = leases
+            .iter()
+            .map(|lease| match self.acquire(lease, Turn::Once) {
+                Ok(Acquire::Granted { token, .. }) => Some(token),
+                _ => None,
+            });
+        granted.collect()
     }
 
     /// [`acquire`](Self::acquire) for a shared kind: joins the key's holders if
@@ -797,6 +823,12 @@ impl AsyncBackend for MemoryBackend {
         Ok(result)
     }
 
+    fn together_call<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        Some(Box::pin(async move {
+            Ok(self.with_state(|state| state.acquire_together(leases)))
+        }))
+    }
+
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         Some(self)
     }
@@ -1003,6 +1035,45 @@ mod tests {
         }
         let kept = lock_ignoring_poison(&backend.state).results.len();
         assert!(kept <= 200, "{kept} values kept, 100 at most live");
+    }
+
+    /// Several keys in one call, as `acquire_together.lua`: none while one is held by
+    /// another owner or has a waiter in line, each with its own token once all are free,
+    /// and the same tokens for a copy of the call.
+    #[tokio::test(start_paused = true)]
+    async fn several_keys_are_granted_together_or_not_at_all() {
+        let backend = MemoryBackend::new();
+        let of = |key: &str, owner: &str, ttl_ms| Lease {
+            key: key.into(),
+            ..lease(owner, ttl_ms)
+        };
+        let both = [of("a", "x", 1_000), of("b", "y", 1_000)];
+        let together = || async { backend.acquire_together(&both).unwrap().await.unwrap() };
+
+        let held = of("b", "other", 1_000);
+        backend.acquire(&held, Turn::Once).await.unwrap();
+        assert_eq!(together().await, None, "b is held");
+        assert!(backend.grants("a").is_empty(), "nothing written");
+        backend.release(&held, Duration::ZERO).await.unwrap();
+
+        backend
+            .acquire(&of("a", "holder", 100), Turn::Once)
+            .await
+            .unwrap();
+        let place = Turn::InLine(Duration::from_secs(10));
+        backend
+            .acquire(&of("a", "waiter", 1_000), place)
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(together().await, None, "a waiter is in a's line");
+
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let tokens = together().await.expect("both free");
+        assert_eq!(together().await, Some(tokens.clone()), "a copy of the call");
+        let held = [&backend.grants("a")[0], &backend.grants("b")[0]];
+        assert_eq!(held.map(|grant| grant.token).to_vec(), tokens);
+        assert_eq!(held.map(|grant| grant.owner.as_str()), ["x", "y"]);
     }
 
     #[tokio::test(start_paused = true)]
