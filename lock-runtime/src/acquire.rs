@@ -695,9 +695,9 @@ mod tests {
         use crate::background::Background;
         use crate::shutdown::SHUTDOWN_WAIT;
         use crate::testing::Intercepted;
-        use crate::testing::intercept::UnansweredReleases;
+        use crate::testing::intercept::{Call, Unanswered};
 
-        let unanswered = UnansweredReleases(None);
+        let unanswered = Unanswered(|call| matches!(call, Call::Release { .. }));
         let backend = Arc::new(Intercepted::new(MemoryBackend::new(), unanswered));
         let client = || {
             let runtime = Background::Runtime(tokio::runtime::Handle::current());

@@ -125,13 +125,14 @@ impl LockClient {
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
         let state = self.shutdown_state();
-        let waited_until = Instant::now() + SHUTDOWN_WAIT;
-        // A request that notices late stops waiting when the first shutdown does.
+        // A request that notices late stops waiting when the first shutdown does, and no
+        // later than this one: its wait is counted from after the first one's.
         state.down.send_if_modified(|down| {
             let first = down.is_none();
-            down.get_or_insert(waited_until);
+            down.get_or_insert_with(|| Instant::now() + SHUTDOWN_WAIT);
             first
         });
+        let waited_until = Instant::now() + SHUTDOWN_WAIT;
         let (report_to, mut outcomes) = mpsc::unbounded_channel();
         // What is held now is released first: a process that exits before the shutdown
         // ends waits for those releases (they are in flight), not for the requests.
@@ -232,9 +233,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn held_locks_are_released_before_the_requests_stop() {
         use crate::testing::Intercepted;
-        use crate::testing::intercept::UnansweredReleases;
+        use crate::testing::intercept::{Call, Unanswered};
 
-        let unanswered = UnansweredReleases(Some("waited"));
+        let unanswered =
+            Unanswered(|call| matches!(call, Call::Release { lease, .. } if lease.key == "waited"));
         let backend = Intercepted::new(MemoryBackend::new(), unanswered);
         let backend = std::sync::Arc::new(backend);
         let client = || {

@@ -276,6 +276,11 @@ where
     let Some(results) = client.backend().results() else {
         return R::from_lock_error(not_offered());
     };
+    // Before the store's reads: a call after the shutdown, or a follower that takes over
+    // during it, ends at once.
+    if client.shutdown_state().is_down() {
+        return R::from_lock_error(LockError::shut_down(&key));
+    }
     let seen = async {
         match &leading {
             Some(leading) => leading.seen(results, &key).await,
@@ -392,4 +397,38 @@ fn not_offered() -> LockError {
          PostgreSQL, MySQL, ZooKeeper or etcd; this one (Redlock: no value a majority of \
          masters would agree on) does not",
     )
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use crate::backend::memory::MemoryBackend;
+    use crate::testing::Intercepted;
+    use crate::testing::intercept::{Call, Unanswered};
+    use crate::{LockClient, LockError, LockOptions};
+
+    /// Review finding: a shared call after its client's shutdown read the store before its
+    /// lock request was refused, with no bound without `wait_ms`. Here the store never
+    /// answers a read: the call ends at once with `ShutDown`, its body not run.
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_call_after_a_shutdown_ends_before_reading_the_store() {
+        let unanswered = Unanswered(|call| matches!(call, Call::ReadResult { .. }));
+        let locks = LockClient::from_backend(Intercepted::new(MemoryBackend::new(), unanswered));
+        locks.shutdown().await;
+        let body_ran = AtomicBool::new(false);
+        let body = async {
+            body_ran.store(true, Ordering::Relaxed);
+            Ok::<u32, LockError>(1)
+        };
+        let call = super::run_shared(Ok(locks), Ok("k".into()), LockOptions::new(), "f", body);
+        let ended = tokio::time::timeout(Duration::from_secs(60), call).await;
+        let ended: Result<u32, LockError> = ended.expect("the call ends");
+        assert!(
+            matches!(ended, Err(LockError::ShutDown { .. })),
+            "{ended:?}"
+        );
+        assert!(!body_ran.load(Ordering::Relaxed), "the body ran");
+    }
 }

@@ -284,20 +284,18 @@ fn offered<'a, T: ?Sized>(calls: Option<&'a T>, what: &str) -> Result<&'a T, Loc
     calls.ok_or_else(|| crate::backend::not_offered(what))
 }
 
-/// An interceptor for this crate's tests: the releases of `.0` (of every key: `None`) are
-/// never answered, as a store that stopped answering.
+/// An interceptor for this crate's tests: the calls for which `.0` is true are never
+/// answered, as a store that stopped answering them.
 #[cfg(test)]
 #[derive(Debug)]
-pub(crate) struct UnansweredReleases(pub(crate) Option<&'static str>);
+pub(crate) struct Unanswered(pub(crate) fn(Call<'_>) -> bool);
 
 #[cfg(test)]
-impl Interceptor for UnansweredReleases {
+impl Interceptor for Unanswered {
     fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
-        let verdict = match call {
-            Call::Release { lease, .. } if self.0.is_none_or(|key| lease.key == key) => {
-                Verdict::Hang
-            }
-            _ => Verdict::Pass,
+        let verdict = match (self.0)(call) {
+            true => Verdict::Hang,
+            false => Verdict::Pass,
         };
         Box::pin(std::future::ready(verdict))
     }
