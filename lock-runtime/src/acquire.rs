@@ -486,17 +486,20 @@ impl Acquisition {
     /// the last answered attempt found, else that no attempt answered in time.
     async fn give_up(&mut self) -> LockError {
         self.pending.withdraw(self.reply_lost, self.deadline).await;
-        self.last_error.take().unwrap_or_else(|| {
-            LockError::backend(
-                Some(&self.pending.lease.key),
-                format!(
-                    "the backend did not answer within the request's wait ({} ms)",
-                    self.options.wait().as_millis()
-                ),
-                None,
-            )
-        })
+        let (key, wait) = (&self.pending.lease.key, self.options.wait());
+        self.last_error
+            .take()
+            .unwrap_or_else(|| unanswered_within_wait(key, wait))
     }
+}
+
+/// A request's error when the store's answer did not come within its wait.
+pub(crate) fn unanswered_within_wait(key: &str, wait: Duration) -> LockError {
+    let why = format!(
+        "the backend did not answer within the request's wait ({} ms)",
+        wait.as_millis()
+    );
+    LockError::backend(Some(key), why, None)
 }
 
 /// Refuses a kind the client's backend does not offer, naming the stores that do.
@@ -515,7 +518,7 @@ fn offered(client: &LockClient, kind: LockKind) -> Result<(), LockError> {
 }
 
 /// Runs `future` until `deadline` (if any); `None` if the deadline came first.
-async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
+pub(crate) async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
         None => Some(future.await),

@@ -276,15 +276,19 @@ where
     let Some(results) = client.backend().results() else {
         return R::from_lock_error(not_offered());
     };
-    // Before the store's reads: a call after the shutdown, or a follower that takes over
-    // during it, ends at once.
-    if client.shutdown_state().is_down() {
-        return R::from_lock_error(LockError::shut_down(&key));
-    }
     let seen = async {
-        match &leading {
-            Some(leading) => leading.seen(results, &key).await,
-            None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+        let read = async {
+            match &leading {
+                Some(leading) => leading.seen(results, &key).await,
+                None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+            }
+        };
+        // A call after the client's shutdown, or during it, does not wait for the store:
+        // its lock request is refused (and counted) at once, the body not run.
+        tokio::select! {
+            biased;
+            _ = client.shutdown_state().stopping() => Ok(None),
+            seen = read => seen,
         }
     };
     let reads_started = Instant::now();

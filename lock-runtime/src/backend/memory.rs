@@ -13,7 +13,7 @@ use super::sharing::{Share, admit, conflict, every_shard_exhausted, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
     Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, ShardMarks, SharedResult,
-    TogetherCall, Turn, holding_of, owned_grant, release_memory, released_mark,
+    TogetherCall, Turn, holding_of, mutexes_alone, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -824,6 +824,9 @@ impl AsyncBackend for MemoryBackend {
     }
 
     fn together_call<'a>(&'a self, leases: &'a [Lease]) -> Option<TogetherCall<'a>> {
+        if !mutexes_alone(leases) {
+            return None;
+        }
         Some(Box::pin(async move {
             Ok(self.with_state(|state| state.acquire_together(leases)))
         }))

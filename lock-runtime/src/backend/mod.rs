@@ -465,7 +465,7 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Several mutex leases (distinct keys, one lease length, fresh owners, no
     /// `min_replicas`) granted in one call, all or none, where the store can do that
-    /// atomically (one Redis server, or one slot of a cluster): the call, whose answer is each
+    /// atomically (one Redis server, one slot of a cluster, the memory backend): the call, whose answer is each
     /// lease's token in order, or `None` when some key was not free and nothing was written.
     /// `None` by default, and where the store cannot for these keys:
     /// [`LockClient::lock_all`](crate::LockClient::lock_all) then takes them one by one. A
@@ -479,6 +479,14 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
 
 /// The call of [`LockBackend::acquire_together`].
 pub type TogetherCall<'a> = BoxFuture<'a, Result<Option<Vec<u64>>, LockError>>;
+
+/// Whether `leases` are of the kind [`LockBackend::acquire_together`] grants: mutexes without
+/// `min_replicas`.
+pub(crate) fn mutexes_alone(leases: &[Lease]) -> bool {
+    leases
+        .iter()
+        .all(|lease| lease.kind == LockKind::Mutex && lease.replicas == 0)
+}
 
 /// Exhausted shards of segmented locks ([`LockBackend::shard_marks`]): a body that finds the
 /// part of a resource its shard guards used up marks the shard, and every client's later

@@ -150,6 +150,18 @@ async fn scripted_faults_on_the_memory_backend() {
         Duration::ZERO,
         "one attempt delayed, not the next"
     );
+    // Review finding: several keys whose call was answered after the wait were then taken
+    // one by one, past the wait.
+    faults.delay_next_acquire(Duration::from_secs(5));
+    let late = locks
+        .lock_all(["late:a", "late:b"])
+        .wait_ms(1_000)
+        .acquire()
+        .await;
+    assert!(
+        late.is_err_and(|error| error.is_backend()),
+        "the answer for both came after the wait"
+    );
 
     let ended = locks.lock("ended").acquire().await.unwrap();
     faults.end_leases(&locks, "ended").await.unwrap();

@@ -23,10 +23,11 @@ use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncResults, AsyncShardMarks, Extended, HeldLease, Lease, Published,
-    Release, ReleaseWatch, ResultStore, SharedResult, TogetherCall, Turn, release_memory,
+    Release, ReleaseWatch, ResultStore, SharedResult, TogetherCall, Turn, mutexes_alone,
+    release_memory,
 };
 use crate::backend::{Capabilities, OperatorBackend, ShardMarks, Timeouts, foreign_result};
-use crate::{LockError, LockKind, random};
+use crate::{LockError, random};
 
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -998,10 +999,7 @@ impl AsyncBackend for RedisBackend {
         let one_slot = lock_keys
             .iter()
             .all(|k| cluster::slot(k) == cluster::slot(first));
-        let mutexes = leases
-            .iter()
-            .all(|l| l.kind == LockKind::Mutex && l.replicas == 0);
-        if !mutexes || (matches!(self.link, Link::Cluster(_)) && !one_slot) {
+        if !mutexes_alone(leases) || (matches!(self.link, Link::Cluster(_)) && !one_slot) {
             return None;
         }
         Some(Box::pin(async move {
