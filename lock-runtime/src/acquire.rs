@@ -50,9 +50,9 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
-    /// A grant of a call for several keys, with when it was sent and the round trip to
-    /// record: the first attempt.
-    granted_together: Option<(u64, Instant, Option<Duration>)>,
+    /// The answer of a call for several keys (a token, or `None`: none within the wait),
+    /// with when it was sent and the round trip to record: the first attempt.
+    answered_together: Option<(Option<u64>, Instant, Option<Duration>)>,
     /// Counts the request as running, for its client's shutdown to wait for.
     _running: Ticket,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
@@ -134,26 +134,27 @@ impl Acquisition {
             unnotified_waits: 0,
             reply_lost: false,
             last_error: None,
-            granted_together: None,
+            answered_together: None,
             record: AcquireRecord::new(span),
         })
     }
 
-    /// The request, granted `token` to `owner` by a call for several keys
+    /// The request, answered by a call for several keys
     /// ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together))
-    /// sent at `sent_at`: that grant is its first attempt, and it cleans the grant up as its
-    /// own if it ends without a guard. `round_trip` is the call's, for the one request that
-    /// records it (the call was one attempt, whatever the number of keys).
-    pub(crate) fn granted_together(
+    /// sent at `sent_at` for `owner`: granted `token`, or (`None`) not answered within the
+    /// wait. That answer is its first attempt, and it cleans the grant, given or in doubt, up
+    /// as its own if it ends without a guard. `round_trip` is the call's, for the one request
+    /// that records it (the call was one attempt, whatever the number of keys).
+    pub(crate) fn answered_together(
         mut self,
         owner: String,
-        token: u64,
+        token: Option<u64>,
         sent_at: Instant,
         round_trip: Option<Duration>,
     ) -> Self {
         self.pending.lease.owner = owner;
         self.pending.leaves_traces = true;
-        self.granted_together = Some((token, sent_at, round_trip));
+        self.answered_together = Some((token, sent_at, round_trip));
         self
     }
 
@@ -193,6 +194,7 @@ impl Acquisition {
     /// until the shutdown stops waiting for its requests; a place not given back by then is
     /// given back in the background.
     async fn stop_for_shutdown(&mut self, waited_until: Instant) -> LockError {
+        self.pending.client.shutdown_state().withdrew();
         let until = self.deadline.map_or(waited_until, |d| d.min(waited_until));
         self.pending.withdraw(true, Some(until)).await;
         LockError::shut_down(&self.pending.lease.key)
@@ -217,9 +219,9 @@ impl Acquisition {
             if self.record.attempts() > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.give_up().await);
             }
-            let attempt = match self.granted_together.take() {
+            let attempt = match self.answered_together.take() {
                 Some((token, sent_at, round_trip)) => {
-                    self.first_granted_together(token, sent_at, round_trip)
+                    self.first_answered_together(token, sent_at, round_trip)
                 }
                 None => self.attempt().await,
             };
@@ -358,15 +360,20 @@ impl Acquisition {
         }
     }
 
-    /// The attempt a call for several keys made for this request, granted `token`: counted
-    /// and recorded as one of the request's own.
-    fn first_granted_together(
+    /// The attempt a call for several keys made for this request, granted `token` or (`None`)
+    /// cut at the deadline: counted and recorded as one of the request's own.
+    fn first_answered_together(
         &mut self,
-        token: u64,
+        token: Option<u64>,
         sent_at: Instant,
         round_trip: Option<Duration>,
     ) -> Attempt {
         self.record.attempt_sent();
+        let Some(token) = token else {
+            // As an attempt of its own cut at the deadline: it may still be applied.
+            self.reply_lost = true;
+            return Attempt::Cut;
+        };
         if let Some(round_trip) = round_trip {
             self.record.span().attempted(round_trip);
         }
@@ -486,20 +493,17 @@ impl Acquisition {
     /// the last answered attempt found, else that no attempt answered in time.
     async fn give_up(&mut self) -> LockError {
         self.pending.withdraw(self.reply_lost, self.deadline).await;
-        let (key, wait) = (&self.pending.lease.key, self.options.wait());
-        self.last_error
-            .take()
-            .unwrap_or_else(|| unanswered_within_wait(key, wait))
+        self.last_error.take().unwrap_or_else(|| {
+            LockError::backend(
+                Some(&self.pending.lease.key),
+                format!(
+                    "the backend did not answer within the request's wait ({} ms)",
+                    self.options.wait().as_millis()
+                ),
+                None,
+            )
+        })
     }
-}
-
-/// A request's error when the store's answer did not come within its wait.
-pub(crate) fn unanswered_within_wait(key: &str, wait: Duration) -> LockError {
-    let why = format!(
-        "the backend did not answer within the request's wait ({} ms)",
-        wait.as_millis()
-    );
-    LockError::backend(Some(key), why, None)
 }
 
 /// Refuses a kind the client's backend does not offer, naming the stores that do.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::{unanswered_within_wait, until};
+use crate::acquire::until;
 use crate::backend::Lease;
 use crate::background_release::release_in_background;
 use crate::sync::Ticket;
@@ -77,7 +77,7 @@ impl MultiLockRequest {
             ));
         }
         let started = Instant::now();
-        let mut together = Together::ask(&self.client, &keys, &self.options, started).await?;
+        let mut together = Together::ask(&self.client, &keys, &self.options, started).await;
         let mut guards = Vec::with_capacity(keys.len());
         for (n, key) in keys.into_iter().enumerate() {
             let options = self.options.left_since(started);
@@ -89,7 +89,7 @@ impl MultiLockRequest {
                     Ok((acquisition, span)) => {
                         let acquisition = match together.take(n) {
                             Some((owner, token, sent_at, round_trip)) => {
-                                acquisition.granted_together(owner, token, sent_at, round_trip)
+                                acquisition.answered_together(owner, token, sent_at, round_trip)
                             }
                             None => acquisition,
                         };
@@ -128,7 +128,8 @@ impl MultiLockRequest {
 struct Together {
     client: LockClient,
     leases: Vec<Option<Lease>>,
-    tokens: Vec<u64>,
+    /// Each key's token once granted; `None` while the call is out, and once cut at the wait.
+    tokens: Option<Vec<u64>>,
     sent_at: Instant,
     /// How long the call took to answer: recorded once, as the first key's attempt.
     round_trip: Option<Duration>,
@@ -147,19 +148,18 @@ impl Together {
     /// not valid (the requests say why, with nothing sent), or some key was not free, or the
     /// call failed, or the client shut down meanwhile (what the call may have granted is
     /// then released in the background, and the requests go one key at a time, with owners
-    /// of their own). An error when the wait ended before the answer, as for one key's
-    /// attempt: what the call may have granted is released in the background.
+    /// of their own). Cut at the wait, it is the first key's attempt, cut.
     async fn ask(
         client: &LockClient,
         keys: &[String],
         options: &LockOptions,
         started: Instant,
-    ) -> Result<Option<Self>, LockError> {
+    ) -> Option<Self> {
         let plain = !options.fair && options.min_replicas == 0 && options.validate().is_ok();
         let valid = keys.iter().all(|key| key::validate(key).is_ok());
         let shutdown = client.shutdown_state();
         if !plain || !valid || keys.len() < 2 || shutdown.is_down() {
-            return Ok(None);
+            return None;
         }
         let leases: Vec<Lease> = keys
             .iter()
@@ -172,9 +172,7 @@ impl Together {
             })
             .collect();
         let backend = client.backend().clone();
-        let Some(call) = backend.acquire_together(&leases) else {
-            return Ok(None);
-        };
+        let call = backend.acquire_together(&leases)?;
         let deadline = options.wait_bound().map(|wait| started + wait);
         // Running from here: a shutdown waits for the call, or for this to see it and not send.
         let running = keys.iter().map(|key| shutdown.acquiring(key)).collect();
@@ -186,45 +184,55 @@ impl Together {
         let settled_by = deadline.map_or(own_releases, |d| d.min(own_releases));
         let _ = tokio::time::timeout_at(settled_by, settled).await;
         if shutdown.is_down() {
-            return Ok(None);
+            shutdown.withdrew();
+            return None;
         }
         let mut together = Together {
             client: client.clone(),
             leases: leases.iter().cloned().map(Some).collect(),
-            tokens: Vec::new(),
+            tokens: None,
             sent_at: Instant::now(),
             round_trip: None,
             _running: running,
         };
         let answer = tokio::select! {
             biased;
-            _ = shutdown.stopping() => return Ok(None),
+            _ = shutdown.stopping() => {
+                shutdown.withdrew();
+                return None;
+            }
             answer = until(deadline, call) => answer,
         };
         together.round_trip = Some(together.sent_at.elapsed());
         match answer {
             // Shut down meanwhile: the grants go back, and the requests say so.
-            Some(Ok(Some(_))) if shutdown.is_down() => Ok(None),
+            Some(Ok(Some(_))) if shutdown.is_down() => None,
             Some(Ok(Some(tokens))) => {
-                together.tokens = tokens;
-                Ok(Some(together))
+                together.tokens = Some(tokens);
+                Some(together)
             }
             Some(Ok(None)) => {
                 together.leases.clear();
-                Ok(None)
+                None
             }
             Some(Err(error)) => {
                 tracing::debug!(target: "fencelock", %error, "the call for several keys failed; taking them one at a time");
-                Ok(None)
+                None
             }
-            None => Err(unanswered_within_wait(&keys[0], options.wait())),
+            None => Some(together),
         }
     }
 
-    /// The owner, token and send instant of key `n`'s grant, now its request's to keep, and
-    /// the call's round trip (for the first key only: it was one call); `None` if taken.
-    fn take(&mut self, n: usize) -> Option<(String, u64, Instant, Option<Duration>)> {
-        let token = *self.tokens.get(n)?;
+    /// Key `n`'s answer, now its request's to keep: the owner, the token (`None` for the
+    /// first key when the call was cut at the wait: its request ends as with its own attempt
+    /// cut), the send instant, and the call's round trip (for the first key only: it was one
+    /// call); `None` if taken.
+    fn take(&mut self, n: usize) -> Option<(String, Option<u64>, Instant, Option<Duration>)> {
+        let token = match &self.tokens {
+            Some(tokens) => Some(*tokens.get(n)?),
+            None if n == 0 => None,
+            None => return None,
+        };
         let owner = self.leases.get_mut(n)?.take()?.owner;
         let round_trip = if n == 0 { self.round_trip } else { None };
         Some((owner, token, self.sent_at, round_trip))
@@ -355,7 +363,8 @@ mod tests {
             }
             let running = locks.shutdown_state().running();
             assert_eq!(running, 2, "the call waits ({own_release_in_flight})");
-            locks.shutdown().await;
+            let report = locks.shutdown().await;
+            assert_eq!(report.withdrawn, 1, "{own_release_in_flight}: {report:?}");
             let ended = tokio::time::timeout(Duration::from_secs(60), both).await;
             let ended = ended.expect("lock_all ends").expect("its task ran");
             assert!(

@@ -53,7 +53,7 @@ impl ShutdownState {
     }
 
     /// Completes once the client is shut down, with the instant the shutdown stops waiting
-    /// for its requests; counts the request that stops for it.
+    /// for its requests.
     pub(crate) async fn stopping(&self) -> Instant {
         let mut down = self.down.subscribe();
         // The sender lives as long as this state: `wait_for` only ends when it is down.
@@ -62,8 +62,12 @@ impl ShutdownState {
             .await
             .ok()
             .and_then(|down| *down);
-        self.withdrawn.fetch_add(1, Ordering::Relaxed);
         waited_until.unwrap_or_else(Instant::now)
+    }
+
+    /// Counts a request that stopped for the shutdown, in [`ShutdownReport::withdrawn`].
+    pub(crate) fn withdrew(&self) {
+        self.withdrawn.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -277,18 +277,16 @@ where
         return R::from_lock_error(not_offered());
     };
     let seen = async {
-        let read = async {
-            match &leading {
-                Some(leading) => leading.seen(results, &key).await,
-                None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
-            }
-        };
-        // A call after the client's shutdown, or during it, does not wait for the store:
-        // its lock request is refused (and counted) at once, the body not run.
-        tokio::select! {
-            biased;
-            _ = client.shutdown_state().stopping() => Ok(None),
-            seen = read => seen,
+        match &leading {
+            // A flight's leader after the client's shutdown, or during it, does not wait for
+            // the store: its lock request is refused (and counted) at once, the body not run.
+            Some(leading) => tokio::select! {
+                biased;
+                _ = client.shutdown_state().stopping() => Ok(None),
+                seen = leading.seen(results, &key) => seen,
+            },
+            // A call nested under the key's holder re-enters the lock, as a plain one does.
+            None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
         }
     };
     let reads_started = Instant::now();

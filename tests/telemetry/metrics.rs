@@ -9,7 +9,7 @@ use fencelock::telemetry::{
     ACQUISITIONS, ATTEMPT_DURATION, HOLD, LOCKS_HELD, LOSSES, OTHER_LABEL, RENEWAL_FAILURES,
     RENEWAL_ROUNDS, UNNAMED_LABELS, WAIT,
 };
-use fencelock::testing::{Intercepted, RedisServer};
+use fencelock::testing::{Faults, Intercepted, RedisServer};
 use fencelock::{LockClient, LockError, LockOptions, redis_lock, with_client};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis::AsyncCommands;
@@ -83,6 +83,21 @@ async fn acquisitions_are_counted_by_outcome_with_their_waits_and_holds() {
         ),
         1
     );
+}
+
+/// A call for several keys answered after the wait counts as its first key's attempt, cut:
+/// a backend error, as for one key. Review finding: it was not counted at all.
+#[tokio::test(start_paused = true)]
+async fn several_keys_answered_after_the_wait_count_as_a_backend_error() {
+    capture::install();
+    let (locks, faults) = Faults::memory_client();
+    faults.delay_next_acquire(Duration::from_secs(5));
+    let options = LockOptions::new().name("metrics:late-pair").wait_ms(1_000);
+    let keys = ["metrics:late:a", "metrics:late:b"];
+    let late = locks.lock_all(keys).options(options).acquire().await;
+    assert!(late.is_err_and(|error| error.is_backend()));
+    let outcome = [("lock", "metrics:late-pair"), ("outcome", "backend_error")];
+    assert_eq!(counter(ACQUISITIONS, &outcome), 1);
 }
 
 /// A lock taken by hand without a name is labelled with its key's namespace (the text before

@@ -279,8 +279,8 @@ async fn invalid_options_leave_no_key_held() {
     }
 }
 
-/// A shutdown while the call for every key is out waits for it, and leaves no key held:
-/// what the call granted is released, and `lock_all` says the client shut down.
+/// A shutdown while the call for every key is out stops it, and leaves no key held: what
+/// the call may have granted is released, and `lock_all` says the client shut down.
 #[tokio::test]
 async fn a_shutdown_during_the_call_leaves_no_key_held() {
     let server = redis_server();
