@@ -16,6 +16,7 @@ use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once}
 use crate::background_release::release_in_background;
 use crate::defects::{self, Defect};
 use crate::error::WithSources;
+use crate::multi::TogetherAnswer;
 use crate::release_hub::owner_tag;
 use crate::renewal::valid_until;
 use crate::sync::Ticket;
@@ -50,9 +51,8 @@ pub(crate) struct Acquisition {
     reply_lost: bool,
     /// What the last answered attempt found: returned if the deadline cuts the next one.
     last_error: Option<LockError>,
-    /// The answer of a call for several keys (a token, or `None`: none within the wait),
-    /// with when it was sent and the round trip to record: the first attempt.
-    answered_together: Option<(Option<u64>, Instant, Option<Duration>)>,
+    /// The answer of a call for several keys: the first attempt.
+    answered_together: Option<TogetherAnswer>,
     /// Counts the request as running, for its client's shutdown to wait for.
     _running: Ticket,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
@@ -140,21 +140,13 @@ impl Acquisition {
     }
 
     /// The request, answered by a call for several keys
-    /// ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together))
-    /// sent at `sent_at` for `owner`: granted `token`, or (`None`) not answered within the
-    /// wait. That answer is its first attempt, and it cleans the grant, given or in doubt, up
-    /// as its own if it ends without a guard. `round_trip` is the call's, for the one request
-    /// that records it (the call was one attempt, whatever the number of keys).
-    pub(crate) fn answered_together(
-        mut self,
-        owner: String,
-        token: Option<u64>,
-        sent_at: Instant,
-        round_trip: Option<Duration>,
-    ) -> Self {
-        self.pending.lease.owner = owner;
+    /// ([`LockBackend::acquire_together`](crate::backend::LockBackend::acquire_together)):
+    /// that answer is its first attempt, and it cleans the grant, given or in doubt, up as its
+    /// own if it ends without a guard.
+    pub(crate) fn answered_together(mut self, answer: TogetherAnswer) -> Self {
+        self.pending.lease.owner.clone_from(&answer.owner);
         self.pending.leaves_traces = true;
-        self.answered_together = Some((token, sent_at, round_trip));
+        self.answered_together = Some(answer);
         self
     }
 
@@ -220,9 +212,7 @@ impl Acquisition {
                 return Err(self.give_up().await);
             }
             let attempt = match self.answered_together.take() {
-                Some((token, sent_at, round_trip)) => {
-                    self.first_answered_together(token, sent_at, round_trip)
-                }
+                Some(answer) => self.first_answered_together(answer),
                 None => self.attempt().await,
             };
             let holder_remaining = match attempt {
@@ -360,27 +350,27 @@ impl Acquisition {
         }
     }
 
-    /// The attempt a call for several keys made for this request, granted `token` or (`None`)
-    /// cut at the deadline: counted and recorded as one of the request's own.
-    fn first_answered_together(
-        &mut self,
-        token: Option<u64>,
-        sent_at: Instant,
-        round_trip: Option<Duration>,
-    ) -> Attempt {
+    /// The attempt a call for several keys made for this request, granted `token` or cut at
+    /// the deadline (with the error to report): counted and recorded as one of the
+    /// request's own.
+    fn first_answered_together(&mut self, answer: TogetherAnswer) -> Attempt {
         self.record.attempt_sent();
-        let Some(token) = token else {
+        let token = match answer.token {
+            Ok(token) => token,
             // As an attempt of its own cut at the deadline: it may still be applied.
-            self.reply_lost = true;
-            return Attempt::Cut;
+            Err(cut) => {
+                self.reply_lost = true;
+                self.last_error = Some(cut);
+                return Attempt::Cut;
+            }
         };
-        if let Some(round_trip) = round_trip {
+        if let Some(round_trip) = answer.round_trip {
             self.record.span().attempted(round_trip);
         }
         Attempt::Granted {
             token,
             slot: None,
-            sent_at,
+            sent_at: answer.sent_at,
         }
     }
 
@@ -493,17 +483,20 @@ impl Acquisition {
     /// the last answered attempt found, else that no attempt answered in time.
     async fn give_up(&mut self) -> LockError {
         self.pending.withdraw(self.reply_lost, self.deadline).await;
-        self.last_error.take().unwrap_or_else(|| {
-            LockError::backend(
-                Some(&self.pending.lease.key),
-                format!(
-                    "the backend did not answer within the request's wait ({} ms)",
-                    self.options.wait().as_millis()
-                ),
-                None,
-            )
-        })
+        let (key, wait) = (&self.pending.lease.key, self.options.wait());
+        self.last_error
+            .take()
+            .unwrap_or_else(|| unanswered_within_wait(key, wait))
     }
+}
+
+/// A request's error when the store did not answer within its wait.
+pub(crate) fn unanswered_within_wait(key: &str, wait: Duration) -> LockError {
+    let why = format!(
+        "the backend did not answer within the request's wait ({} ms)",
+        wait.as_millis()
+    );
+    LockError::backend(Some(key), why, None)
 }
 
 /// Refuses a kind the client's backend does not offer, naming the stores that do.

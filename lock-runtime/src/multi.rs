@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::until;
+use crate::acquire::{unanswered_within_wait, until};
 use crate::backend::Lease;
 use crate::background_release::release_in_background;
 use crate::sync::Ticket;
@@ -88,9 +88,7 @@ impl MultiLockRequest {
                 Some(together) => match request.start() {
                     Ok((acquisition, span)) => {
                         let acquisition = match together.take(n) {
-                            Some((owner, token, sent_at, round_trip)) => {
-                                acquisition.answered_together(owner, token, sent_at, round_trip)
-                            }
+                            Some(answer) => acquisition.answered_together(answer),
                             None => acquisition,
                         };
                         acquisition.run().instrument(span).await
@@ -128,8 +126,10 @@ impl MultiLockRequest {
 struct Together {
     client: LockClient,
     leases: Vec<Option<Lease>>,
-    /// Each key's token once granted; `None` while the call is out, and once cut at the wait.
-    tokens: Option<Vec<u64>>,
+    /// Each key's token once granted.
+    tokens: Vec<u64>,
+    /// The error of a call cut at the wait, for the first key's request to end with.
+    cut: Option<LockError>,
     sent_at: Instant,
     /// How long the call took to answer: recorded once, as the first key's attempt.
     round_trip: Option<Duration>,
@@ -190,7 +190,8 @@ impl Together {
         let mut together = Together {
             client: client.clone(),
             leases: leases.iter().cloned().map(Some).collect(),
-            tokens: None,
+            tokens: Vec::new(),
+            cut: None,
             sent_at: Instant::now(),
             round_trip: None,
             _running: running,
@@ -208,7 +209,7 @@ impl Together {
             // Shut down meanwhile: the grants go back, and the requests say so.
             Some(Ok(Some(_))) if shutdown.is_down() => None,
             Some(Ok(Some(tokens))) => {
-                together.tokens = Some(tokens);
+                together.tokens = tokens;
                 Some(together)
             }
             Some(Ok(None)) => {
@@ -219,24 +220,41 @@ impl Together {
                 tracing::debug!(target: "fencelock", %error, "the call for several keys failed; taking them one at a time");
                 None
             }
-            None => Some(together),
+            None => {
+                together.cut = Some(unanswered_within_wait(&keys[0], options.wait()));
+                Some(together)
+            }
         }
     }
 
-    /// Key `n`'s answer, now its request's to keep: the owner, the token (`None` for the
-    /// first key when the call was cut at the wait: its request ends as with its own attempt
-    /// cut), the send instant, and the call's round trip (for the first key only: it was one
-    /// call); `None` if taken.
-    fn take(&mut self, n: usize) -> Option<(String, Option<u64>, Instant, Option<Duration>)> {
-        let token = match &self.tokens {
-            Some(tokens) => Some(*tokens.get(n)?),
-            None if n == 0 => None,
-            None => return None,
+    /// Key `n`'s answer, now its request's to keep (a call cut at the wait answers the first
+    /// key only: its request ends as with its own attempt cut); `None` if taken.
+    fn take(&mut self, n: usize) -> Option<TogetherAnswer> {
+        let token = match self.tokens.get(n) {
+            Some(token) => Ok(*token),
+            None => Err(self.cut.take().filter(|_| n == 0)?),
         };
-        let owner = self.leases.get_mut(n)?.take()?.owner;
-        let round_trip = if n == 0 { self.round_trip } else { None };
-        Some((owner, token, self.sent_at, round_trip))
+        Some(TogetherAnswer {
+            owner: self.leases.get_mut(n)?.take()?.owner,
+            token,
+            sent_at: self.sent_at,
+            round_trip: if n == 0 { self.round_trip } else { None },
+        })
     }
+}
+
+/// One key's answer of a call for every key, for that key's request to take over as its
+/// first attempt.
+pub(crate) struct TogetherAnswer {
+    /// The owner the call asked for the key with.
+    pub(crate) owner: String,
+    /// The key's token, or the error of a call cut at the wait.
+    pub(crate) token: Result<u64, LockError>,
+    /// When the call was sent.
+    pub(crate) sent_at: Instant,
+    /// The call's round trip, for the one request that records it (the call was one
+    /// attempt, whatever the number of keys).
+    pub(crate) round_trip: Option<Duration>,
 }
 
 impl Drop for Together {

@@ -279,7 +279,7 @@ where
     let seen = async {
         match &leading {
             // A flight's leader after the client's shutdown, or during it, does not wait for
-            // the store: its lock request is refused (and counted) at once, the body not run.
+            // the store: its lock request is refused at once, the body not run.
             Some(leading) => tokio::select! {
                 biased;
                 _ = client.shutdown_state().stopping() => Ok(None),
