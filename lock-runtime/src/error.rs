@@ -3,6 +3,8 @@
 use std::error::Error as StdError;
 use std::sync::Arc;
 
+use crate::open::UrlParts;
+
 /// Why a lock operation failed.
 ///
 /// Match on variants with `{ .. }`: the enum and its variants may gain fields and variants.
@@ -313,18 +315,21 @@ impl std::fmt::Display for WithSources<'_> {
 }
 
 /// `url` without its password, query and fragment (a query may carry a password too), for
-/// messages.
+/// messages: `scheme://user@hosts/path`, cut where [`LockClient::open`](crate::LockClient::open)
+/// cuts it ([`UrlParts`]).
 pub(crate) fn redacted_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some(parts) = UrlParts::of(url) else {
         return "(a URL without a scheme)".to_owned();
     };
-    let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
-    match rest.rsplit_once('@') {
-        Some((userinfo, after)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}@{after}")
-        }
-        None => format!("{scheme}://{rest}"),
+    let UrlParts {
+        scheme,
+        hosts,
+        path,
+        ..
+    } = parts;
+    match parts.user() {
+        "" => format!("{scheme}://{hosts}{path}"),
+        user => format!("{scheme}://{user}@{hosts}{path}"),
     }
 }
 
@@ -338,5 +343,59 @@ fn exhausted_message(key: &str, shard: Option<u32>) -> String {
             "every shard of lock `{key}` is marked exhausted: refill them with \
              `LockClient::refill_shards` once there is stock again"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted_url;
+
+    /// A password may hold any printable character: redaction leaves it out whole, and
+    /// keeps the user, the hosts and the path.
+    #[test]
+    fn a_redacted_url_leaves_out_a_password_whatever_it_holds() {
+        for (url, shown) in [
+            ("postgres://app:Zq7s#Ecr3t@db/app", "postgres://app@db/app"),
+            ("redis://u:p?ss@h:1/0", "redis://u@h:1/0"),
+            ("redis://u:p@ss@h:1", "redis://u@h:1"),
+            ("mysql://u:p/a:s@h/db", "mysql://u@h/db"),
+            ("etcd://u:a#b?c/d:e@f@h:2379", "etcd://u@h:2379"),
+            ("mariadb://u:#@h/db", "mariadb://u@h/db"),
+            ("redis://u:p@[::1]:6379", "redis://u@[::1]:6379"),
+            ("redis://u:p%40ss@h/2?protocol=resp3#frag", "redis://u@h/2"),
+            ("redis://h:1/0?x=a%40b", "redis://h:1/0"),
+            ("postgres://h/db?sslmode=require", "postgres://h/db"),
+            ("mysql://root@127.0.0.1/test", "mysql://root@127.0.0.1/test"),
+            ("etcd://u:@h:2379", "etcd://u@h:2379"),
+            ("redis://:pass@h", "redis://h"),
+            (
+                "redis+redlock://u:p#w@a:1,b:2,c:3",
+                "redis+redlock://u@a:1,b:2,c:3",
+            ),
+            (
+                "postgres:///locks?host=/run/postgresql&password=secret",
+                "postgres:///locks",
+            ),
+        ] {
+            assert_eq!(redacted_url(url), shown, "{url}");
+        }
+    }
+
+    /// What breaks the rules (an `@` written raw in a query, a `://` in a password of a URL
+    /// without a scheme) is mis-split, but still shows no password.
+    #[test]
+    fn a_url_that_breaks_the_rules_shows_no_password_either() {
+        for url in [
+            "postgres:///locks?password=secret&user=me@x",
+            "u:se://cret@h",
+            "u:secret@h",
+            "1nope://u:secret@h",
+        ] {
+            let shown = redacted_url(url);
+            assert!(
+                !shown.contains("secret") && !shown.contains("cret"),
+                "{url}: {shown}"
+            );
+        }
     }
 }

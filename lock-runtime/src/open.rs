@@ -15,6 +15,16 @@
 //!
 //! Several hosts share the URL's user and password; the store's own constructor
 //! ([`LockClient::redlock`] and the others) takes them one by one when they differ.
+//!
+//! `user:password@` runs from `://` to the URL's **last** `@`, and the user to the first `:`
+//! in it: a password may hold any character, `/ : @ # ?` included, written raw or
+//! percent-encoded (`%40`). A query or fragment that holds an `@` writes it `%40`, or the
+//! text up to it would be taken for a password. The clients of one Redis server, of the
+//! Redis topologies and of the databases get the user and password percent-encoded (a `%`
+//! followed by two hex digits is kept as the escape it is), so that what the URL's parser of
+//! redis-rs and sqlx would end at (`/ ? #`) reaches the server whole. Messages and Debug
+//! output show the URL as `scheme://user@hosts/path`, without its password, query and
+//! fragment.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,13 +84,88 @@ const SCHEMES: &str = "redis://, rediss://, redis+sentinel://, redis+cluster://,
                        redis+redlock:// (each also as rediss+…), postgres://, mysql://, \
                        mariadb://, zookeeper://, etcd:// or memory://";
 
+/// A URL cut into its parts where its password ends: the one reading of a URL that both
+/// [`LockClient::open`] and the redaction of URLs in messages and Debug output use, so that
+/// they always agree on where the password is.
+pub(crate) struct UrlParts<'a> {
+    /// What precedes `://`.
+    pub(crate) scheme: &'a str,
+    /// `user:password@`, or empty: up to the URL's last `@`, so that a password may hold any
+    /// character, `/ : @ # ?` included (a query or fragment writes an `@` as `%40`).
+    pub(crate) userinfo: &'a str,
+    /// The hosts, up to the first `/`, `?` or `#` after the userinfo.
+    pub(crate) hosts: &'a str,
+    /// What follows the hosts (`/…`) up to the query, or empty.
+    pub(crate) path: &'a str,
+    /// The query and fragment (`?…`, `#…`), or empty.
+    pub(crate) query: &'a str,
+}
+
+impl<'a> UrlParts<'a> {
+    /// `url` cut into its parts, or `None` without a `scheme://` (letters, digits, `+`, `-`
+    /// and `.` after a letter: a `://` inside a password makes no scheme of what precedes
+    /// it).
+    pub(crate) fn of(url: &'a str) -> Option<Self> {
+        let (scheme, rest) = url.split_once("://")?;
+        let mut letters = scheme.chars();
+        let is_scheme = letters.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && letters.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if !is_scheme {
+            return None;
+        }
+        let (userinfo, after) = rest.split_at(rest.rfind('@').map_or(0, |at| at + 1));
+        let (main, query) = after.split_at(after.find(['?', '#']).unwrap_or(after.len()));
+        let (hosts, path) = main.split_at(main.find('/').unwrap_or(main.len()));
+        Some(UrlParts {
+            scheme,
+            userinfo,
+            hosts,
+            path,
+            query,
+        })
+    }
+
+    /// The user: the userinfo up to its first `:`, and also up to a `/`, `?` or `#`, which
+    /// a user hardly holds but a query that wrote an `@` raw does (it may carry a password).
+    pub(crate) fn user(&self) -> &'a str {
+        let userinfo = self.userinfo.strip_suffix('@').unwrap_or(self.userinfo);
+        let end = userinfo
+            .find([':', '/', '?', '#'])
+            .unwrap_or(userinfo.len());
+        &userinfo[..end]
+    }
+}
+
+/// Whether `userinfo` (up to the URL's last `@`) reads as more than a user and password: an
+/// `@` of the path, query or fragment ended it, and its text (a password in a query, say)
+/// would go to the host named after that `@`. So read when the user holds a `/`, `?` or `#`;
+/// when an `@` in the password is followed by one (`user:pw@db/app?name=a@b`); or when the
+/// password starts with digits and one (`host:6379/0?name=a@b`). A user may hold an `@`
+/// (`admin@server:pw`).
+fn reads_past_the_authority(userinfo: &str) -> bool {
+    let userinfo = userinfo.strip_suffix('@').unwrap_or(userinfo);
+    let starts_a_path = |text: &str| text.contains(['/', '?', '#']);
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let digits = password.len()
+        - password
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .len();
+    let port_then_path =
+        digits > 0 && matches!(password.as_bytes().get(digits), Some(b'/' | b'?' | b'#'));
+    starts_a_path(user)
+        || password
+            .split_once('@')
+            .is_some_and(|(_, after)| starts_a_path(after))
+        || port_then_path
+}
+
 /// A URL split into the parts the stores of several hosts need.
 struct Parsed<'a> {
     store: Store,
     /// `rediss` rather than `redis` for the Redis topologies.
     tls: bool,
-    /// `user:password@`, or empty: up to the last `@` before the query (a password may hold
-    /// `/`, `:` or `@`).
+    /// `user:password@`, or empty: up to the URL's last `@`, so that a password may hold any
+    /// character (`/ : @ # ?` too); a query or fragment writes an `@` as `%40`.
     userinfo: &'a str,
     /// The hosts, split at commas.
     hosts: Vec<&'a str>,
@@ -91,12 +176,13 @@ struct Parsed<'a> {
 }
 
 fn parse(url: &str) -> Result<Parsed<'_>, LockError> {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some(parts) = UrlParts::of(url) else {
         return Err(LockError::invalid_config(format!(
             "the URL {} has no scheme: start it with {SCHEMES}",
             redacted_url(url)
         )));
     };
+    let scheme = parts.scheme;
     let lowercase = scheme.to_ascii_lowercase();
     let (base, topology) = lowercase.split_once('+').unwrap_or((&lowercase, ""));
     let store = match (base, topology) {
@@ -115,19 +201,21 @@ fn parse(url: &str) -> Result<Parsed<'_>, LockError> {
             )));
         }
     };
-    let (main, query) = rest.split_at(rest.find(['?', '#']).unwrap_or(rest.len()));
-    let (userinfo, after) = match main.rfind('@') {
-        Some(at) => main.split_at(at + 1),
-        None => ("", main),
-    };
-    let (hosts, path) = after.split_at(after.find('/').unwrap_or(after.len()));
+    if reads_past_the_authority(parts.userinfo) {
+        return Err(LockError::invalid_config(
+            "the URL's user and password would run into its path or query (they end at the \
+             URL's last `@`, so that a password may hold any character): percent-encode an \
+             `@` of the path, query or fragment, and the characters of a password that holds \
+             an `@` and then a `/`, `?` or `#`, or starts with digits and one of them",
+        ));
+    }
     Ok(Parsed {
         store,
         tls: base == "rediss",
-        userinfo,
-        hosts: hosts.split(',').collect(),
-        path,
-        query,
+        userinfo: parts.userinfo,
+        hosts: parts.hosts.split(',').collect(),
+        path: parts.path,
+        query: parts.query,
     })
 }
 
@@ -154,6 +242,42 @@ impl Parsed<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// The URL for a client that parses it with the `url` crate (redis-rs, sqlx), whose
+    /// userinfo ends at the first `/`, `?` or `#`: with the user and password percent-encoded
+    /// (see [`escaped_userinfo`]), so that theirs reach the server whole.
+    fn escaped_url(&self, scheme: &str) -> String {
+        let userinfo = escaped_userinfo(self.userinfo);
+        let (hosts, path, query) = (self.hosts.join(","), self.path, self.query);
+        format!("{scheme}://{userinfo}{hosts}{path}{query}")
+    }
+}
+
+/// `userinfo` (`user:password@`, or empty) with each byte of the user and the password
+/// percent-encoded but letters, digits, `-._~` and the `%XX` escapes already there (which
+/// the clients decode, as they do those added here).
+fn escaped_userinfo(userinfo: &str) -> String {
+    let Some(userinfo) = userinfo.strip_suffix('@') else {
+        return String::new();
+    };
+    let escaped = |text: &str| {
+        let bytes = text.as_bytes();
+        let mut escaped = String::with_capacity(text.len());
+        for (at, &byte) in bytes.iter().enumerate() {
+            let hex = |next: usize| bytes.get(at + next).is_some_and(u8::is_ascii_hexdigit);
+            let an_escape = byte == b'%' && hex(1) && hex(2);
+            if an_escape || byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                escaped.push(char::from(byte));
+            } else {
+                escaped.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        escaped
+    };
+    match userinfo.split_once(':') {
+        Some((user, password)) => format!("{}:{}@", escaped(user), escaped(password)),
+        None => format!("{}@", escaped(userinfo)),
     }
 }
 
@@ -277,7 +401,8 @@ impl OpenBuilder {
     }
 
     /// Connects to the store the URL names, with these settings. The URL of one Redis
-    /// server or of a database goes to its client as it is.
+    /// server or of a database goes to its client as it is, but for its user and password,
+    /// percent-encoded (see the [module](self)).
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let parsed = parse(&self.url)?;
         self.refuse_settings_without_a_place(parsed.store)?;
@@ -285,7 +410,7 @@ impl OpenBuilder {
             Store::Redis | Store::Sentinel | Store::Cluster | Store::Redlock => {
                 self.connect_redis(&parsed).await
             }
-            Store::Postgres | Store::MySql => self.connect_sql(parsed.store).await,
+            Store::Postgres | Store::MySql => self.connect_sql(&parsed).await,
             Store::ZooKeeper => self.connect_zookeeper(&parsed).await,
             Store::Etcd => self.connect_etcd(&parsed).await,
             Store::Memory => {
@@ -335,10 +460,10 @@ impl OpenBuilder {
 
     async fn connect_redis(&self, parsed: &Parsed<'_>) -> Result<LockClient, LockError> {
         let scheme = if parsed.tls { "rediss" } else { "redis" };
-        let (userinfo, query) = (parsed.userinfo, parsed.query);
+        let (userinfo, query) = (escaped_userinfo(parsed.userinfo), parsed.query);
         let node = |host: &&str, path: &str| format!("{scheme}://{userinfo}{host}{path}{query}");
         let builder = match parsed.store {
-            Store::Redis => LockClient::builder(&self.url),
+            Store::Redis => LockClient::builder(&parsed.escaped_url(scheme)),
             Store::Sentinel => {
                 let service = parsed.path.trim_start_matches('/');
                 if service.is_empty() || service.contains('/') {
@@ -383,14 +508,14 @@ impl OpenBuilder {
         not(all(feature = "postgres", feature = "mysql")),
         allow(unused_variables)
     )]
-    async fn connect_sql(&self, store: Store) -> Result<LockClient, LockError> {
-        let builder = match store {
+    async fn connect_sql(&self, parsed: &Parsed<'_>) -> Result<LockClient, LockError> {
+        let builder = match parsed.store {
             #[cfg(feature = "postgres")]
-            Store::Postgres => LockClient::postgres_builder(&self.url),
+            Store::Postgres => LockClient::postgres_builder(&parsed.escaped_url("postgres")),
             #[cfg(not(feature = "postgres"))]
             Store::Postgres => return Err(feature_off("PostgreSQL", "postgres")),
             #[cfg(feature = "mysql")]
-            _ => LockClient::mysql_builder(&self.url.replacen("mariadb://", "mysql://", 1)),
+            _ => LockClient::mysql_builder(&parsed.escaped_url("mysql")),
             #[cfg(not(feature = "mysql"))]
             _ => return Err(feature_off("MySQL", "mysql")),
         };
@@ -565,6 +690,88 @@ mod tests {
         assert!(percent_decoded("100%").is_err());
     }
 
+    /// The userinfo runs to the URL's last `@`: a password may hold `# ? / : @`, and the
+    /// query or fragment after the hosts writes an `@` as `%40`.
+    #[test]
+    fn a_password_may_hold_any_printable_character() {
+        for (url, userinfo, hosts, path, query) in [
+            (
+                "redis://u:Zq7s#Ecr3t@h:1/0",
+                "u:Zq7s#Ecr3t@",
+                &["h:1"][..],
+                "/0",
+                "",
+            ),
+            ("redis://u:p?ss@h:1", "u:p?ss@", &["h:1"], "", ""),
+            (
+                "postgres://app:a/b:c@d@db/app?x=1",
+                "app:a/b:c@d@",
+                &["db"],
+                "/app",
+                "?x=1",
+            ),
+            (
+                "redis+redlock://u:#?/@:x@a:1,b:2,c:3/2#f",
+                "u:#?/@:x@",
+                &["a:1", "b:2", "c:3"],
+                "/2",
+                "#f",
+            ),
+            ("redis://u:p@[::1]:6379", "u:p@", &["[::1]:6379"], "", ""),
+            (
+                "redis://u:p%40ss@h?x=a%40b",
+                "u:p%40ss@",
+                &["h"],
+                "",
+                "?x=a%40b",
+            ),
+            ("redis://h:1/0?x=a%40b#y", "", &["h:1"], "/0", "?x=a%40b#y"),
+            ("mysql://root@h/db", "root@", &["h"], "/db", ""),
+            ("etcd://u:@h:2379", "u:@", &["h:2379"], "", ""),
+        ] {
+            let parsed = parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let split = (
+                parsed.userinfo,
+                &parsed.hosts[..],
+                parsed.path,
+                parsed.query,
+            );
+            assert_eq!(split, (userinfo, hosts, path, query), "{url}");
+        }
+    }
+
+    /// The clients that parse a URL with the `url` crate get the user and password
+    /// percent-encoded, the escapes already there kept.
+    #[test]
+    fn a_url_handed_on_has_its_user_and_password_percent_encoded() {
+        for (userinfo, escaped) in [
+            ("", ""),
+            ("u@", "u@"),
+            ("u:@", "u:@"),
+            (":p@", ":p@"),
+            ("u:p#s?s/w:o@r d@", "u:p%23s%3Fs%2Fw%3Ao%40r%20d@"),
+            ("a@b:p%40ss%zz%4@", "a%40b:p%40ss%25zz%254@"),
+            ("u:-._~Az09@", "u:-._~Az09@"),
+            ("u:\u{e9}@", "u:%C3%A9@"),
+        ] {
+            assert_eq!(escaped_userinfo(userinfo), escaped, "{userinfo}");
+        }
+        let parsed = parse("rediss://u:p#insecure@[::1]:6379/2?protocol=resp3").unwrap();
+        assert_eq!(
+            parsed.escaped_url("rediss"),
+            "rediss://u:p%23insecure@[::1]:6379/2?protocol=resp3"
+        );
+    }
+
+    /// A scheme is letters, digits, `+`, `-` and `.` after a letter: a `://` inside the
+    /// password of a URL without a scheme makes no scheme of the text before it.
+    #[test]
+    fn a_scheme_is_only_scheme_characters() {
+        let error = parse("u:sec://ret@h:1").err().unwrap().to_string();
+        assert!(error.contains("has no scheme"), "{error}");
+        assert!(!error.contains("sec"), "{error}");
+    }
+
     /// What a URL can say that its store would ignore, or that names no host, is refused
     /// before connecting.
     #[tokio::test]
@@ -582,17 +789,40 @@ mod tests {
             ("zookeeper://h:2181?sessionTimeout=1", "takes no query"),
             ("memory://x", "takes nothing after it"),
         ] {
-            let built = match url.split_once(':').map(|(scheme, _)| scheme) {
-                Some("etcd") => cfg!(feature = "etcd"),
-                Some("zookeeper") => cfg!(feature = "zookeeper"),
-                _ => true,
-            };
-            if !built {
+            let off = (url.starts_with("etcd:") && !cfg!(feature = "etcd"))
+                || (url.starts_with("zookeeper:") && !cfg!(feature = "zookeeper"));
+            if off {
                 continue;
             }
             let error = LockClient::open(url).await.expect_err(url).to_string();
             assert!(error.contains(says), "{url}: {error}");
         }
+    }
+
+    /// Review findings: a raw `@` in a query made the query (or the host, port and path
+    /// before it) the userinfo, sent, a password in it too, to the host named after that
+    /// `@`. Refused, naming the fix; passwords that read as nothing else are taken.
+    #[test]
+    fn an_at_sign_of_a_query_is_refused_unless_escaped() {
+        for url in [
+            "postgres:///locks?host=/run/pg&password=secret&user=me@corp",
+            "postgres://app:secret@db:5432/app?application_name=ops@corp.example",
+            "redis://h:6379/0?client_name=a@b",
+            "redis://h/0?user=me@corp",
+            "mysql://h/db#frag@x",
+        ] {
+            let error = parse(url).err().expect(url).to_string();
+            assert!(error.contains("percent-encode an `@`"), "{url}: {error}");
+            assert!(!error.contains("secret"), "{url}: {error}");
+        }
+        let escaped = parse("postgres:///locks?host=/run/pg&user=me%40corp").unwrap();
+        assert_eq!(escaped.userinfo, "");
+        for password in ["Zq7s#Ecr3t", "p/ss:w?rd", "p%40ss#w", "12ab/c"] {
+            let url = format!("postgres://app:{password}@db/app");
+            assert_eq!(parse(&url).unwrap().hosts, ["db"], "{password}");
+        }
+        let azure = parse("postgres://admin@server:p@ss@server.example/db").unwrap();
+        assert_eq!(azure.hosts, ["server.example"]);
     }
 
     #[test]
@@ -642,3 +872,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod password_tests;
