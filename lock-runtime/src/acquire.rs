@@ -172,7 +172,7 @@ impl Acquisition {
         let guard = guard.and_then(|guard| match shutdown.is_down() {
             true => {
                 let key = guard.key().to_owned();
-                guard.discard();
+                guard.withdraw_for_shutdown();
                 Err(LockError::shut_down(&key))
             }
             false => Ok(guard),
@@ -735,7 +735,7 @@ mod tests {
             started.elapsed()
         );
         assert_eq!(shutdown.await.withdrawn, 1);
-        held.discard();
+        drop(held);
     }
 
     use super::*;

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::backend::{HeldLease, not_offered};
+use crate::backend::{HeldLease, Lease, not_offered};
 use crate::renewal::{LossCause, LossSignal};
-use crate::{LockClient, LockError, LockGuard, LockKind};
+use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 
 tokio::task_local! {
     static HELD: Arc<Chain>;
@@ -48,8 +48,8 @@ impl Chain {
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
     pub(crate) client_id: u64,
-    pub(crate) key: String,
-    pub(crate) kind: LockKind,
+    /// The holder's lease (its key, kind and owner): what a guard re-entering it names.
+    pub(crate) lease: Lease,
     pub(crate) token: u64,
     pub(crate) shard: Option<u32>,
     pub(crate) signal: Arc<LossSignal>,
@@ -62,8 +62,7 @@ impl Held {
     pub(crate) fn of(guard: &LockGuard, exhausted: &Arc<AtomicBool>) -> Held {
         Held {
             client_id: guard.client_id(),
-            key: guard.key().to_owned(),
-            kind: guard.kind(),
+            lease: guard.held_lease().lease,
             token: guard.token(),
             shard: guard.shard(),
             signal: guard.loss_signal(),
@@ -74,7 +73,7 @@ impl Held {
     fn lost_error(&self) -> Option<LockError> {
         self.signal
             .cause()
-            .map(|cause| LockError::lost(self.key.clone(), cause))
+            .map(|cause| LockError::lost(self.lease.key.clone(), cause))
     }
 }
 
@@ -260,7 +259,7 @@ pub async fn shard_exhausted() -> LockError {
 pub fn current_tokens() -> Vec<(String, u64)> {
     innermost_call()
         .into_iter()
-        .map(|held| (held.key, held.token))
+        .map(|held| (held.lease.key, held.token))
         .collect()
 }
 
@@ -283,7 +282,7 @@ pub async fn lost() -> Option<LockError> {
     if held.is_empty() {
         return None;
     }
-    let each = held.iter().map(|held| Box::pin(held.signal.lost()));
+    let each = held.iter().map(|held| Box::pin(held.signal.lost(false)));
     let (_, first, _) = futures_util::future::select_all(each).await;
     held[first].lost_error()
 }
@@ -333,9 +332,31 @@ pub(crate) fn held(client_id: u64, key: &str) -> Option<Held> {
     HELD.try_with(|chain| {
         chain
             .locks()
-            .find(|h| h.client_id == client_id && h.key == key)
+            .find(|h| h.client_id == client_id && h.lease.key == key)
             .cloned()
     })
     .ok()
     .flatten()
+}
+
+/// Whether a request for `key` of `kind` with `options` through the client `client_id`
+/// re-enters a lock the current body holds: `Some` lock to re-enter, `None` if the body does
+/// not hold the key (the request acquires it), or the error that says why it cannot re-enter
+/// (see [`LockKind::reenters`]). The attribute's calls and the calls by hand inside a body
+/// (`lock`, `lock_all`, ...) decide here alike.
+pub(crate) fn reentry(
+    client_id: u64,
+    key: &str,
+    kind: LockKind,
+    options: &LockOptions,
+) -> Result<Option<Held>, LockError> {
+    let Some(held) = held(client_id, key) else {
+        return Ok(None);
+    };
+    // Reentering sends nothing, so nothing else checks the options (which expressions may
+    // have made invalid); `acquire` does on the other path.
+    kind.validate()?;
+    kind.reenters(held.lease.kind, held.shard, key)?;
+    options.validate()?;
+    Ok(Some(held))
 }

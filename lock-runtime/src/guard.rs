@@ -1,18 +1,27 @@
 //! `LockGuard`: a held lease, renewed while held, released explicitly or when dropped.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{HeldLease, Lease, Release, resend_once};
 use crate::background_release::{Holder, release_in_background};
-use crate::body_scope::ShardMarking;
+use crate::body_scope::{Held, ShardMarking};
 use crate::release_hub::{OwnerTag, owner_tag};
 use crate::renewal::{LossCause, LossSignal, Tracking};
-use crate::telemetry::Holding;
+use crate::telemetry::{Holding, LockSpan};
 use crate::{LockClient, LockError, LockKind};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn the outcome; dropping it
 /// releases it in the background (also when a body panics or its future is dropped).
+///
+/// Taken inside the body of a `#[redis_lock]` function that holds its key through the same
+/// client, the guard re-enters the body's lock: it has the body's token and sees its loss,
+/// and its release or drop sends nothing, the body's holder releasing the lock. Kept past
+/// the body (returned, moved into a task), it holds nothing once the body's lock is given
+/// back: it is lost then ([`LossCause::NotOwner`]), as a guard whose key another owner
+/// took.
 #[must_use = "dropping a LockGuard releases the lock at once"]
 pub struct LockGuard {
     client: LockClient,
@@ -21,12 +30,26 @@ pub struct LockGuard {
     shard: Option<u32>,
     /// Until when `min_hold_ms` keeps the key taken.
     hold_until: Instant,
-    tracking: Tracking,
+    hold: Hold,
     released: bool,
     /// A reply to one of the acquire attempts was lost: after the release, one more cleanup
     /// is due, in case a backend that cannot settle lost calls runs that attempt late.
     in_doubt: bool,
-    holding: Holding,
+}
+
+/// Whose the grant is to renew and release.
+enum Hold {
+    /// This guard's: renewed and watched for loss while held, its hold recorded in the span.
+    Own {
+        tracking: Tracking,
+        holding: Holding,
+    },
+    /// A lock the current body holds, re-entered: its holder's loss signal, and the span of
+    /// this request (outcome `reentered`). Only the holder ends it.
+    Reentered {
+        signal: Arc<LossSignal>,
+        span: LockSpan,
+    },
 }
 
 impl LockGuard {
@@ -46,10 +69,42 @@ impl LockGuard {
             token,
             shard,
             hold_until,
-            tracking,
+            hold: Hold::Own { tracking, holding },
             released: false,
             in_doubt,
-            holding,
+        }
+    }
+
+    /// A guard re-entering `held`, the lock the current body holds, requested in `span`.
+    pub(crate) fn reentered(client: LockClient, held: Held, span: LockSpan) -> Self {
+        span.reentered(held.token);
+        LockGuard {
+            client,
+            lease: held.lease,
+            token: held.token,
+            shard: held.shard,
+            hold_until: Instant::now(),
+            hold: Hold::Reentered {
+                signal: held.signal,
+                span,
+            },
+            released: false,
+            in_doubt: false,
+        }
+    }
+
+    /// The loss signal of the grant: this guard's, or the holder's it re-entered.
+    fn signal(&self) -> &Arc<LossSignal> {
+        match &self.hold {
+            Hold::Own { tracking, .. } => tracking.signal(),
+            Hold::Reentered { signal, .. } => signal,
+        }
+    }
+
+    fn lock_span(&self) -> &LockSpan {
+        match &self.hold {
+            Hold::Own { holding, .. } => holding.span(),
+            Hold::Reentered { span, .. } => span,
         }
     }
 
@@ -165,13 +220,27 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn lost(&self) -> LockError {
-        let cause = self.tracking.signal().lost().await;
+        let cause = self.signal().lost(self.is_reentered()).await;
         self.lost_error(cause)
     }
 
-    /// Whether the lease has been lost.
+    /// Whether the lease has been lost (for a guard that re-entered its body's lock: also
+    /// once the body's holder released it).
     pub fn is_lost(&self) -> bool {
-        self.tracking.signal().cause().is_some()
+        self.cause().is_some()
+    }
+
+    fn is_reentered(&self) -> bool {
+        matches!(self.hold, Hold::Reentered { .. })
+    }
+
+    /// Why the lease is lost, if it is: a re-entered lock is lost to this guard once its
+    /// holder ended it (the body returned, and the lock was given back).
+    fn cause(&self) -> Option<LossCause> {
+        match self.is_reentered() {
+            true => self.signal().cause_or_end(),
+            false => self.signal().cause(),
+        }
     }
 
     /// The id of the client that holds it.
@@ -180,8 +249,8 @@ impl LockGuard {
     }
 
     /// The loss signal, for the scope of a `#[redis_lock]` body.
-    pub(crate) fn loss_signal(&self) -> std::sync::Arc<LossSignal> {
-        self.tracking.signal().clone()
+    pub(crate) fn loss_signal(&self) -> Arc<LossSignal> {
+        self.signal().clone()
     }
 
     fn lost_error(&self, cause: LossCause) -> LockError {
@@ -207,7 +276,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn span(&self) -> &tracing::Span {
-        self.holding.span().span()
+        self.lock_span().span()
     }
 
     /// Releases the lock if it is still ours (with `min_hold_ms`, shortens its lease to what
@@ -221,6 +290,10 @@ impl LockGuard {
     /// finds the key gone or taken otherwise, the call reports the loss with cause
     /// `LossCause::Unconfirmed`. On a backend error the release is retried in the background
     /// until the lease would have ended anyway.
+    ///
+    /// A guard that re-entered the lock of the body it was taken in sends nothing: it returns
+    /// [`LockError::Lost`] if that lock is known lost or was given back by the body's holder,
+    /// else `Ok(())`, and the lock stays held.
     ///
     /// # Cancel safety
     /// Dropping this future before it completes leaves the release to the background, as
@@ -243,9 +316,14 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.tracking.stop();
-        self.holding.end();
-        if self.released_by_shutdown() {
+        let Hold::Own { tracking, holding } = &mut self.hold else {
+            let cause = self.cause();
+            return cause.map_or(Ok(()), |cause| Err(self.lost_error(cause)));
+        };
+        tracking.stop();
+        holding.end();
+        tracking.signal().end();
+        if released_by_shutdown(self.signal()) {
             self.released = true;
             return Err(self.lost_error(LossCause::ShutDown));
         }
@@ -258,7 +336,7 @@ impl LockGuard {
         // On an error the guard stays unreleased: its drop retries in the background.
         let outcome = outcome?;
         self.released = true;
-        let span = self.holding.span();
+        let span = self.lock_span();
         match outcome {
             Release::Released => {
                 span.released("released");
@@ -271,7 +349,7 @@ impl LockGuard {
                 } else {
                     LossCause::NotOwner
                 };
-                let signal = self.tracking.signal();
+                let signal = self.signal();
                 if signal.lose(cause) {
                     span.lost(&self.lease.key, cause);
                 }
@@ -290,41 +368,58 @@ impl std::fmt::Debug for LockGuard {
             .field("kind", &self.lease.kind)
             .field("shard", &self.shard)
             .field("ttl", &self.lease.ttl)
-            .field("lost", &self.tracking.signal().cause())
+            .field("lost", &self.cause())
             .finish_non_exhaustive()
     }
 }
 
 impl LockGuard {
-    /// Drops a guard never handed out (its client shut down as it was granted): released
-    /// without `min_hold_ms`, since nothing ran under it.
-    pub(crate) fn discard(mut self) {
+    /// Gives back a grant never handed out (or given back with the call for several keys it
+    /// was part of) because its client shut down: released without `min_hold_ms`, since
+    /// nothing ran under it, and counted once in the shutdown's report: in
+    /// [`withdrawn`](crate::ShutdownReport::withdrawn), unless the shutdown released it
+    /// itself (it counts it then) or it was lost already. A re-entered lock is its holder's: nothing is given back.
+    pub(crate) fn withdraw_for_shutdown(mut self) {
         self.hold_until = Instant::now();
+        let Hold::Own { tracking, .. } = &self.hold else {
+            return;
+        };
+        // Once the lease is no longer tracked, the shutdown has released it or never will; a
+        // lease lost before (its renewal found it gone) is nobody's to give back.
+        tracking.stop();
+        if tracking.signal().cause().is_none() {
+            self.client.shutdown_state().withdrew();
+        }
     }
+}
 
-    /// Whether the client's shutdown released the lease (and told its holder so); asked once
-    /// the lease is no longer tracked, when the answer cannot change.
-    fn released_by_shutdown(&self) -> bool {
-        self.tracking.signal().cause() == Some(LossCause::ShutDown)
-    }
+/// Whether the client's shutdown released the lease whose loss signal is `signal` (and told
+/// its holder so); asked once the lease is no longer tracked, when the answer cannot change.
+fn released_by_shutdown(signal: &LossSignal) -> bool {
+    signal.cause() == Some(LossCause::ShutDown)
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // A re-entered lock is its holder's to release.
+        let Hold::Own { tracking, holding } = &mut self.hold else {
+            return;
+        };
         // Stop renewal before the release is sent, so no extend can follow it; and before the
         // look at a shutdown, which drains only leases still tracked.
-        self.tracking.stop();
-        let released = self.released || self.released_by_shutdown();
+        tracking.stop();
+        tracking.signal().end();
+        let released = self.released || released_by_shutdown(tracking.signal());
         if !released || self.in_doubt {
-            self.holding.end();
+            holding.end();
             release_in_background(
                 &self.client,
                 self.lease.clone(),
                 self.hold_until,
                 self.in_doubt,
                 (!released).then(|| Holder {
-                    span: self.holding.span().clone(),
-                    signal: self.tracking.signal().clone(),
+                    span: holding.span().clone(),
+                    signal: tracking.signal().clone(),
                     report_to: None,
                 }),
             );

@@ -266,15 +266,8 @@ fn start<K>(
     let mut reentered = Vec::new();
     let mut to_take = Vec::new();
     for key in keys {
-        match body_scope::held(client.id(), &key) {
-            // Reentering sends nothing, so nothing else checks the options (which
-            // expressions may have made invalid); `acquire` does on the other path.
-            Some(held) => {
-                kind.validate()?;
-                kind.reenters(held.kind, held.shard, &key)?;
-                options.validate()?;
-                reentered.push(held);
-            }
+        match body_scope::reentry(client.id(), &key, kind, &options)? {
+            Some(held) => reentered.push(held),
             None => to_take.push(key),
         }
     }
@@ -394,7 +387,7 @@ where
                     }
                     Poll::Ready(Ok(guards)) => {
                         reentered.extend(guards.iter().map(|guard| Held::of(guard, &exhausted)));
-                        reentered.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+                        reentered.sort_unstable_by(|a, b| a.lease.key.cmp(&b.lease.key));
                         State::Running {
                             waiting: vec![None; reentered.len()],
                             chain: Chain::inside_current(reentered),
@@ -440,7 +433,7 @@ fn poll_lost(
 ) -> Option<LockError> {
     chain.held.iter().zip(waiting).find_map(|(held, waiting)| {
         match held.signal.poll_lost(waiting, cx) {
-            Poll::Ready(cause) => Some(LockError::lost(held.key.clone(), cause)),
+            Poll::Ready(cause) => Some(LockError::lost(held.lease.key.clone(), cause)),
             Poll::Pending => None,
         }
     })

@@ -87,6 +87,9 @@ pub(crate) struct LossSignal {
 #[derive(Debug, Default)]
 struct SignalState {
     cause: Option<LossCause>,
+    /// The holder released the grant (or dropped its guard): lost to the guards that
+    /// re-entered it, which have nothing to release.
+    ended: bool,
     /// The waiters' wakers, by registration (in the order they first waited).
     waiting: BTreeMap<u64, Waker>,
     next_registration: u64,
@@ -111,6 +114,24 @@ impl LossSignal {
         lock_ignoring_poison(&self.state).cause
     }
 
+    /// Records that the holder ended its grant (released, or dropped its guard), waking the
+    /// guards that re-entered it.
+    pub(crate) fn end(&self) {
+        let waiting = {
+            let mut state = lock_ignoring_poison(&self.state);
+            state.ended = true;
+            std::mem::take(&mut state.waiting)
+        };
+        waiting.into_values().for_each(Waker::wake);
+    }
+
+    /// The cause, as a guard that re-entered the grant sees it: `NotOwner` once the holder
+    /// ended the grant.
+    pub(crate) fn cause_or_end(&self) -> Option<LossCause> {
+        let state = lock_ignoring_poison(&self.state);
+        state.cause.or(state.ended.then_some(LossCause::NotOwner))
+    }
+
     /// Ready with the cause once the lease is lost; until then the task is woken at the loss,
     /// through `registration` (made here, kept by the caller, given back with
     /// [`stop_waiting`](Self::stop_waiting)).
@@ -119,9 +140,22 @@ impl LossSignal {
         registration: &mut Option<u64>,
         cx: &mut Context<'_>,
     ) -> Poll<LossCause> {
+        self.poll(false, registration, cx)
+    }
+
+    /// [`poll_lost`](Self::poll_lost), also ready at the holder's end when `counts_end`.
+    fn poll(
+        &self,
+        counts_end: bool,
+        registration: &mut Option<u64>,
+        cx: &mut Context<'_>,
+    ) -> Poll<LossCause> {
         let mut state = lock_ignoring_poison(&self.state);
         if let Some(cause) = state.cause {
             return Poll::Ready(cause);
+        }
+        if counts_end && state.ended {
+            return Poll::Ready(LossCause::NotOwner);
         }
         let state = &mut *state;
         let id = *registration.get_or_insert_with(|| {
@@ -145,10 +179,12 @@ impl LossSignal {
         }
     }
 
-    /// Completes when the lease is lost (at once if it already was).
-    pub(crate) async fn lost(&self) -> LossCause {
+    /// Completes when the lease is lost (at once if it already was); with `counts_end`, also
+    /// when the holder ended it (see [`cause_or_end`](Self::cause_or_end)).
+    pub(crate) async fn lost(&self, counts_end: bool) -> LossCause {
         LossWait {
             signal: self,
+            counts_end,
             registration: None,
         }
         .await
@@ -158,6 +194,7 @@ impl LossSignal {
 /// [`LossSignal::lost`]: its registration is given back when it is dropped.
 struct LossWait<'a> {
     signal: &'a LossSignal,
+    counts_end: bool,
     registration: Option<u64>,
 }
 
@@ -166,7 +203,8 @@ impl Future for LossWait<'_> {
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossCause> {
         let this = &mut *self;
-        this.signal.poll_lost(&mut this.registration, cx)
+        this.signal
+            .poll(this.counts_end, &mut this.registration, cx)
     }
 }
 

@@ -3,6 +3,7 @@
 use tracing::Instrument;
 
 use crate::acquire::Acquisition;
+use crate::body_scope;
 use crate::telemetry::LockSpan;
 use crate::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 
@@ -43,6 +44,13 @@ impl LockRequest {
     /// holds foreign data, [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] before
     /// anything is sent.
     ///
+    /// Inside the body of a `#[redis_lock]` function that holds the key through the same
+    /// client, the request re-enters that lock as a nested `#[redis_lock]` call does: nothing
+    /// is sent, the guard has the body's token, and its release or drop leaves the lock to the
+    /// body's holder (a mix of kinds that cannot re-enter is refused with `InvalidConfig` or
+    /// `KeyInUse`). A guard held by hand is not re-entered: asking for its key again waits
+    /// for it like any other owner.
+    ///
     /// The acquisition runs in a `fencelock.lock` span that the guard keeps until it is
     /// released or dropped ([`LockGuard::span`]; fields and metrics:
     /// [`telemetry`](crate::telemetry)).
@@ -69,6 +77,9 @@ impl LockRequest {
     /// # }
     /// ```
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        if let Some(reentered) = self.reentered().transpose() {
+            return reentered;
+        }
         let span = LockSpan::new(&self.key, self.kind, &self.options);
         let scope = span.span().clone();
         self.acquire_in(span).instrument(scope).await
@@ -80,6 +91,24 @@ impl LockRequest {
         Acquisition::start(self.client, self.key, self.kind, self.options, span)?
             .run()
             .await
+    }
+
+    /// The guard re-entering the lock of this key that the current body holds through this
+    /// client (recorded in a span of its own), the error that says why it cannot, or `None`
+    /// if the body does not hold the key: the request is to acquire it.
+    pub(crate) fn reentered(&self) -> Result<Option<LockGuard>, LockError> {
+        let reentry = body_scope::reentry(self.client.id(), &self.key, self.kind, &self.options);
+        let Some(reentry) = reentry.transpose() else {
+            return Ok(None);
+        };
+        let span = LockSpan::new(&self.key, self.kind, &self.options);
+        match reentry {
+            Ok(held) => Ok(Some(LockGuard::reentered(self.client.clone(), held, span))),
+            Err(error) => {
+                span.acquired(Err(&error), 0);
+                Err(error)
+            }
+        }
     }
 
     /// The checked request, not sent yet, and the span to run it in.

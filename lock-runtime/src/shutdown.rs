@@ -84,7 +84,10 @@ pub struct ShutdownReport {
     /// whose reply was lost may have released it): nothing left to release.
     pub lost: usize,
     /// Requests that were acquiring or waiting, stopped with [`LockError::ShutDown`] after
-    /// giving back their places in line.
+    /// giving back their places in line, or the grants they got as the shutdown came (one per
+    /// key a `lock_all` call took one at a time; one for its call for every key at once).
+    /// Every lock a shutdown gives back is counted once: here, or in `released`, `lost` or
+    /// `unanswered` if the shutdown released it itself.
     ///
     /// [`LockError::ShutDown`]: crate::LockError::ShutDown
     pub withdrawn: usize,
@@ -129,6 +132,12 @@ impl LockClient {
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
         let state = self.shutdown_state();
+        let (report_to, mut outcomes) = mpsc::unbounded_channel();
+        // What is held now is released first: a process that exits before the shutdown
+        // ends waits for those releases (they are in flight), not for the requests. And
+        // before the requests are told: a call for several keys that stops gives back the
+        // keys it holds, which the shutdown must have taken (and counts) by then.
+        let mut count = self.release_held(&report_to);
         // A request that notices late stops waiting when the first shutdown does, and no
         // later than this one: its wait is counted from after the first one's.
         state.down.send_if_modified(|down| {
@@ -136,11 +145,10 @@ impl LockClient {
             down.get_or_insert_with(|| Instant::now() + SHUTDOWN_WAIT);
             first
         });
+        // And again once the requests can tell: a grant tracked between the two, which saw
+        // no shutdown yet, is released before the first `.await` too.
+        count += self.release_held(&report_to);
         let waited_until = Instant::now() + SHUTDOWN_WAIT;
-        let (report_to, mut outcomes) = mpsc::unbounded_channel();
-        // What is held now is released first: a process that exits before the shutdown
-        // ends waits for those releases (they are in flight), not for the requests.
-        let mut count = self.release_held(&report_to);
         // Requests granted before they saw the shutdown hold their locks by the time they
         // end: the locks are then released as well.
         let stopped = state.acquisitions.all_settled();

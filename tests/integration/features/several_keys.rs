@@ -413,3 +413,160 @@ fn function_named(reply: &redis::Value, suffix: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Review finding: `lock_all` by hand inside a body that holds one of its keys waited for
+/// that body and ended `NotAcquired`, where a nested `keys = [...]` call re-enters it. Inside
+/// a body, a call by hand re-enters the keys the body holds, as the attribute does: the
+/// body's token, and the guard gives back only what it took (here its drop, and its
+/// release: the body's own release would find a key released under it `Lost`).
+#[redis_lock(key = "hand:{a}")]
+async fn locks_by_hand_inside(locks: LockClient, a: u32, b: u32) -> Result<(), LockError> {
+    let (held, other) = (format!("hand:{a}"), format!("hand:{b}"));
+    let token = current_token().unwrap();
+    for release in [true, false] {
+        let both = locks.lock_all([&other, &held]).wait_ms(500).acquire().await;
+        let both = both.unwrap_or_else(|e| panic!("lock_all re-enters {held}: {e:?}"));
+        assert_eq!(
+            both.token(&held),
+            Some(token),
+            "re-entered: the body's token"
+        );
+        match release {
+            true => both.release().await?,
+            false => drop(both),
+        }
+        let free = crate::support::eventually(Duration::from_secs(5), || async {
+            !locks
+                .admin()
+                .inspect(&other)
+                .await
+                .unwrap()
+                .holding
+                .is_held()
+        });
+        assert!(
+            free.await,
+            "{other}, taken by lock_all, is given back ({release})"
+        );
+        assert_held(&locks, &held).await;
+        let one = locks.lock(&held).wait_ms(500).acquire().await;
+        let one = one.unwrap_or_else(|e| panic!("lock re-enters {held}: {e:?}"));
+        assert_eq!(one.token(), token, "re-entered: the body's token");
+        match release {
+            true => one.release().await?,
+            false => drop(one),
+        }
+        assert_held(&locks, &held).await;
+    }
+    Ok(())
+}
+
+/// A guard taken by hand opens no body: taking its key again, alone or with others, waits
+/// for that guard like any other owner, and gives up without holding the other keys.
+async fn a_guard_by_hand_is_not_reentered(locks: &LockClient) {
+    let guard = locks.lock("hand:3").acquire().await.unwrap();
+    let both = locks
+        .lock_all(["hand:3", "hand:4"])
+        .give_up()
+        .acquire()
+        .await;
+    assert!(
+        matches!(&both, Err(LockError::NotAcquired { key, .. }) if key == "hand:3"),
+        "{both:?}"
+    );
+    let one = locks.lock("hand:3").give_up().acquire().await;
+    assert!(
+        one.as_ref().is_err_and(LockError::is_not_acquired),
+        "{one:?}"
+    );
+    assert_free(locks, "hand:4").await;
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_by_hand_inside_a_body_reenters_its_keys() {
+    let server = redis_server();
+    let on_redis = client(&server).await;
+    for locks in [LockClient::memory(), on_redis] {
+        let inside = locks_by_hand_inside(locks.clone(), 1, 2);
+        with_client(locks.clone(), inside).await.unwrap();
+        assert_free(&locks, "hand:1").await;
+        a_guard_by_hand_is_not_reentered(&locks).await;
+    }
+}
+
+#[redis_lock(key = "kept:{id}")]
+async fn keeps_its_guard(locks: LockClient, id: u32) -> Result<fencelock::LockGuard, LockError> {
+    locks.lock(format!("kept:{id}")).acquire().await
+}
+
+/// Review finding: a guard that re-entered its body's lock, returned from the body, went on
+/// saying the lock was held after the body gave it back (and another owner could take it).
+/// It is lost then, as a guard whose key another owner took.
+#[tokio::test]
+async fn a_reentered_guard_kept_past_its_body_is_lost() {
+    let locks = LockClient::memory();
+    let kept = with_client(locks.clone(), keeps_its_guard(locks.clone(), 1));
+    let kept = kept.await.expect("re-entered in the body");
+    assert_free(&locks, "kept:1").await;
+    assert!(kept.is_lost(), "the body's lock was given back");
+    let lost = tokio::time::timeout(Duration::from_secs(10), kept.lost()).await;
+    assert!(lost.expect("lost at once").is_lost());
+    let released = kept.release().await;
+    assert!(
+        released.as_ref().is_err_and(LockError::is_lost),
+        "{released:?}"
+    );
+}
+
+/// Review finding: a shutdown while `lock_all` held its first key and waited for the second
+/// gave the first back without counting it (the call, hearing of the shutdown on another
+/// thread, released it before the shutdown took it; one round in four). Each lock is counted
+/// once: the key held in `released`, the request waiting for the other in `withdrawn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_counts_the_key_a_waiting_call_holds() {
+    let server = redis_server();
+    let other = client(&server).await;
+    let admin = other.admin();
+    for round in 0..10 {
+        let locks = client(&server).await;
+        let blocker = other.lock("sc:b").acquire().await.unwrap();
+        let call = tokio::spawn({
+            let locks = locks.clone();
+            async move {
+                locks
+                    .lock_all(["sc:a", "sc:b"])
+                    .wait_ms(60_000)
+                    .acquire()
+                    .await
+            }
+        });
+        let (started, mut waits) = (std::time::Instant::now(), false);
+        // Each round asks the server: bounded in count and in time.
+        for _ in 0..10_000 {
+            let a = admin.inspect("sc:a").await.unwrap();
+            let b = admin.inspect("sc:b").await.unwrap();
+            waits = a.holding.is_held() && b.waiters == 1;
+            if waits || started.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(waits, "lock_all holds sc:a and waits in sc:b's line");
+        let report = locks.shutdown().await;
+        let stopped = call.await.unwrap();
+        assert!(
+            matches!(stopped, Err(LockError::ShutDown { .. })),
+            "{stopped:?}"
+        );
+        assert_free(&other, "sc:a").await;
+        let counted = (
+            report.released,
+            report.lost,
+            report.unanswered,
+            report.withdrawn,
+        );
+        assert_eq!(counted, (1, 0, 0, 1), "round {round}: {report:?}");
+        blocker.release().await.unwrap();
+    }
+}
