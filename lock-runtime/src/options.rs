@@ -303,6 +303,20 @@ impl LockOptions {
         self.within(u64::try_from(left).unwrap_or(u64::MAX).max(1))
     }
 
+    /// These options for a call's request that follows its wait out of line, which started
+    /// at `started`: with `wait_ms`, [`left_since`](Self::left_since); without, the retries
+    /// that fit in what is left of `retry × sleep_ms`, so that, as for any call without
+    /// `wait_ms`, the wait bounds the waiting between attempts, never an attempt still out.
+    pub(crate) fn retries_left_since(self, started: tokio::time::Instant) -> Self {
+        if self.wait_ms.is_some() || self.give_up {
+            return self.left_since(started);
+        }
+        let left = self.wait().saturating_sub(started.elapsed()).as_millis();
+        let left = u64::try_from(left).unwrap_or(u64::MAX);
+        let retries = left.div_ceil(self.pause_ms().max(1));
+        self.retry(u32::try_from(retries).unwrap_or(u32::MAX))
+    }
+
     /// The options of one key of a `lock_all` whose whole wait has `left_ms` left: the wait
     /// cut to it, and a pause given cut to the wait, so that the two never contradict.
     pub(crate) const fn within(mut self, left_ms: u64) -> Self {

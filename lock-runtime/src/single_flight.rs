@@ -8,7 +8,10 @@
 //! the same function left after the flight started (under a later fencing token than the one
 //! found then) was computed by a call that overlapped with this flight, and is taken instead
 //! of running the body. Otherwise the body runs, and its value is left in the store (under
-//! the same grant, before the release) for the callers waiting in other processes. The
+//! the same grant, before the release) for the callers waiting in other processes. Their
+//! leaders read it as soon as the store says it may be there ([`ResultStore::watch_result`])
+//! and leave the line: waiting for their turn only to read it would answer one process per
+//! hand-off. The
 //! flight ends with the value before the lock is released, so a call that starts after a
 //! computation ended computes anew (this is not a cache). A body that fails, a lock lost
 //! (also with `on_lost = Continue`), a call cancelled leave nothing: one follower of the
@@ -17,7 +20,9 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::__private::{LockResult, ReleaseInBackground};
-use crate::backend::{Published, ResultStore, SharedResult};
+use crate::backend::{Published, ResultChange, ResultStore, SharedResult};
 use crate::locked_call::LockedCall;
 use crate::sync::lock_ignoring_poison;
 use crate::{
@@ -261,12 +266,19 @@ where
 /// since the flight started, else the body's, left for the others. The flight ends before the
 /// release, with the value, unless the lock was lost. With `wait_ms`, the store's reads count
 /// in the wait for the lock.
+///
+/// A flight's leader asks for the lock once without a place in line, its watch of the value
+/// made beside the flight's first read. When another process holds the key, it waits out of
+/// line for the value that holder leaves, and joins the line (still watching the value) only
+/// at a change that brought none: a failed flight's release, or a holder that computes
+/// nothing. Waiting in line only to read the value would answer one process per hand-off,
+/// and the line of every process's leader costs the store at each of their attempts.
 async fn lead<R, F>(
     client: LockClient,
     key: String,
     options: LockOptions,
     function: &'static str,
-    mut leading: Option<Leading>,
+    leading: Option<Leading>,
     body: F,
 ) -> R
 where
@@ -276,80 +288,361 @@ where
     let Some(results) = client.backend().results() else {
         return R::from_lock_error(not_offered());
     };
-    let seen = async {
+    // With release notifications off, the store is not watched either: reads at each pause.
+    let notifies = client.notifies();
+    let watches = leading.is_some() && !options.give_up;
+    let first_reads = async {
         match &leading {
             // A flight's leader after the client's shutdown, or during it, does not wait for
             // the store: its lock request is refused at once, the body not run.
             Some(leading) => tokio::select! {
                 biased;
-                _ = client.shutdown_state().stopping() => Ok(None),
-                seen = leading.seen(results, &key) => seen,
+                _ = client.shutdown_state().stopping() => Ok((None, None)),
+                reads = async {
+                    // A watch that cannot be made (a Redis user without channels, say)
+                    // is none: the leader waits in line then, as a plain call polls.
+                    let watch = async {
+                        match watches && notifies {
+                            true => results.watch_result(&key).await.ok().flatten(),
+                            false => None,
+                        }
+                    };
+                    let (seen, change) = tokio::join!(leading.seen(results, &key), watch);
+                    Ok((seen?, change))
+                } => reads,
             },
             // A call nested under the key's holder re-enters the lock, as a plain one does.
-            None => results.read_result(&key).await.map(|s| s.map(|r| r.token)),
+            None => results
+                .read_result(&key)
+                .await
+                .map(|kept| (kept.map(|kept| kept.token), None)),
         }
     };
     let reads_started = Instant::now();
-    let (seen, options) = match options.wait_bound() {
+    let (reads, options) = match options.wait_bound() {
         Some(wait) => {
-            let seen = tokio::time::timeout_at(reads_started + wait, seen).await;
-            (seen, options.left_since(reads_started))
+            let reads = tokio::time::timeout_at(reads_started + wait, first_reads).await;
+            (reads, options.left_since(reads_started))
         }
-        None => (Ok(seen.await), options),
+        None => (Ok(first_reads.await), options),
     };
-    let seen = match seen {
-        Ok(Ok(seen)) => seen,
+    let (seen, change) = match reads {
+        Ok(Ok(reads)) => reads,
         Ok(Err(error)) => return R::from_lock_error(error),
         Err(_) => return R::from_lock_error(LockError::not_acquired(key, 0)),
     };
-    let (keep, on_lost) = (options.ttl(), options.on_lost);
-    let shared_body = async {
-        let left = match results.read_result(&key).await {
-            Ok(left) => left.filter(|left| Some(left.token) > seen),
-            Err(error) => return R::from_lock_error(error),
+    let leader = Leader {
+        results,
+        key: &key,
+        function,
+        seen,
+        keep: options.ttl(),
+        on_lost: options.on_lost,
+        body: Mutex::new(Some(body)),
+        leading: Mutex::new(leading),
+        holds: AtomicBool::new(false),
+        notifies,
+    };
+    if !watches {
+        return leader.attempt(&client, options).await.output();
+    }
+    let options = match change {
+        Some(change) => {
+            let started = Instant::now();
+            let deadline = started + options.wait();
+            match leader.out_of_line(&client, options, change, deadline).await {
+                OutOfLine::Answered(output) => return output,
+                // In line for what is left of the wait.
+                OutOfLine::ToLine => options.retries_left_since(started),
+            }
+        }
+        None => options,
+    };
+    let in_line = leader.attempt(&client, options);
+    let value = tokio::select! {
+        biased;
+        output = in_line => return output.output(),
+        Some(value) = leader.left_meanwhile(&options) => value,
+    };
+    leader.found(value)
+}
+
+/// How a leader's wait out of line ended.
+enum OutOfLine<R> {
+    /// With the call's output: the value, the body's, or why the lock was not had.
+    Answered(R),
+    /// To the line, still watching the value.
+    ToLine,
+}
+
+/// What a leader out of line learned at a look.
+enum Look<F: Future<Output: SharedOutput>> {
+    Found(ValueOf<F>),
+    Paused,
+    Changed,
+}
+
+/// An attempt's outcome: the body's output (or the value read in its place), or why the lock
+/// was not had.
+enum Attempt<R> {
+    Ran(R),
+    Refused(LockError),
+}
+
+impl<R: LockResult> LockResult for Attempt<R> {
+    fn from_lock_error(error: LockError) -> Self {
+        Attempt::Refused(error)
+    }
+
+    fn is_failure(&self) -> bool {
+        match self {
+            Attempt::Ran(output) => output.is_failure(),
+            Attempt::Refused(_) => true,
+        }
+    }
+}
+
+impl<R: LockResult> Attempt<R> {
+    fn output(self) -> R {
+        match self {
+            Attempt::Ran(output) => output,
+            Attempt::Refused(error) => R::from_lock_error(error),
+        }
+    }
+}
+
+/// What a leader's attempts share: the body (run by the attempt that gets the lock), the
+/// flight, and the token of the value when the flight started.
+struct Leader<'a, F> {
+    results: &'a dyn ResultStore,
+    key: &'a str,
+    function: &'static str,
+    seen: Option<u64>,
+    keep: Duration,
+    on_lost: OnLost,
+    body: Mutex<Option<F>>,
+    leading: Mutex<Option<Leading>>,
+    /// Set once an attempt holds the lock: it reads the value itself.
+    holds: AtomicBool,
+    /// Whether the client hears of releases: if not, the store is not watched either.
+    notifies: bool,
+}
+
+/// The value a leader's body computes.
+type ValueOf<F> = <<F as Future>::Output as SharedOutput>::Value;
+
+/// How many times a leader waiting for another process's flight reads the store's value at
+/// most, out of line or in line: each read follows a change the store announced, or a pause
+/// between lock attempts.
+const LOOKS: usize = 1_000;
+
+impl<F> Leader<'_, F>
+where
+    F: Future<Output: SharedOutput>,
+{
+    /// The call of the body under the key's mutex, with `options`.
+    async fn attempt(&self, client: &LockClient, options: LockOptions) -> Attempt<F::Output> {
+        // Released in the background once the value is out: the call's future holds no
+        // output across the release, and stays `Send` whatever the error type.
+        let call: LockedCall<_, ReleaseInBackground> = LockedCall::new(
+            Ok(client.clone()),
+            Ok(self.key.to_owned()),
+            LockKind::Mutex,
+            options,
+            self.under_lock(),
+        );
+        Box::pin(call).await
+    }
+
+    /// Under the lock: the value another process left since the flight started, else the
+    /// body's, left for the others.
+    async fn under_lock(&self) -> Attempt<F::Output> {
+        self.holds.store(true, Ordering::Release);
+        let left = match self.newer().await {
+            Ok(left) => left,
+            Err(error) => return Attempt::Refused(error),
         };
         // The output is not held across an await below: with an error type that is not
         // `Send` (a boxed error), the call's future stays `Send`.
-        let found = left.and_then(|left| decode::<R::Value>(function, &left.value));
-        let (value, computed) = match found {
+        let (value, computed) = match left {
             Some(value) => (value, false),
             None => {
+                // One attempt holds the lock: the first that does returns.
+                let Some(body) = lock_ignoring_poison(&self.body).take() else {
+                    return Attempt::Refused(LockError::not_acquired(self.key, 0));
+                };
                 let output = body.await;
                 // A value computed without the lock is nobody else's to take.
                 match (output.value(), current_token(), is_lost()) {
                     (Some(value), Some(_), false) => (value.clone(), true),
-                    _ => return output,
+                    _ => return Attempt::Ran(output),
                 }
             }
         };
         if let (true, Some(token)) = (computed, current_token()) {
-            let published = publish(results, &key, function, token, &value, keep).await;
+            let (results, key, function) = (self.results, self.key, self.function);
+            let published = publish(results, key, function, token, &value, self.keep).await;
             // The store saw another grant hold the key, which renewal had not told yet: the
             // value was computed, at least in part, without the lock. Nobody else's.
             if published == Some(Published::NotHeld) {
-                return match on_lost {
+                return Attempt::Ran(match self.on_lost {
                     OnLost::Abort => {
-                        R::from_lock_error(LockError::lost(&*key, LossCause::NotOwner))
+                        <F::Output>::from_lock_error(LockError::lost(key, LossCause::NotOwner))
                     }
-                    OnLost::Continue => R::from_value(value),
-                };
+                    OnLost::Continue => <F::Output>::from_value(value),
+                });
             }
         }
-        if let Some(leading) = leading.take() {
+        Attempt::Ran(self.found(value))
+    }
+
+    /// The flight ends with `value`, the call's output.
+    fn found(&self, value: ValueOf<F>) -> F::Output {
+        if let Some(leading) = lock_ignoring_poison(&self.leading).take() {
             leading.done(Arc::new(value.clone()));
         }
-        R::from_value(value)
-    };
-    // Released in the background once the value is out: the call's future holds no output
-    // across the release, and stays `Send` whatever the error type.
-    let call: LockedCall<_, ReleaseInBackground> = LockedCall::new(
-        Ok(client.clone()),
-        Ok(key.clone()),
-        LockKind::Mutex,
-        options,
-        shared_body,
-    );
-    Box::pin(call).await
+        <F::Output>::from_value(value)
+    }
+
+    /// The value of the function later than the one seen when the flight started, if the
+    /// store keeps one.
+    async fn newer(&self) -> Result<Option<ValueOf<F>>, LockError> {
+        let left = self.results.read_result(self.key).await?;
+        let left = left.filter(|left| Some(left.token) > self.seen);
+        Ok(left.and_then(|left| decode(self.function, &left.value)))
+    }
+
+    /// Out of line while another process holds the key: the lock asked for once (with
+    /// `change` made before), then the value that holder leaves, read again when the store
+    /// announces a change, or after as long as a waiter's place lasts (`3 × sleep_ms`: a
+    /// release may go unseen, so then watched anew, and the lock asked for once more), until
+    /// `deadline`. To the line at a change that
+    /// brought no value (a failed flight's release, or a holder's that computes nothing),
+    /// when the store fails (the line's request retries, and reports what lasts), or when
+    /// the client shuts down (the line's request is refused).
+    async fn out_of_line(
+        &self,
+        client: &LockClient,
+        options: LockOptions,
+        mut change: ResultChange,
+        deadline: Instant,
+    ) -> OutOfLine<F::Output> {
+        for _ in 0..LOOKS {
+            // The output does not outlive this match: the call's future stays `Send`
+            // whatever the error type.
+            let refused = match self.ask_once(client, options, deadline).await {
+                Attempt::Ran(output) => return OutOfLine::Answered(output),
+                Attempt::Refused(refused) => refused,
+            };
+            // A store that failed the ask is asked again in line, within the wait, as any
+            // request retries; what no retry changes (a shutdown, foreign data) is the answer.
+            if refused.is_backend() {
+                return OutOfLine::ToLine;
+            }
+            if !refused.is_not_acquired() {
+                return OutOfLine::Answered(<F::Output>::from_lock_error(refused));
+            }
+            let look = self.next_look(client, &mut change, options);
+            let waited = tokio::time::timeout_at(deadline, look);
+            match waited.await {
+                Ok(Look::Found(value)) => return OutOfLine::Answered(self.found(value)),
+                Ok(Look::Paused) => {}
+                Ok(Look::Changed) => return OutOfLine::ToLine,
+                Err(_) => return OutOfLine::Answered(<F::Output>::from_lock_error(refused)),
+            }
+            let watched = tokio::time::timeout_at(deadline, self.results.watch_result(self.key));
+            change = match watched.await {
+                Ok(Ok(Some(change))) => change,
+                Ok(_) => return OutOfLine::ToLine,
+                Err(_) => return OutOfLine::Answered(<F::Output>::from_lock_error(refused)),
+            };
+        }
+        OutOfLine::ToLine
+    }
+
+    /// The lock asked for once, without a place in line. With `wait_ms`, given up at
+    /// `deadline` while still asked for (never once the body runs), as any call's request.
+    async fn ask_once(
+        &self,
+        client: &LockClient,
+        options: LockOptions,
+        deadline: Instant,
+    ) -> Attempt<F::Output> {
+        let attempt = self.attempt(client, options.give_up());
+        if options.wait_bound().is_none() {
+            return attempt.await;
+        }
+        let cut = async {
+            tokio::time::sleep_until(deadline).await;
+            if self.holds.load(Ordering::Acquire) {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            biased;
+            attempt = attempt => attempt,
+            () = cut => Attempt::Refused(LockError::not_acquired(self.key, 1)),
+        }
+    }
+
+    /// Out of line: the value, read now or at the next change `change` tells of; `Paused`
+    /// when a waiter's place would have lapsed first; `Changed` when the change brought
+    /// none, the store failed, or the client shuts down.
+    async fn next_look(
+        &self,
+        client: &LockClient,
+        change: &mut ResultChange,
+        options: LockOptions,
+    ) -> Look<F> {
+        match self.newer().await {
+            Ok(Some(value)) => return Look::Found(value),
+            Ok(None) => {}
+            Err(_) => return Look::Changed,
+        }
+        tokio::select! {
+            // To the line, whose request a shutdown refuses (as a waiting one it stops).
+            _ = client.shutdown_state().stopping() => Look::Changed,
+            () = change => match self.newer().await {
+                Ok(Some(value)) => Look::Found(value),
+                _ => Look::Changed,
+            },
+            // Only a release that went unseen needs this: as long as a waiter's place lasts.
+            () = tokio::time::sleep(options.queue_timeout()) => Look::Paused,
+        }
+    }
+
+    /// The value another process leaves while this leader waits in line: read again at each
+    /// change the store announces, or after each pause where the store cannot watch (or the
+    /// watch failed). `None` once an attempt holds the lock (it reads the value itself), and
+    /// when a read fails (the lock request reports that).
+    async fn left_meanwhile(&self, options: &LockOptions) -> Option<ValueOf<F>> {
+        // `None`: not watched yet; `Some(None)`: the store cannot watch (or is not to be).
+        let mut change: Option<Option<ResultChange>> = (!self.notifies).then_some(None);
+        for _ in 0..LOOKS {
+            let left = self.newer().await.ok()?;
+            if self.holds.load(Ordering::Acquire) {
+                return None;
+            }
+            if left.is_some() {
+                return left;
+            }
+            change = match change {
+                // Watched before the next read: a value left after the read above is seen.
+                // A watch that cannot be made is none: read again at each pause.
+                None => Some(self.results.watch_result(self.key).await.ok().flatten()),
+                // Read at once after a change: it is most often the value itself.
+                Some(Some(next)) => {
+                    next.await;
+                    None
+                }
+                Some(None) => {
+                    tokio::time::sleep(options.pause(None)).await;
+                    Some(None)
+                }
+            };
+        }
+        None
+    }
 }
 
 /// A value as the store keeps it: `<function> <json>`.

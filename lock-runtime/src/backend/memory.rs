@@ -12,8 +12,9 @@ use tokio::time::Instant;
 use super::sharing::{Share, admit, conflict, every_shard_exhausted, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
-    Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, ShardMarks, SharedResult,
-    TogetherCall, Turn, holding_of, mutexes_alone, owned_grant, release_memory, released_mark,
+    Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultChange, ResultStore, ShardMarks,
+    SharedResult, TogetherCall, Turn, change_at_release, holding_of, mutexes_alone, owned_grant,
+    release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -889,6 +890,11 @@ impl AsyncShardMarks for MemoryBackend {
 
 // Single-flight values (see `ResultStore`).
 impl AsyncResults for MemoryBackend {
+    async fn watch_kept(&self, key: &str) -> Result<Option<ResultChange>, LockError> {
+        let releases = self.watch_releases(key).await?;
+        Ok(Some(change_at_release(releases)))
+    }
+
     async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
         let mut state = lock_ignoring_poison(&self.state);
         let now = Instant::now();

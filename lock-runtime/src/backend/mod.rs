@@ -554,6 +554,33 @@ pub trait ResultStore: Send + Sync {
         result: &'a SharedResult,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Published, LockError>>;
+
+    /// A watch of `key`'s value, returned once the store watches: it completes when a value
+    /// may have been left since, or the key's holder left without one (it may also complete
+    /// when neither happened). A call that waits for a flight of another process makes it
+    /// before each read of the value, so that no value left after the read goes unseen, and
+    /// reads again when it completes; it makes one more once the key was found held, for the
+    /// stores that watch the holder as it is then. `None` where the store cannot watch: the
+    /// caller reads again after each pause between lock attempts (the default, and MySQL's).
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ResultChange>, LockError>> {
+        let _ = key;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A watch of a key's single-flight value ([`ResultStore::watch_result`]): completes when a
+/// value may have been left.
+pub type ResultChange = BoxFuture<'static, ()>;
+
+/// A watch of a key's releases as a watch of its value, for the stores that announce
+/// releases: a holder leaves its value before it releases the key.
+pub(crate) fn change_at_release(mut releases: ReleaseWatch) -> ResultChange {
+    Box::pin(async move {
+        releases.released(None).await;
+    })
 }
 
 /// What [`ResultStore::publish_result`] did.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{
     Acquire, BoxFuture, Capabilities, Extended, ForcedRelease, Grant, HeldLease, Lease,
     LockBackend, LockState, OperatorBackend, OwnedGrant, OwnerPrefix, Published, Release,
-    ReleaseWatch, ResultStore, ShardMarks, SharedResult, TogetherCall, Turn,
+    ReleaseWatch, ResultChange, ResultStore, ShardMarks, SharedResult, TogetherCall, Turn,
 };
 use crate::LockError;
 
@@ -102,6 +102,15 @@ pub(crate) trait AsyncResults: Send + Sync {
         result: &SharedResult,
         keep: Duration,
     ) -> impl Future<Output = Result<Published, LockError>> + Send;
+
+    /// [`ResultStore::watch_result`].
+    fn watch_kept(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<ResultChange>, LockError>> + Send {
+        let _ = key;
+        async { Ok(None) }
+    }
 }
 
 /// [`OperatorBackend`], with `async fn`s; each method is that trait's of the same meaning.
@@ -212,6 +221,13 @@ impl<R: AsyncResults> ResultStore for R {
         keep: Duration,
     ) -> BoxFuture<'a, Result<Published, LockError>> {
         Box::pin(self.publish(key, result, keep))
+    }
+
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ResultChange>, LockError>> {
+        Box::pin(self.watch_kept(key))
     }
 }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::{
     Acquire, BoxFuture, Capabilities, Extended, HeldLease, Lease, LockBackend, OperatorBackend,
-    Published, Release, ReleaseWatch, ResultStore, ShardMarks, SharedResult, TogetherCall, Turn,
+    Published, Release, ReleaseWatch, ResultChange, ResultStore, ShardMarks, SharedResult,
+    TogetherCall, Turn,
 };
 
 /// A call on its way to the wrapped backend.
@@ -57,6 +58,11 @@ pub enum Call<'a> {
     /// [`ResultStore::publish_result`] (`action = Share`).
     PublishResult {
         /// The key whose value is left.
+        key: &'a str,
+    },
+    /// [`ResultStore::watch_result`] (`action = Share`).
+    WatchResult {
+        /// The key whose value is watched.
         key: &'a str,
     },
     /// [`ShardMarks::mark_exhausted`].
@@ -250,6 +256,18 @@ impl<B: LockBackend, I: Interceptor> ResultStore for Intercepted<B, I> {
             self.admit(Call::PublishResult { key }).await?;
             offered(self.backend.results(), "single-flight values")?
                 .publish_result(key, result, keep)
+                .await
+        })
+    }
+
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ResultChange>, LockError>> {
+        Box::pin(async move {
+            self.admit(Call::WatchResult { key }).await?;
+            offered(self.backend.results(), "single-flight values")?
+                .watch_result(key)
                 .await
         })
     }

@@ -438,6 +438,37 @@ async fn keep_alive(client: Client, session: Weak<Session>) {
     }
 }
 
+impl EtcdStore {
+    /// A future that completes at the first change of `id` (`what`, for messages) as
+    /// `options` watch it, once etcd confirmed the watch; `None` when etcd cancelled it at
+    /// once (the revision to start from was compacted away).
+    async fn watch_from(
+        &self,
+        key: &str,
+        id: &str,
+        options: WatchOptions,
+        what: &str,
+    ) -> Result<Option<BoxFuture<'static, ()>>, LockError> {
+        let failed = |error| self.error(Some(key), &format!("cannot watch {what}"), error);
+        let mut client = self.client.clone();
+        let mut stream = client.watch(id, Some(options)).await.map_err(failed)?;
+        // The first answer confirms the watch; events (or the stream's end) follow.
+        match stream.message().await.map_err(failed)? {
+            Some(created) if !created.canceled() && created.events().is_empty() => {
+                Ok(Some(Box::pin(changed(stream)) as BoxFuture<'static, ()>))
+            }
+            Some(created) if created.canceled() && created.compact_revision() == 0 => {
+                Err(LockError::backend(
+                    Some(key),
+                    format!("etcd refused to watch {what}: {}", created.cancel_reason()),
+                    None,
+                ))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 /// Completes at the first event of a watch (or its end: a cancel, a broken stream).
 async fn changed(mut stream: etcd_client::WatchStream) {
     loop {
@@ -591,27 +622,19 @@ impl ConsensusStore for EtcdStore {
                 return Ok(None);
             };
             let options = WatchOptions::new().with_start_revision(header.revision() + 1);
-            let mut stream = client
-                .watch(entry.id.clone(), Some(options))
-                .await
-                .map_err(failed)?;
-            // The first answer confirms the watch; events (or the stream's end) follow.
-            match stream.message().await.map_err(failed)? {
-                Some(created) if !created.canceled() && created.events().is_empty() => {
-                    Ok(Some(Box::pin(changed(stream)) as BoxFuture<'static, ()>))
-                }
-                Some(created) if created.canceled() && created.compact_revision() == 0 => {
-                    Err(LockError::backend(
-                        Some(key),
-                        format!(
-                            "etcd refused to watch the entry ahead: {}",
-                            created.cancel_reason()
-                        ),
-                        None,
-                    ))
-                }
-                _ => Ok(None),
-            }
+            let what = "the entry ahead";
+            self.watch_from(key, &entry.id, options, what).await
+        })
+    }
+
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
+        Box::pin(async move {
+            // From the revision the watch is made at: what is written after it.
+            let (id, what) = (self.result_key(key), "the shared value");
+            self.watch_from(key, &id, WatchOptions::new(), what).await
         })
     }
 

@@ -64,8 +64,8 @@ use self::state::{Admission, EntryKind, State};
 use super::sharing::every_shard_exhausted;
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, BoxFuture, Extended,
-    HeldLease, Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultStore, SharedResult,
-    Turn, foreign_result, owned_grant, release_memory,
+    HeldLease, Lease, Published, Release, ReleaseMemory, ReleaseWatch, ResultChange, ResultStore,
+    SharedResult, Turn, foreign_result, owned_grant, release_memory,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -147,6 +147,16 @@ pub(crate) trait ConsensusStore: Send + Sync + std::fmt::Debug + 'static {
     /// The single-flight value kept for `key` (`action = Share`), as written, and its
     /// version; `None` when there is none.
     fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>>;
+
+    /// A future that completes when `key`'s single-flight value is written or goes (or the
+    /// session ends), once the store watches it; `None` where the store cannot watch it.
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
+        let _ = key;
+        Box::pin(async { Ok(None) })
+    }
 
     /// Writes `data` as `key`'s single-flight value if it still has `version` (`None`: if
     /// there is none) and `holder`'s entry is still in the line, tied to the current
@@ -1317,6 +1327,27 @@ impl<S: ConsensusStore> AsyncShardMarks for ConsensusBackend<S> {
 // Single-flight values (see `ResultStore`): a node (ZooKeeper) or key (etcd) next to the
 // key's line, tied to the session of the client that wrote it last.
 impl<S: ConsensusStore> AsyncResults for ConsensusBackend<S> {
+    async fn watch_kept(&self, key: &str) -> Result<Option<ResultChange>, LockError> {
+        // Only the next waiter hears of a release here: the value itself is watched, and the
+        // oldest entry, whose holder may leave without one (a failed flight).
+        let store = &self.shared.store;
+        let Some(value) = store.watch_result(key).await? else {
+            return Ok(None);
+        };
+        let Some(oldest) = store.line(key).await?.into_iter().next() else {
+            // Nobody in line: the value alone, until someone holds the key.
+            return Ok(Some(value));
+        };
+        let holder = match store.watch(key, &oldest).await? {
+            Some(holder) => holder,
+            // Changed or gone since the line was read: a change to read after at once.
+            None => return Ok(Some(Box::pin(std::future::ready(())))),
+        };
+        Ok(Some(Box::pin(async move {
+            futures_util::future::select(value, holder).await;
+        })))
+    }
+
     async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
         match self.shared.store.result(key).await? {
             Some((kept, _)) => SharedResult::decode(&kept)

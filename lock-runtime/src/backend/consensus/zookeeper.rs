@@ -504,6 +504,25 @@ impl ConsensusStore for ZooKeeperStore {
         })
     }
 
+    fn watch_result<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BoxFuture<'static, ()>>, LockError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            // An `exists` watch: it fires when the node is created, written or deleted.
+            let watched = session
+                .client
+                .check_and_watch_stat(&self.result_path(key))
+                .await;
+            let (_, watcher) = watched
+                .map_err(|error| self.error(Some(key), "cannot watch the shared value", error))?;
+            Ok(Some(Box::pin(async move {
+                watcher.changed().await;
+            }) as BoxFuture<'static, ()>))
+        })
+    }
+
     fn result<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Kept, LockError>> {
         let path = self.result_path(key);
         Box::pin(async move {

@@ -23,8 +23,8 @@ use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
     Acquire, AsyncBackend, AsyncResults, AsyncShardMarks, Extended, HeldLease, Lease, Published,
-    Release, ReleaseWatch, ResultStore, SharedResult, TogetherCall, Turn, mutexes_alone,
-    release_memory,
+    Release, ReleaseWatch, ResultChange, ResultStore, SharedResult, TogetherCall, Turn,
+    change_at_release, mutexes_alone, release_memory,
 };
 use crate::backend::{Capabilities, OperatorBackend, ShardMarks, Timeouts, foreign_result};
 use crate::{LockError, random};
@@ -1080,6 +1080,11 @@ fn marks_count(key: &str, what: &str, reply: &Value) -> Result<i64, LockError> {
 
 // Single-flight values (see `ResultStore`), next to the lock key in its slot.
 impl AsyncResults for RedisBackend {
+    async fn watch_kept(&self, key: &str) -> Result<Option<ResultChange>, LockError> {
+        let releases = self.watch_releases(key).await?;
+        Ok(Some(change_at_release(releases)))
+    }
+
     async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
         let result_key = layout::result_key(&self.lock_key(key));
         let reply = self

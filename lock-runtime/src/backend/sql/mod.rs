@@ -54,8 +54,8 @@ use self::statements::{AcquireSteps, ExtendSteps, ReleaseSteps};
 use self::statements::{Acquiring, Dialect, Extending, Releasing, SHARED_MARKER, Statements};
 use super::{
     Acquire, AsyncBackend, AsyncOperator, AsyncResults, AsyncShardMarks, Extended, HeldLease,
-    Lease, Published, Release, ReleaseWatch, ResultStore, ShardMarks, SharedResult, Turn,
-    holding_of, owned_grant, release_memory, released_mark,
+    Lease, Published, Release, ReleaseWatch, ResultChange, ResultStore, ShardMarks, SharedResult,
+    Turn, change_at_release, holding_of, owned_grant, release_memory, released_mark,
 };
 use crate::backend::{
     Capabilities, ForcedRelease, Grant, Holding, LockState, OperatorBackend, OwnedGrant,
@@ -1065,15 +1065,12 @@ impl AsyncBackend for SqlBackend {
     }
 
     async fn watch_releases(&self, key: &str) -> Result<ReleaseWatch, LockError> {
-        #[cfg(feature = "postgres")]
-        if let Some(listener) = &self.listener {
-            return listener.subscribe(key).await;
-        }
-        let _ = key;
-        Err(LockError::invalid_config(
-            "MySQL announces no releases: its waiters poll every `sleep_ms` (with jitter); \
-             PostgreSQL, Redis and the memory backend announce them",
-        ))
+        self.announced_releases(key).await.unwrap_or_else(|| {
+            Err(LockError::invalid_config(
+                "MySQL announces no releases: its waiters poll every `sleep_ms` (with jitter); \
+                 PostgreSQL, Redis and the memory backend announce them",
+            ))
+        })
     }
 
     fn watch_subscribed(&self, key: &str) -> Option<ReleaseWatch> {
@@ -1143,8 +1140,26 @@ impl AsyncShardMarks for SqlBackend {
     }
 }
 
+impl SqlBackend {
+    /// A watch of `key`'s releases where the database announces them (PostgreSQL's
+    /// `NOTIFY`); `None` on MySQL.
+    async fn announced_releases(&self, key: &str) -> Option<Result<ReleaseWatch, LockError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = &self.listener {
+            return Some(listener.subscribe(key).await);
+        }
+        let _ = key;
+        None
+    }
+}
+
 // Single-flight values (`action = Share`): a row per name in `<table>_results`.
 impl AsyncResults for SqlBackend {
+    async fn watch_kept(&self, key: &str) -> Result<Option<ResultChange>, LockError> {
+        let releases = self.announced_releases(key).await.transpose()?;
+        Ok(releases.map(change_at_release))
+    }
+
     async fn read_kept(&self, key: &str) -> Result<Option<SharedResult>, LockError> {
         let owned = key.to_owned();
         self.call(Some(key), move |store| {

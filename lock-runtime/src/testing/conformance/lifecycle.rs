@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::{LONG, LONG_TTL_MS, hands_off, hold};
 use crate::admin::Holding;
-use crate::backend::{Acquire, Lease, Published, Release, SharedResult, Turn};
+use crate::backend::{
+    Acquire, Lease, Published, Release, ResultChange, ResultStore, SharedResult, Turn,
+};
 use crate::background::Background;
 use crate::instance::InstanceId;
 use crate::testing::assertions::assert_held_by;
@@ -189,6 +191,45 @@ pub async fn a_shared_value_is_kept_for_its_grant_only(client: &LockClient, key:
         Some(later)
     );
     second.release().await.expect("release");
+}
+
+/// Whether the backend keeps single-flight values and announces releases.
+pub(super) fn keeps_and_announces(client: &LockClient) -> bool {
+    keeps_results(client) && super::notifies(client)
+}
+
+/// Where the store keeps values and announces releases, a watch of a key's value completes
+/// when a value is left under the key's grant, and when the holder leaves without one (a
+/// failed flight): the leaders of other processes read the value, or contend, without
+/// waiting in line for it.
+pub async fn a_value_left_or_a_holder_gone_is_watched(client: &LockClient, key: &str) {
+    let results = client.backend().results().expect("offered");
+    let told = |watch, what: &'static str| async move {
+        tokio::time::timeout(LONG, watch)
+            .await
+            .unwrap_or_else(|_| panic!("{what} is told to the value's watchers within {LONG:?}"));
+    };
+    let holder = hold(client, key).await;
+    let change = watched(results, key).await;
+    let value = SharedResult {
+        token: holder.token(),
+        value: b"\"a value\"".to_vec(),
+    };
+    let keep = Duration::from_millis(LONG_TTL_MS);
+    let kept = results.publish_result(key, &value, keep).await;
+    assert_eq!(kept.expect("answers"), Published::Kept);
+    holder.release().await.expect("release");
+    told(change, "a value left").await;
+    let holder = hold(client, key).await;
+    let change = watched(results, key).await;
+    holder.release().await.expect("release");
+    told(change, "a holder gone without a value").await;
+}
+
+/// The store's watch of `key`'s value, which a store that announces releases makes.
+async fn watched(results: &dyn ResultStore, key: &str) -> ResultChange {
+    let watch = results.watch_result(key).await.expect("answers");
+    watch.expect("a store that announces releases watches values")
 }
 
 /// A client built with an instance id releases, at once, the grants an earlier run of that

@@ -18,7 +18,8 @@ pub use kinds::{
 pub use lifecycle::{
     a_release_in_flight_does_not_refuse_the_same_client,
     a_restarted_instance_releases_what_its_earlier_run_left,
-    a_shared_value_is_kept_for_its_grant_only, shutdown_releases_and_withdraws,
+    a_shared_value_is_kept_for_its_grant_only, a_value_left_or_a_holder_gone_is_watched,
+    shutdown_releases_and_withdraws,
 };
 
 use std::sync::Arc;
@@ -108,6 +109,10 @@ pub const RULES: &[Rule] = &[
     rule!(
         a_shared_value_is_kept_for_its_grant_only,
         lifecycle::keeps_results
+    ),
+    rule!(
+        a_value_left_or_a_holder_gone_is_watched,
+        lifecycle::keeps_and_announces
     ),
     rule!(give_up_makes_one_attempt),
     rule!(continue_stops_after_its_retries),
