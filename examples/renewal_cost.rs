@@ -127,7 +127,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut redis = redis.clone();
         let elapsed = time_to_stop(client.clone(), delay, move || {
             tokio::spawn(async move {
-                let _: u32 = redis.del("lock:{watched}").await.unwrap();
+                let _: u32 = redis.del("lock:{watched}:v2").await.unwrap();
             });
         })
         .await;
@@ -146,7 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect()
         .await?;
     let elapsed = time_to_stop(cut_off, Duration::ZERO, || proxy.freeze()).await;
-    let remaining: i64 = redis.pttl("lock:{watched}").await?;
+    let remaining: i64 = redis.pttl("lock:{watched}:v2").await?;
     println!(
         "client cut off (proxy): stopped after {elapsed:?}; the key still had {remaining} ms in Redis (bound: ttl - drift after the last renewal)"
     );

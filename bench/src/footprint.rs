@@ -139,7 +139,7 @@ fn held_key(i: usize) -> String {
 /// The Redis key of the lock `key` under the default prefix, and its fencing counter
 /// (the layout documented in fencelock's Redis backend).
 fn redis_keys(key: &str) -> (String, String) {
-    let lock_key = format!("lock:{{{key}}}");
+    let lock_key = format!("lock:{{{key}}}:v2");
     let fence_key = format!("{lock_key}:fence");
     (lock_key, fence_key)
 }

@@ -148,7 +148,7 @@ async fn inspect(
     Ok(())
 }
 
-/// On standard error, for an operator who typed how Redis names a lock (`lock:{stock:42}`,
+/// On standard error, for an operator who typed how Redis names a lock (`lock:{stock:42}:v2`,
 /// as `redis-cli` shows it) where the commands take the key the applications write
 /// (`stock:42`): what to type, when that lock is held.
 async fn note_redis_name(admin: &LockAdmin, connection: &Connection, key: &str) {
@@ -158,7 +158,7 @@ async fn note_redis_name(admin: &LockAdmin, connection: &Connection, key: &str) 
     let Some(lock_key) = key
         .strip_prefix(connection.redis_prefix())
         .and_then(|rest| rest.strip_prefix('{'))
-        .and_then(|rest| rest.strip_suffix('}'))
+        .and_then(|rest| rest.strip_suffix("}:v2").or_else(|| rest.strip_suffix('}')))
     else {
         return;
     };

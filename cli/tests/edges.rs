@@ -35,8 +35,8 @@ async fn list_leaves_out_keys_no_request_could_name() {
     );
 }
 
-/// Another program's data in the fencing counter (or the queue) of a held lock: no lock can
-/// work there, and the forced release refuses rather than delete the grant unconfirmed.
+/// Another program's data in the queue of a held lock: no lock can work there, and the
+/// forced release refuses rather than end the grant unconfirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_refuses_a_lock_with_foreign_data_next_to_it() {
     let server = redis_server();
@@ -44,15 +44,15 @@ async fn a_release_refuses_a_lock_with_foreign_data_next_to_it() {
     let _held = hold(&locks, "job").await;
     let mut redis = server.connection().await.unwrap();
     let _: () = redis
-        .set_ex("lock:{job}:fence", "not-a-token", 600)
+        .set_ex("lock:{job}:v2:queue", "not a list", 600)
         .await
         .unwrap();
     let refusal = on(&server, &["release", "job", "--force", "--yes"])
         .await
         .failed_with_one_line();
-    assert!(refusal.contains("not a lock's"), "{refusal}");
-    let still: Option<String> = redis.get("lock:{job}").await.unwrap();
-    assert!(still.is_some(), "the grant was deleted");
+    assert!(refusal.contains("not what a lock keeps there"), "{refusal}");
+    let still: String = redis.get("lock:{job}:v2").await.unwrap();
+    assert!(still.starts_with("h:"), "the grant was ended: {still}");
 }
 
 /// The prompt names one grant; if its holder releases and another owner takes the key

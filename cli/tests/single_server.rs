@@ -115,8 +115,8 @@ async fn list_and_inspect_show_holder_token_ttl_and_the_waiter_next_in_line() {
 
     // Owner tokens stay in Redis.
     let mut redis = server.connection().await.unwrap();
-    let value: String = redis.get("lock:{stock:42}").await.unwrap();
-    let (owner, _) = value.split_once(':').unwrap();
+    let value: String = redis.get("lock:{stock:42}:v2").await.unwrap();
+    let (_, owner) = value.rsplit_once(':').unwrap();
     for output in [
         &table,
         &details,
@@ -131,7 +131,7 @@ async fn list_and_inspect_show_holder_token_ttl_and_the_waiter_next_in_line() {
     waiting.abort();
 }
 
-/// An operator who types what `redis-cli` shows (`lock:{stock:42}`) where the commands take
+/// An operator who types what `redis-cli` shows (`lock:{stock:42}:v2`) where the commands take
 /// the applications' key, or a pattern with the prefix, or a `--prefix` the applications do
 /// not use, is told on standard error what to type; standard output stays as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,10 +140,10 @@ async fn redis_key_names_and_a_wrong_prefix_get_a_note_saying_what_to_type() {
     let locks = client(&server).await;
     let held = hold(&locks, "stock:42").await;
     let redis_name =
-        "note: `lock:{stock:42}` is how Redis names the lock `stock:42`, which is held";
+        "note: `lock:{stock:42}:v2` is how Redis names the lock `stock:42`, which is held";
     for args in [
-        &["inspect", "lock:{stock:42}"][..],
-        &["release", "--force", "--yes", "lock:{stock:42}"],
+        &["inspect", "lock:{stock:42}:v2"][..],
+        &["release", "--force", "--yes", "lock:{stock:42}:v2"],
     ] {
         let run = on(&server, args).await;
         assert!(run.success && run.stderr.contains(redis_name), "{run:?}");

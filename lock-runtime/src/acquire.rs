@@ -644,7 +644,14 @@ impl PendingAcquire {
     /// owner (an attempt whose reply was lost may yet land) goes to the background.
     fn change_owner(&mut self) {
         if self.leaves_traces {
-            release_in_background(&self.client, self.lease.clone(), Instant::now(), true, None);
+            release_in_background(
+                &self.client,
+                self.lease.clone(),
+                None,
+                Instant::now(),
+                true,
+                None,
+            );
         }
         self.lease.owner = self.client.owner_token();
         self.leaves_traces = false;
@@ -671,7 +678,14 @@ impl PendingAcquire {
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         if self.leaves_traces {
-            release_in_background(&self.client, self.lease.clone(), Instant::now(), true, None);
+            release_in_background(
+                &self.client,
+                self.lease.clone(),
+                None,
+                Instant::now(),
+                true,
+                None,
+            );
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Lease, LockBackend, Release};
+use crate::backend::{HeldLease, Lease, LockBackend, Release};
 use crate::background::AwaitedAtExit;
 use crate::error::WithSources;
 use crate::renewal::{LossCause, LossSignal};
@@ -22,7 +22,9 @@ use crate::{LockClient, background};
 
 /// Releases `lease` without blocking the caller, retrying backend errors with backoff until
 /// the lease has certainly ended by itself. With `min_hold_ms`, the key is kept until
-/// `hold_until` instead of deleted.
+/// `hold_until` instead of deleted. `token`: the fencing token of the grant where it is
+/// known (a guard's), so that a retry recognises an earlier send of itself
+/// ([`LockBackend::release_held`]).
 ///
 /// `in_doubt`: the acquire may still be on its way (its reply never came). The release then
 /// first goes through the caller's own connection, behind that acquire, so it cannot
@@ -38,6 +40,7 @@ use crate::{LockClient, background};
 pub(crate) fn release_in_background(
     client: &LockClient,
     lease: Lease,
+    token: Option<u64>,
     hold_until: Instant,
     in_doubt: bool,
     held: Option<Holder>,
@@ -55,7 +58,7 @@ pub(crate) fn release_in_background(
     if let Some(caller) = caller {
         let first = caller.spawn(release_with_retries(
             backend.clone(),
-            lease.clone(),
+            (lease.clone(), token),
             hold_until,
             Duration::ZERO,
             (held.take(), in_flight.clone()),
@@ -66,7 +69,13 @@ pub(crate) fn release_in_background(
         }
     }
     let span = held.as_ref().map(|held| held.span.clone());
-    let release = release_with_retries(backend, lease, hold_until, delay, (held, in_flight));
+    let release = release_with_retries(
+        backend,
+        (lease, token),
+        hold_until,
+        delay,
+        (held, in_flight),
+    );
     if let Err(error) = client.background().spawn(release) {
         tracing::warn!(target: "fencelock", error = %WithSources(&error), "cannot release in the background; the lease ends by its TTL");
         if let Some(span) = span {
@@ -124,12 +133,12 @@ impl Outcome {
 /// counts it in flight until its first try is answered.
 async fn release_with_retries(
     backend: Arc<dyn LockBackend>,
-    lease: Lease,
+    (lease, token): (Lease, Option<u64>),
     hold_until: Instant,
     delay: Duration,
     (held, in_flight): (Option<Holder>, SharedInFlight),
 ) {
-    let releasing = retry_release(&*backend, &lease, hold_until, delay, in_flight);
+    let releasing = retry_release(&*backend, (&lease, token), hold_until, delay, in_flight);
     let Some(Holder {
         span,
         signal,
@@ -155,18 +164,26 @@ async fn release_with_retries(
 /// [`release_with_retries`] itself.
 async fn retry_release(
     backend: &dyn LockBackend,
-    lease: &Lease,
+    (lease, token): (&Lease, Option<u64>),
     hold_until: Instant,
     delay: Duration,
     in_flight: SharedInFlight,
 ) -> Outcome {
     tokio::time::sleep(delay).await;
+    let held = token.map(|token| HeldLease {
+        lease: lease.clone(),
+        token,
+        slot: None,
+    });
     let deadline = Instant::now().max(hold_until) + lease.ttl;
     let mut pause = Duration::from_millis(20);
     let mut failed_before = false;
     loop {
         let min_hold = hold_until.saturating_duration_since(Instant::now());
-        let answer = backend.release(lease, min_hold).await;
+        let answer = match &held {
+            Some(held) => backend.release_held(held, min_hold).await,
+            None => backend.release(lease, min_hold).await,
+        };
         lock_ignoring_poison(&in_flight).take();
         match answer {
             Ok(Release::Released) => return Outcome::Released,

@@ -451,7 +451,7 @@ impl RedisClientBuilder {
     }
 
     /// Text put before every lock key in Redis (default `"lock:"`); the key itself follows
-    /// in braces, e.g. `lock:{stock:42}`.
+    /// in braces, e.g. `lock:{stock:42}:v2`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self

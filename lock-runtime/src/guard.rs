@@ -330,7 +330,8 @@ impl LockGuard {
         let min_hold = self.hold_until.saturating_duration_since(Instant::now());
         let backend = self.client.backend().clone();
         let span = self.span().clone();
-        let (outcome, resent_at) = resend_once(|| backend.release(&self.lease, min_hold))
+        let held = self.held_lease();
+        let (outcome, resent_at) = resend_once(|| backend.release_held(&held, min_hold))
             .instrument(span)
             .await;
         // On an error the guard stays unreleased: its drop retries in the background.
@@ -415,6 +416,7 @@ impl Drop for LockGuard {
             release_in_background(
                 &self.client,
                 self.lease.clone(),
+                Some(self.token),
                 self.hold_until,
                 self.in_doubt,
                 (!released).then(|| Holder {

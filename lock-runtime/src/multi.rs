@@ -285,7 +285,7 @@ pub(crate) struct TogetherAnswer {
 impl Drop for Together {
     fn drop(&mut self) {
         for lease in self.leases.drain(..).flatten() {
-            release_in_background(&self.client, lease, Instant::now(), true, None);
+            release_in_background(&self.client, lease, None, Instant::now(), true, None);
         }
     }
 }

@@ -496,6 +496,7 @@ impl Renewer {
 /// A lease taken out of the renewal loop by [`Renewer::drain`].
 pub(crate) struct Drained {
     pub(crate) lease: Lease,
+    pub(crate) token: u64,
     pub(crate) hold_until: Instant,
     pub(crate) span: LockSpan,
     pub(crate) signal: Arc<LossSignal>,
@@ -516,6 +517,7 @@ impl Renewer {
             .into_values()
             .map(|tracked| Drained {
                 lease: tracked.held.lease,
+                token: tracked.held.token,
                 hold_until: tracked.hold_until,
                 span: tracked.span,
                 signal: tracked.signal,

@@ -187,7 +187,14 @@ impl LockClient {
                 signal: lease.signal,
                 report_to: Some(report_to.clone()),
             };
-            release_in_background(self, lease.lease, lease.hold_until, false, Some(holder));
+            release_in_background(
+                self,
+                lease.lease,
+                Some(lease.token),
+                lease.hold_until,
+                false,
+                Some(holder),
+            );
         }
         count
     }

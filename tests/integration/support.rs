@@ -28,6 +28,30 @@ pub async fn inspector(server: &RedisServer) -> redis::aio::MultiplexedConnectio
         .unwrap()
 }
 
+/// The state of the mutex at `redis_key`, as its value starts (`lua/mutex.lua`): `h` or `w`
+/// held, `r` or `q` released (a tombstone); `None` when the key is missing or holds
+/// something else.
+pub async fn mutex_state(
+    redis: &mut redis::aio::MultiplexedConnection,
+    redis_key: &str,
+) -> Option<char> {
+    let value: Option<String> = redis::AsyncCommands::get(redis, redis_key).await.ok()?;
+    value?
+        .split_once(':')
+        .and_then(|(state, _)| state.parse().ok())
+        .filter(|state| "hwrq".contains(*state))
+}
+
+/// Whether the mutex at `redis_key` holds a grant.
+pub async fn granted_in(redis: &mut redis::aio::MultiplexedConnection, redis_key: &str) -> bool {
+    matches!(mutex_state(redis, redis_key).await, Some('h' | 'w'))
+}
+
+/// Whether the mutex at `redis_key` on `server` holds a grant.
+pub async fn granted_on(server: &RedisServer, redis_key: &str) -> bool {
+    granted_in(&mut inspector(server).await, redis_key).await
+}
+
 /// Polls `check` every 10 ms until it returns true or `limit` passes.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where

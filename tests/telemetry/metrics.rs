@@ -37,7 +37,10 @@ async fn acquisitions_are_counted_by_outcome_with_their_waits_and_holds() {
     assert!(refused.unwrap_err().is_not_acquired());
     held.release().await.unwrap();
     let mut redis = server.connection().await.unwrap();
-    let _: () = redis.set("lock:{metrics:call:4}", "foreign").await.unwrap();
+    let _: () = redis
+        .set("lock:{metrics:call:4}:v2", "foreign")
+        .await
+        .unwrap();
     let foreign = with_client(locks.clone(), call(4)).await;
     assert!(matches!(foreign, Err(LockError::KeyInUse { .. })));
 

@@ -28,7 +28,7 @@ async fn a_loss_found_by_the_release_is_recorded_and_counted() {
         .acquire()
         .await
         .unwrap();
-    let _: () = redis.del("lock:{paths:release-loss}").await.unwrap();
+    let _: () = redis.del("lock:{paths:release-loss}:v2").await.unwrap();
     let error = guard.release().await.unwrap_err();
     assert!(
         matches!(
@@ -295,13 +295,13 @@ async fn no_owner_token_or_password_on_failure_paths() {
         .unwrap();
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut redis = client.get_multiplexed_async_connection().await.unwrap();
-    let value: String = redis.get("lock:{paths:secret}").await.unwrap();
-    let owner = value.rsplit_once(':').unwrap().0.to_owned();
-    let value: String = redis.get("lock:{paths:secret2}").await.unwrap();
-    let owner2 = value.rsplit_once(':').unwrap().0.to_owned();
+    let value: String = redis.get("lock:{paths:secret}:v2").await.unwrap();
+    let owner = value.rsplit_once(':').unwrap().1.to_owned();
+    let value: String = redis.get("lock:{paths:secret2}:v2").await.unwrap();
+    let owner2 = value.rsplit_once(':').unwrap().1.to_owned();
     // The second key is taken over: its background release finds another owner.
     let _: () = redis
-        .set("lock:{paths:secret2}", "someone-else:1")
+        .set("lock:{paths:secret2}:v2", "h:1:1:0:someone-else")
         .await
         .unwrap();
     drop(dropped);

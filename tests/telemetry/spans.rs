@@ -258,7 +258,7 @@ async fn held_on_redis(
 async fn a_lost_lease_warns_under_its_span_with_the_cause() {
     capture::install();
     let (_server, _locks, guard, mut redis) = held_on_redis("spans:lost", 600).await;
-    let _: () = redis.del("lock:{spans:lost}").await.unwrap();
+    let _: () = redis.del("lock:{spans:lost}:v2").await.unwrap();
 
     let span = lost_span("spans:lost", &guard).await;
     assert_eq!(span.field("lost"), Some("not_owner"));
@@ -326,7 +326,7 @@ async fn refusals_by_the_backend_name_their_outcome() {
     let locks = LockClient::connect(&server.url()).await.unwrap();
     let mut redis = server.connection().await.unwrap();
     let _: () = redis
-        .set("lock:{spans:foreign}", "not a lock")
+        .set("lock:{spans:foreign}:v2", "not a lock")
         .await
         .unwrap();
     let error = locks.lock("spans:foreign").acquire().await.unwrap_err();
@@ -353,8 +353,8 @@ async fn refusals_by_the_backend_name_their_outcome() {
 async fn no_span_or_event_records_the_owner_token() {
     capture::install();
     let (_server, locks, guard, mut redis) = held_on_redis("spans:secret", 300).await;
-    let value: String = redis.get("lock:{spans:secret}").await.unwrap();
-    let owner = value.rsplit_once(':').unwrap().0.to_owned();
+    let value: String = redis.get("lock:{spans:secret}:v2").await.unwrap();
+    let owner = value.rsplit_once(':').unwrap().1.to_owned();
     // Renewal rounds, then a release, all recorded.
     wait_for("two renewal rounds", || {
         (locks.renewal_stats().rounds >= 2).then_some(())

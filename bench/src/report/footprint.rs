@@ -125,7 +125,7 @@ fn print_held(h: &HeldCost) {
                 format!("{:.2}", h.keys_delta as f64 / n),
             ],
             vec![
-                "MEMORY USAGE lock:{k} + lock:{k}:fence".into(),
+                "MEMORY USAGE lock:{k}:v2 + lock:{k}:v2:fence".into(),
                 "-".into(),
                 format!(
                     "{} + {}",

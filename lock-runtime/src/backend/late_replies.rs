@@ -63,6 +63,14 @@ impl LockBackend for LateReplies {
         self.inner.release(lease, min_hold)
     }
 
+    fn release_held<'a>(
+        &'a self,
+        held: &'a HeldLease,
+        min_hold: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        self.inner.release_held(held, min_hold)
+    }
+
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         self.inner.operator()
     }

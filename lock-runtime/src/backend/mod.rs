@@ -440,6 +440,18 @@ pub trait LockBackend: Send + Sync + std::fmt::Debug + 'static {
         min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>>;
 
+    /// [`release`](Self::release) of a grant whose fencing token the caller knows (a guard's):
+    /// a backend that remembers releases by token (Redis: a grant whose token lies in the
+    /// key's unbroken series of released grants was released) reads it. The default sends
+    /// [`release`](Self::release); a wrapper of another backend forwards this call.
+    fn release_held<'a>(
+        &'a self,
+        held: &'a HeldLease,
+        min_hold: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        self.release(&held.lease, min_hold)
+    }
+
     /// The operator's calls (list, inspect, force-release), if the backend offers them:
     /// `None` by default, and [`LockAdmin`](crate::admin::LockAdmin) refuses them with
     /// [`LockError::InvalidConfig`].

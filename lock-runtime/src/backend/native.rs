@@ -52,6 +52,15 @@ pub(crate) trait AsyncBackend: Send + Sync + std::fmt::Debug + 'static {
         min_hold: Duration,
     ) -> impl Future<Output = Result<Release, LockError>> + Send;
 
+    /// [`LockBackend::release_held`].
+    fn release_held_grant(
+        &self,
+        held: &HeldLease,
+        min_hold: Duration,
+    ) -> impl Future<Output = Result<Release, LockError>> + Send {
+        self.release_grant(&held.lease, min_hold)
+    }
+
     /// [`LockBackend::operator`].
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
         None
@@ -173,6 +182,14 @@ impl<B: AsyncBackend> LockBackend for B {
         min_hold: Duration,
     ) -> BoxFuture<'a, Result<Release, LockError>> {
         Box::pin(self.release_grant(lease, min_hold))
+    }
+
+    fn release_held<'a>(
+        &'a self,
+        held: &'a HeldLease,
+        min_hold: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(self.release_held_grant(held, min_hold))
     }
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {

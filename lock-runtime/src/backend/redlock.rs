@@ -396,6 +396,49 @@ fn refuses_alike(error: &LockError) -> bool {
     )
 }
 
+// Release.
+impl RedlockBackend {
+    /// Releases `lease` on every master (`token`: see `RedisBackend::release_of`): released
+    /// where a majority released it.
+    async fn release_on_masters(
+        &self,
+        lease: &Lease,
+        token: Option<u64>,
+        min_hold: Duration,
+    ) -> Result<Release, LockError> {
+        let replies = self
+            .on_every_master(|m| m.release_of(lease, token, min_hold))
+            .await;
+        let released = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Release::Released)))
+            .count();
+        // A master that could not tell (or did not answer) may have held it.
+        let unknown = replies
+            .iter()
+            .filter(|r| !matches!(r, Ok(Release::Released | Release::NotOwner)))
+            .count();
+        let first_failure = replies.into_iter().find_map(Result::err);
+        if released >= self.quorum() {
+            Ok(Release::Released)
+        } else if released + unknown < self.quorum() {
+            Ok(Release::NotOwner)
+        } else {
+            // The masters that did not answer decide whether a majority still held it.
+            Err(LockError::backend(
+                Some(&lease.key),
+                format!(
+                    "releasing failed: {released} of {} masters released and {unknown} did \
+                     not answer or could not tell, so whether a majority held the lease is \
+                     unknown",
+                    self.masters.len()
+                ),
+                first_failure.map(|e| Arc::new(e) as _),
+            ))
+        }
+    }
+}
+
 // The operator's view: each lock merged over the masters.
 impl RedlockBackend {
     /// One lock's state over the masters that answered (`states`: those on which the key
@@ -617,34 +660,16 @@ impl AsyncBackend for RedlockBackend {
     }
 
     async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
-        let replies = self.on_every_master(|m| m.release(lease, min_hold)).await;
-        let released = replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Release::Released)))
-            .count();
-        // A master that could not tell (or did not answer) may have held it.
-        let unknown = replies
-            .iter()
-            .filter(|r| !matches!(r, Ok(Release::Released | Release::NotOwner)))
-            .count();
-        let first_failure = replies.into_iter().find_map(Result::err);
-        if released >= self.quorum() {
-            Ok(Release::Released)
-        } else if released + unknown < self.quorum() {
-            Ok(Release::NotOwner)
-        } else {
-            // The masters that did not answer decide whether a majority still held it.
-            Err(LockError::backend(
-                Some(&lease.key),
-                format!(
-                    "releasing failed: {released} of {} masters released and {unknown} did \
-                     not answer or could not tell, so whether a majority held the lease is \
-                     unknown",
-                    self.masters.len()
-                ),
-                first_failure.map(|e| Arc::new(e) as _),
-            ))
-        }
+        self.release_on_masters(lease, None, min_hold).await
+    }
+
+    async fn release_held_grant(
+        &self,
+        held: &HeldLease,
+        min_hold: Duration,
+    ) -> Result<Release, LockError> {
+        self.release_on_masters(&held.lease, Some(held.token), min_hold)
+            .await
     }
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {

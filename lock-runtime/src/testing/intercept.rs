@@ -210,6 +210,18 @@ impl<B: LockBackend, I: Interceptor> LockBackend for Intercepted<B, I> {
         })
     }
 
+    fn release_held<'a>(
+        &'a self,
+        held: &'a HeldLease,
+        min_hold: Duration,
+    ) -> BoxFuture<'a, Result<Release, LockError>> {
+        Box::pin(async move {
+            let lease = &held.lease;
+            self.admit(Call::Release { lease, min_hold }).await?;
+            self.backend.release_held(held, min_hold).await
+        })
+    }
+
     /// Not put to the interceptor (an operator's calls, not the client's).
     fn operator(&self) -> Option<&dyn OperatorBackend> {
         self.backend.operator()

@@ -97,7 +97,7 @@ async fn a_late_grant_withdrawn_hides_a_forced_release_from_the_attribute() {
 
 /// The same on one Redis server: the acquire request is held on the way (proxy) and reaches
 /// Redis 1.5 s late, within the response timeout; its reply is late for a 1 s lease, so the
-/// grant (fresh on the server) is released and remembered in `lock:{k}:released:<owner>`.
+/// grant (fresh on the server) is released and remembered in `lock:{k}:v2:released:<owner>`.
 /// The next attempt's guard then has its key deleted by hand (`DEL`), and its release reports
 /// `Ok`.
 #[tokio::test]
@@ -129,8 +129,8 @@ async fn a_late_grant_withdrawn_hides_the_loss_of_the_next_grant_redis() {
         .unwrap()
         .expect("the next attempt is on time");
     let mut redis = inspector(&server).await;
-    let memory: Vec<String> = redis.keys("lock:{k}:released:*").await.unwrap();
-    let deleted: u32 = redis.del("lock:{k}").await.unwrap();
+    let memory: Vec<String> = redis.keys("lock:{k}:v2:released:*").await.unwrap();
+    let deleted: u32 = redis.del("lock:{k}:v2").await.unwrap();
     assert_eq!(deleted, 1, "the guard's key was there");
     let released = guard.release().await;
     assert!(

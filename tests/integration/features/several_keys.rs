@@ -366,7 +366,7 @@ async fn the_call_for_every_key_sent_again_answers_alike() {
         .await
         .unwrap();
     let function = function_named(&libraries, "acquire_together").expect("the library is loaded");
-    let keys: Vec<String> = ["lock:{tw:a}", "lock:{tw:b}"]
+    let keys: Vec<String> = ["lock:{tw:a}:v2", "lock:{tw:b}:v2"]
         .iter()
         .flat_map(|k| {
             [

@@ -234,7 +234,7 @@ async fn foreign_data_in_the_marks_is_refused_and_kept() {
         }
     }
     let kept: String = redis::cmd("GET")
-        .arg("lock:{stock:tea}:exhausted")
+        .arg("lock:{stock:tea}:v2:exhausted")
         .query_async(&mut redis)
         .await
         .unwrap();
@@ -245,7 +245,7 @@ async fn foreign_data_in_the_marks_is_refused_and_kept() {
 /// Writes a string, another program's data, where `stock:tea`'s exhausted shards are kept.
 async fn put_foreign_marks(redis: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("SET")
-        .arg("lock:{stock:tea}:exhausted")
+        .arg("lock:{stock:tea}:v2:exhausted")
         .arg("not a set")
         .query_async(redis)
         .await

@@ -908,7 +908,7 @@ async fn foreign_data_in_the_value_is_named_and_left_alone() {
     let server = redis_server();
     let locks = support::client(&server).await;
     let mut redis = support::inspector(&server).await;
-    let result_key = "lock:{report:7}:result";
+    let result_key = "lock:{report:7}:v2:result";
     for foreign in ["hash", "not a value", "123456789012345678901234567890 x"] {
         let _: () = redis.del(result_key).await.unwrap();
         if foreign == "hash" {

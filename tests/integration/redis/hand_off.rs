@@ -130,7 +130,7 @@ impl OnRedis {
             .get_async_pubsub()
             .await
             .unwrap();
-        pubsub.subscribe("lock:{k}:released").await.unwrap();
+        pubsub.subscribe("lock:{k}:v2:released").await.unwrap();
         self.backend
             .release(&self.holder, Duration::ZERO)
             .await
@@ -168,18 +168,26 @@ async fn on_redis_the_release_grants_the_oldest_live_waiter_and_names_it_by_hash
     let token = message
         .strip_prefix(&format!("granted {sha1} "))
         .unwrap_or_else(|| panic!("names the live waiter: {message}"));
-    let value: String = redis::AsyncCommands::get(&mut redis, "lock:{k}")
+    let value: String = redis::AsyncCommands::get(&mut redis, "lock:{k}:v2")
         .await
         .unwrap();
-    assert_eq!(value, format!("waiter:{token}"));
-    let ttl: i64 = redis::AsyncCommands::pttl(&mut redis, "lock:{k}")
+    let run = value
+        .strip_suffix(":0:waiter")
+        .and_then(|held| held.strip_prefix(&format!("h:{token}:")))
+        .unwrap_or_else(|| panic!("held by the waiter, nobody left in line: {value}"));
+    assert_eq!(
+        run,
+        key.token.to_string(),
+        "the run of the holder's grant goes on"
+    );
+    let ttl: i64 = redis::AsyncCommands::pttl(&mut redis, "lock:{k}:v2")
         .await
         .unwrap();
     assert!(
         (44_000..=45_000).contains(&ttl),
         "the waiter's 45 s lease, within its 60 s place: {ttl}"
     );
-    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:queue")
+    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:v2:queue")
         .await
         .unwrap();
     assert!(!line, "the line's keys went with its last waiter");
@@ -270,7 +278,7 @@ async fn a_polling_waiter_takes_no_place_in_line() {
     })
     .await;
     assert!(attempted, "the waiter attempts");
-    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:queue")
+    let line: bool = redis::AsyncCommands::exists(&mut redis, "lock:{k}:v2:queue")
         .await
         .unwrap();
     assert!(!line, "and takes no place in line");

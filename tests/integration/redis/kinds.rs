@@ -97,7 +97,7 @@ async fn a_waiting_writer_enters_before_the_readers_that_arrived_after_it() {
 
 /// Waits until `key`'s line holds `length` waiters.
 async fn queue_reaches(redis: &redis::aio::MultiplexedConnection, key: &str, length: usize) {
-    let queue = format!("lock:{{{key}}}:queue");
+    let queue = format!("lock:{{{key}}}:v2:queue");
     let reached = eventually(Duration::from_secs(10), || {
         let (mut redis, queue) = (redis.clone(), queue.clone());
         async move {
@@ -256,15 +256,17 @@ async fn a_lost_reply_leaves_neither_a_second_grant_nor_an_orphan() {
             .acquire()
             .await
             .unwrap();
-        let grants: usize = redis::AsyncCommands::zcard(&mut redis, "lock:{lost}:leases")
+        let grants: usize = redis::AsyncCommands::zcard(&mut redis, "lock:{lost}:v2:leases")
             .await
             .unwrap();
         assert_eq!(grants, 1, "{}: one grant for the request", kind.name());
         guard.release().await.unwrap();
-        let left: usize =
-            redis::AsyncCommands::exists(&mut redis, &["lock:{lost}", "lock:{lost}:leases"][..])
-                .await
-                .unwrap();
+        let left: usize = redis::AsyncCommands::exists(
+            &mut redis,
+            &["lock:{lost}:v2", "lock:{lost}:v2:leases"][..],
+        )
+        .await
+        .unwrap();
         assert_eq!(left, 0, "{}: nothing left after the release", kind.name());
     }
 }

@@ -100,7 +100,7 @@ async fn deleting_the_key_by_hand_stops_the_body_with_lost() {
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
     let (result, after) = cut_while_running(locks, || async move {
-        let deleted: u32 = redis.del("lock:{watched}").await.unwrap();
+        let deleted: u32 = redis.del("lock:{watched}:v2").await.unwrap();
         assert_eq!(deleted, 1);
     })
     .await;
@@ -249,11 +249,12 @@ async fn renewal_keeps_ten_thousand_locks_alive() {
     let stats = locks.renewal_stats();
     let mut pipe = redis::pipe();
     for i in 0..LOCKS {
-        pipe.exists(format!("lock:{{many:{i}}}"));
+        pipe.get(format!("lock:{{many:{i}}}:v2"));
     }
-    let alive: Vec<bool> = pipe.query_async(&mut redis).await.unwrap();
+    let values: Vec<Option<String>> = pipe.query_async(&mut redis).await.unwrap();
+    let alive = values.iter().flatten().filter(|v| v.starts_with("h:"));
     assert_eq!(
-        alive.iter().filter(|a| **a).count(),
+        alive.count(),
         LOCKS,
         "every lock outlived 2.5 TTLs of {ttl_ms} ms"
     );
@@ -310,8 +311,8 @@ async fn a_nested_call_re_enters_without_a_round_trip_and_the_outer_holder_relea
         2,
         "one acquire and one release for both calls"
     );
-    let exists: bool = redis.exists("lock:{account:7}").await.unwrap();
-    assert!(!exists, "released once the outer holder ended");
+    let held = crate::support::granted_in(&mut redis, "lock:{account:7}:v2").await;
+    assert!(!held, "released once the outer holder ended");
 }
 
 #[redis_lock(key = "shared", action = GiveUp, client = locks)]

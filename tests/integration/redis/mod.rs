@@ -5,6 +5,7 @@
 mod hand_off;
 mod kinds;
 mod lease;
+mod one_key;
 mod operator;
 mod runtime;
 mod security;

@@ -19,13 +19,13 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
     let server = redis_server();
     let locks = client(&server).await;
     let mut redis = inspector(&server).await;
-    let _: () = redis.set("lock:{plain}", "not a lock").await.unwrap();
-    let _: () = redis.hset("lock:{hash}", "field", 1).await.unwrap();
+    let _: () = redis.set("lock:{plain}:v2", "not a lock").await.unwrap();
+    let _: () = redis.hset("lock:{hash}:v2", "field", 1).await.unwrap();
     let guard = locks.lock("queued").acquire().await.unwrap();
-    let _: () = redis.set("lock:{queued}:queue", "x").await.unwrap();
+    let _: () = redis.set("lock:{queued}:v2:queue", "x").await.unwrap();
     // A reader's grant whose leases key another program overwrote.
     let reader = locks.read_lock("read").acquire().await.unwrap();
-    let _: () = redis.set("lock:{read}:leases", "x").await.unwrap();
+    let _: () = redis.set("lock:{read}:v2:leases", "x").await.unwrap();
     let admin = locks.admin();
     let listed = admin.list("*").await.unwrap();
     let keys: Vec<&str> = listed.iter().map(|state| state.key.as_str()).collect();
@@ -42,9 +42,9 @@ async fn foreign_data_is_listed_as_such_and_never_released_by_force() {
             other => panic!("{key}: expected KeyInUse, got {other:?}"),
         }
     }
-    let kept: String = redis.get("lock:{plain}").await.unwrap();
+    let kept: String = redis.get("lock:{plain}:v2").await.unwrap();
     assert_eq!(kept, "not a lock", "left as it was");
-    let grant: Option<String> = redis.get("lock:{queued}").await.unwrap();
+    let grant: Option<String> = redis.get("lock:{queued}:v2").await.unwrap();
     assert!(
         grant.is_some(),
         "the grant next to the foreign queue is kept"
@@ -68,12 +68,12 @@ async fn a_kept_key_and_a_lapsed_place_show_as_such() {
     let mut redis = inspector(&server).await;
     // A waiter that died long ago: its place lapsed at server time 1 ms.
     let entry = "ghost-owner 30000";
-    let _: () = redis.rpush("lock:{job}:queue", entry).await.unwrap();
+    let _: () = redis.rpush("lock:{job}:v2:queue", entry).await.unwrap();
     let _: () = redis
-        .zadd("lock:{job}:queue:deadlines", entry, 1)
+        .zadd("lock:{job}:v2:queue:deadlines", entry, 1)
         .await
         .unwrap();
-    for queue_key in ["lock:{job}:queue", "lock:{job}:queue:deadlines"] {
+    for queue_key in ["lock:{job}:v2:queue", "lock:{job}:v2:queue:deadlines"] {
         let _: () = redis.pexpire(queue_key, 60_000).await.unwrap();
     }
     let state = locks.admin().inspect("job").await.unwrap();
@@ -112,9 +112,9 @@ async fn grant_by_hand(server: &RedisServer, key: &str, value: &str) {
 async fn a_forced_release_ends_only_the_grant_shown() {
     let server = redis_server();
     let locks = client(&server).await;
-    grant_by_hand(&server, "lock:{k}", "x-owner:5").await;
+    grant_by_hand(&server, "lock:{k}:v2", "h:5:5:0:x-owner").await;
     let shown = locks.admin().inspect("k").await.unwrap().holding;
-    grant_by_hand(&server, "lock:{k}", "x-owner:9").await;
+    grant_by_hand(&server, "lock:{k}:v2", "h:9:9:0:x-owner").await;
     let grant = shown.grant().unwrap();
     let forced = locks.admin().force_release_of("k", grant).await.unwrap();
     assert!(!forced.released, "grant 9 was never shown: {forced:?}");
@@ -126,8 +126,12 @@ async fn a_forced_release_ends_only_the_grant_shown() {
 #[tokio::test]
 async fn on_redlock_a_forced_release_names_the_grant_it_ended() {
     let masters: Vec<RedisServer> = (0..3).map(|_| redis_server()).collect();
-    for (master, value) in masters.iter().zip(["x-owner:5", "y-owner:7", "y-owner:7"]) {
-        grant_by_hand(master, "lock:{k}", value).await;
+    for (master, value) in
+        masters
+            .iter()
+            .zip(["h:5:5:0:x-owner", "h:7:7:0:y-owner", "h:7:7:0:y-owner"])
+    {
+        grant_by_hand(master, "lock:{k}:v2", value).await;
     }
     let one = client(&masters[0]).await;
     let x = one
@@ -147,15 +151,11 @@ async fn on_redlock_a_forced_release_names_the_grant_it_ended() {
     assert_eq!(forced.masters.map(|m| m.holding), Some(1));
 }
 
-/// A kept key and a value written before tokens were kept in keys (a bare owner) are
-/// released by their owner's tag.
+/// A key kept after its release (`min_hold_ms`) is released by its owner's tag.
 #[tokio::test]
-async fn kept_and_legacy_values_are_released_by_their_owner() {
+async fn a_kept_key_is_released_by_its_owner() {
     let server = redis_server();
     let locks = client(&server).await;
-    grant_by_hand(&server, "lock:{legacy}", "0123456789abcdef0123456789ABCDEF").await;
-    let forced = locks.admin().force_release("legacy").await.unwrap();
-    assert!(forced.released, "{forced:?}");
     let kept = locks.lock("kept").min_hold_ms(60_000).acquire().await;
     kept.unwrap().release().await.unwrap();
     let forced = locks.admin().force_release("kept").await.unwrap();
@@ -240,15 +240,15 @@ async fn a_shared_grant_of_another_shape_holds_nothing() {
     let (reader, grant) = reader_and_its_grant(&locks).await;
     let other = locks.read_lock("report").ttl_ms(60_000).acquire().await;
     let mut redis = inspector(&server).await;
-    let field = reader_field(&mut redis, "lock:{report}").await;
+    let field = reader_field(&mut redis, "lock:{report}:v2").await;
     let _: () = redis
-        .hset("lock:{report}", &field, "r abc 0 0")
+        .hset("lock:{report}:v2", &field, "r abc 0 0")
         .await
         .unwrap();
     let owner = &field["o:".len()..];
     let member = format!("{owner}:abc");
     let _: () = redis
-        .zadd("lock:{report}:leases", member, u64::MAX / 2)
+        .zadd("lock:{report}:v2:leases", member, u64::MAX / 2)
         .await
         .unwrap();
 
@@ -273,7 +273,7 @@ async fn a_forced_release_of_an_expired_pair_finds_it_free() {
     let locks = client(&server).await;
     let (reader, grant) = reader_and_its_grant(&locks).await;
     let mut redis = inspector(&server).await;
-    let _: () = redis.del("lock:{report}:leases").await.unwrap();
+    let _: () = redis.del("lock:{report}:v2:leases").await.unwrap();
 
     let admin = locks.admin();
     let forced = admin.force_release_of("report", grant).await.unwrap();
@@ -296,7 +296,7 @@ async fn an_instance_sweep_skips_foreign_data_and_goes_on() {
         guards.push(instance.lock(key).acquire().await.unwrap());
     }
     let mut redis = inspector(&server).await;
-    let _: bool = redis.persist("lock:{sweep:b}").await.unwrap();
+    let _: bool = redis.persist("lock:{sweep:b}:v2").await.unwrap();
 
     let swept = locks.admin().release_instance("sweep-1").await.unwrap();
     let released: Vec<&str> = swept.released.iter().map(|f| f.key.as_str()).collect();

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use crate::support::{self, client, eventually, inspector, redis_server};
 
 #[tokio::test]
-async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_release() {
+async fn the_redis_key_contains_the_lock_key_verbatim_and_only_its_tombstone_is_left() {
     let server = redis_server();
     let client = LockClient::builder(&server.url())
         .key_prefix("app:")
@@ -18,26 +18,28 @@ async fn the_redis_key_contains_the_lock_key_verbatim_and_nothing_is_left_after_
         .unwrap();
     let mut redis = inspector(&server).await;
     let guard = client.lock("stock:42").acquire().await.unwrap();
-    let holder: String = redis.get("app:{stock:42}").await.unwrap();
-    let (owner, token) = holder.split_once(':').expect("<owner>:<token>");
+    let holder: String = redis.get("app:{stock:42}:v2").await.unwrap();
+    let token = guard.token().to_string();
+    let owner = holder
+        .strip_prefix(&format!("h:{token}:{token}:0:"))
+        .expect("`h:<token>:<run>:0:<owner>`: held, its run begun by this grant");
     assert_eq!(owner.len(), 32, "the owner is a 32-digit UUID");
-    assert_eq!(token, guard.token().to_string(), "then the grant's token");
-    let ttl: i64 = redis.pttl("app:{stock:42}").await.unwrap();
+    let ttl: i64 = redis.pttl("app:{stock:42}:v2").await.unwrap();
     assert!(
         ttl > 0 && ttl <= 30_000,
         "the lease is the key's TTL, got {ttl}"
     );
     guard.release().await.unwrap();
-    let mut keys: Vec<String> = redis.keys("*").await.unwrap();
-    keys.sort();
-    let memory = format!("app:{{stock:42}}:released:{owner}");
+    let keys: Vec<String> = redis.keys("*").await.unwrap();
+    assert_eq!(keys, ["app:{stock:42}:v2"], "one key per lock");
+    let tombstone: String = redis.get("app:{stock:42}:v2").await.unwrap();
     assert_eq!(
-        keys,
-        ["app:{stock:42}:fence", memory.as_str()],
-        "only the fencing counter and the owner's release stay, for a while"
+        tombstone,
+        format!("r:{token}:{token}:0:{owner}"),
+        "released by its owner, free at once, with the last token"
     );
     // Three response timeouts (2 s by default) and a second: longer than a resend can take.
-    let remembered: i64 = redis.pttl(&memory).await.unwrap();
+    let remembered: i64 = redis.pttl("app:{stock:42}:v2").await.unwrap();
     assert!(
         remembered > 6_000 && remembered <= 7_000,
         "the release is remembered for {remembered} ms"
@@ -250,11 +252,11 @@ async fn function_named(redis: &mut redis::aio::MultiplexedConnection, name: &st
         .unwrap();
     let mut found = Vec::new();
     strings(&listed, &mut found);
-    // `fencelock_<hash>_<name>`.
+    // `fencelock_v<layout>_<hash>_<name>`.
     found
         .into_iter()
         .find(|text| {
-            text.strip_prefix("fencelock_")
+            text.strip_prefix("fencelock_v2_")
                 .and_then(|rest| rest.split_once('_'))
                 .is_some_and(|(_, function)| function == name)
         })
@@ -272,8 +274,9 @@ async fn a_late_attempt_takes_no_place_against_its_owners_kept_key() {
     let acquire = function_named(&mut redis, "acquire").await;
     let _: () = redis
         .set_options(
-            "lock:{k}",
-            "0123456789abcdef0123456789abcdef:released",
+            "lock:{k}:v2",
+            // Released by the owner, kept (min_hold_ms) until far in the future.
+            "r:7:7:99999999999999:0123456789abcdef0123456789abcdef",
             redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(5_000)),
         )
         .await
@@ -282,10 +285,10 @@ async fn a_late_attempt_takes_no_place_against_its_owners_kept_key() {
         .arg(&acquire)
         .arg(4)
         .arg(&[
-            "lock:{k}",
-            "lock:{k}:fence",
-            "lock:{k}:queue",
-            "lock:{k}:queue:deadlines",
+            "lock:{k}:v2",
+            "lock:{k}:v2:queue",
+            "lock:{k}:v2:queue:deadlines",
+            "lock:{k}:v2:fence",
         ])
         .arg(&[
             "0123456789abcdef0123456789abcdef",
@@ -302,7 +305,7 @@ async fn a_late_attempt_takes_no_place_against_its_owners_kept_key() {
         panic!("an acquire answers an array: {reply:?}");
     };
     assert_eq!(answer[0], redis::Value::Int(0), "not granted: {reply:?}");
-    let queued: bool = redis.exists("lock:{k}:queue").await.unwrap();
+    let queued: bool = redis.exists("lock:{k}:v2:queue").await.unwrap();
     assert!(!queued, "the owner that left took no place");
 }
 
@@ -340,8 +343,8 @@ async fn on_a_server_out_of_memory_releases_and_inspections_still_run() {
     let why = support::with_sources(&refused);
     assert!(why.contains("OOM"), "{why}");
     guard.release().await.expect("a release runs");
-    let held: bool = redis.exists("lock:{k}").await.unwrap();
-    assert!(!held, "the key was deleted");
+    let held = support::granted_in(&mut redis, "lock:{k}:v2").await;
+    assert!(!held, "the key was released");
 
     set_maxmemory("0").await;
     let guard = client.lock("k").acquire().await.unwrap();
@@ -351,11 +354,11 @@ async fn on_a_server_out_of_memory_releases_and_inspections_still_run() {
         .await
         .unwrap();
     set_maxmemory("1").await;
-    // The library cannot be loaded now: the release goes as EVALSHA, whose memory of the
-    // release is refused after it deleted the key.
+    // The library cannot be loaded now: the release goes as EVALSHA, whose tombstone is
+    // refused; the key is deleted instead.
     let _ = guard.release().await;
-    let held: bool = redis.exists("lock:{k}").await.unwrap();
-    assert!(!held, "the key was deleted without the library");
+    let held = support::granted_in(&mut redis, "lock:{k}:v2").await;
+    assert!(!held, "the key was released without the library");
     set_maxmemory("0").await;
 }
 
@@ -375,14 +378,12 @@ async fn a_cancelled_acquire_whose_script_ran_later_leaves_nothing_behind() {
     server.resume().unwrap();
     let cleaned = eventually(Duration::from_secs(10), || async {
         let mut redis = redis.clone();
-        let exists: bool = redis.exists("lock:{orphan}").await.unwrap();
-        let fenced: bool = redis.exists("lock:{orphan}:fence").await.unwrap();
-        fenced && !exists
+        support::mutex_state(&mut redis, "lock:{orphan}:v2").await == Some('r')
     })
     .await;
     assert!(
         cleaned,
-        "the acquire ran (the fence exists) and its grant was deleted again"
+        "the acquire ran and its grant was released again (a tombstone is left)"
     );
 }
 
@@ -497,11 +498,12 @@ async fn a_key_prefix_with_braces_is_refused() {
     }
 }
 
-/// Review defect 11: the fencing counter of a lock nobody takes any more must not stay forever.
-/// It expires a fixed time after the token it holds (tokens are server time in µs, so the
-/// counter is only needed while it may lead the clock).
+/// Review defect 11: what a lock nobody takes any more leaves must not stay forever. A
+/// released mutex is one key, its tombstone, which carries the last fencing token and
+/// expires once a resent release can no longer arrive (tokens are server time in µs after
+/// it, so nothing else is needed for them to keep increasing).
 #[tokio::test]
-async fn fencing_counters_expire_after_their_last_grant() {
+async fn released_locks_leave_one_key_each_that_expires() {
     let server = redis_server();
     let client = client(&server).await;
     let mut redis = inspector(&server).await;
@@ -509,18 +511,22 @@ async fn fencing_counters_expire_after_their_last_grant() {
         support::lock_once(&client, &format!("session:{session}")).await;
     }
     let keys: Vec<String> = redis.keys("*").await.unwrap();
-    let (counters, others): (Vec<_>, Vec<_>) = keys.iter().partition(|k| k.ends_with(":fence"));
-    assert_eq!(counters.len(), 1_000, "a counter per lock stays for now");
-    // The releases' memories (7 s) of a slow run may have begun to lapse.
+    // The tombstones (7 s) of a slow run may have begun to lapse.
     assert!(
-        others.iter().all(|k| k.contains("}:released:")),
-        "only the counters and the releases' memories stay: {others:?}"
+        keys.len() <= 1_000,
+        "one key per lock at most: {}",
+        keys.len()
     );
     for key in keys {
+        let state = support::mutex_state(&mut redis, &key).await;
+        assert!(
+            matches!(state, Some('r') | None),
+            "{key}: a tombstone, {state:?}"
+        );
         let ttl: i64 = redis.pttl(&key).await.unwrap();
         assert!(
-            ttl == -2 || (ttl > 0 && ttl <= 61_000),
-            "{key} expires within about a minute of its grant, PTTL {ttl}"
+            ttl == -2 || (ttl > 0 && ttl <= 7_000),
+            "{key} expires once a resend can no longer arrive, PTTL {ttl}"
         );
     }
 }
@@ -588,7 +594,7 @@ async fn an_acquire_delivered_after_its_timeout_and_the_release_takes_nothing() 
         let free = eventually(Duration::from_secs(5), || async {
             !redis
                 .clone()
-                .exists::<_, bool>("lock:{late}")
+                .exists::<_, bool>("lock:{late}:v2")
                 .await
                 .unwrap()
         })
@@ -618,7 +624,7 @@ async fn a_resent_release_of_an_expired_lease_reports_the_loss() {
     let expired = eventually(Duration::from_secs(5), || async {
         !redis
             .clone()
-            .exists::<_, bool>("lock:{expired}")
+            .exists::<_, bool>("lock:{expired}:v2")
             .await
             .unwrap()
     })

@@ -66,8 +66,12 @@ async fn a_user_limited_to_the_lock_prefix_and_no_channels_can_lock_and_wait() {
         .expect("the waiter, unable to subscribe, polls");
     assert!(released_at.elapsed() < Duration::from_secs(5));
     next.release().await.unwrap();
-    let left: Vec<String> = admin.keys("lock:{k}").await.unwrap();
-    assert!(left.is_empty(), "nothing left behind: {left:?}");
+    let left = support::mutex_state(&mut admin, "lock:{k}:v2").await;
+    assert_eq!(
+        left,
+        Some('r'),
+        "nothing left behind but the release's tombstone"
+    );
     // A refusal is not sent again (a dropped connection is).
     let stats = command_stats(&mut admin).await;
     let subscribe = stats
@@ -127,9 +131,12 @@ async fn a_key_holding_foreign_data_is_reported_at_once_not_waited_for() {
     let server = redis_server();
     let locks = support::client(&server).await;
     let mut redis = inspector(&server).await;
-    let _: () = redis.hset("lock:{hash}", "field", "value").await.unwrap();
     let _: () = redis
-        .set("lock:{forever}", "someone else's value")
+        .hset("lock:{hash}:v2", "field", "value")
+        .await
+        .unwrap();
+    let _: () = redis
+        .set("lock:{forever}:v2", "someone else's value")
         .await
         .unwrap();
     for (key, what) in [("hash", "a hash"), ("forever", "without a TTL")] {
@@ -143,7 +150,7 @@ async fn a_key_holding_foreign_data_is_reported_at_once_not_waited_for() {
             "{key}: not waited for"
         );
     }
-    let untouched: String = redis.hget("lock:{hash}", "field").await.unwrap();
+    let untouched: String = redis.hget("lock:{hash}:v2", "field").await.unwrap();
     assert_eq!(untouched, "value", "the foreign data is left alone");
 }
 
@@ -261,8 +268,8 @@ async fn debug_output_shows_neither_owner_tokens_nor_passwords() {
     let mut redis = inspector(&server).await;
     let locks = support::client(&server).await;
     let guard = locks.lock("k").acquire().await.unwrap();
-    let holder: String = redis.get("lock:{k}").await.unwrap();
-    let owner = holder.split(':').next().unwrap().to_owned();
+    let holder: String = redis.get("lock:{k}:v2").await.unwrap();
+    let owner = holder.rsplit(':').next().unwrap().to_owned();
     for debug in [
         format!("{guard:?}"),
         format!("{locks:?}"),
@@ -289,8 +296,8 @@ async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
     for key in ["a", "b", "c"] {
         guards.push(locks.lock(key).ttl_ms(900).acquire().await.unwrap());
     }
-    let _: () = redis.del("lock:{b}").await.unwrap();
-    let _: () = redis.hset("lock:{b}", "field", "value").await.unwrap();
+    let _: () = redis.del("lock:{b}:v2").await.unwrap();
+    let _: () = redis.hset("lock:{b}:v2", "field", "value").await.unwrap();
     let rounds = locks.renewal_stats().rounds;
     let lost = tokio::time::timeout(Duration::from_secs(10), guards[1].lost())
         .await
@@ -311,50 +318,59 @@ async fn a_foreign_value_in_one_lease_key_loses_that_lease_only() {
     })
     .await;
     assert!(renewed, "renewal goes on: {:?}", locks.renewal_stats());
-    for (guard, key) in [(&guards[0], "lock:{a}"), (&guards[2], "lock:{c}")] {
+    for (guard, key) in [(&guards[0], "lock:{a}:v2"), (&guards[2], "lock:{c}:v2")] {
         assert!(!guard.is_lost(), "{key} was renewed in the same batch");
         let ttl: i64 = redis.pttl(key).await.unwrap();
         assert!(ttl > 0, "{key} is still held: PTTL {ttl}");
     }
-    let untouched: String = redis.hget("lock:{b}", "field").await.unwrap();
+    let untouched: String = redis.hget("lock:{b}:v2", "field").await.unwrap();
     assert_eq!(untouched, "value");
 }
 
-/// Review defect 4: what a lock keeps next to its key (`:fence`, `:queue`) may also be
-/// taken by foreign data. Acquiring then reports `KeyInUse` at once, naming the key, and
-/// releasing still releases; the foreign data is left as it was.
+/// Review defect 4: what a lock keeps next to its key (a shared kind's `:fence`, the
+/// `:queue`) may also be taken by foreign data. Acquiring then reports `KeyInUse` at once,
+/// naming the key, and releasing still releases; the foreign data is left as it was.
 #[tokio::test]
 async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release() {
     let server = redis_server();
     let locks = support::client(&server).await;
     let mut redis = inspector(&server).await;
-    let _: () = redis.set("lock:{text-fence}:fence", "abc").await.unwrap();
     let _: () = redis
-        .hset("lock:{hash-fence}:fence", "f", "v")
+        .set("lock:{text-fence}:v2:fence", "abc")
         .await
         .unwrap();
     let _: () = redis
-        .rpush("lock:{list-deadlines}:queue:deadlines", "x")
+        .hset("lock:{hash-fence}:v2:fence", "f", "v")
         .await
         .unwrap();
     let _: () = redis
-        .set("lock:{huge-fence}:fence", "99999999999999999999")
+        .rpush("lock:{list-deadlines}:v2:queue:deadlines", "x")
         .await
         .unwrap();
     let _: () = redis
-        .set("lock:{text-queue}:queue", "not a list")
+        .set("lock:{huge-fence}:v2:fence", "99999999999999999999")
         .await
         .unwrap();
+    let _: () = redis
+        .set("lock:{text-queue}:v2:queue", "not a list")
+        .await
+        .unwrap();
+    // A mutex carries its fencing token in its value; a semaphore keeps a counter.
     let cases = [
-        ("text-fence", false, "fence"),
-        ("hash-fence", false, "fence"),
-        ("huge-fence", false, "fence"),
+        ("text-fence", true, "fence"),
+        ("hash-fence", true, "fence"),
+        ("huge-fence", true, "fence"),
         ("list-deadlines", false, "queue deadlines"),
         ("text-queue", false, "queue"),
     ];
-    for (key, fair, helper) in cases {
+    for (key, shared, helper) in cases {
         let started = Instant::now();
-        match locks.lock(key).fair(fair).wait_ms(30_000).acquire().await {
+        let request = if shared {
+            locks.semaphore(key, 2)
+        } else {
+            locks.lock(key)
+        };
+        match request.wait_ms(30_000).acquire().await {
             Err(LockError::KeyInUse { reason, .. }) => {
                 assert!(reason.contains(helper), "{key}: {reason}")
             }
@@ -365,19 +381,22 @@ async fn foreign_data_in_a_helper_key_is_key_in_use_and_does_not_block_release()
             "{key}: not retried until wait_ms"
         );
     }
-    let fence: String = redis.get("lock:{text-fence}:fence").await.unwrap();
+    let fence: String = redis.get("lock:{text-fence}:v2:fence").await.unwrap();
     assert_eq!(fence, "abc", "the foreign data is left alone");
 
     // A release must not trip over foreign queue keys either (nor hand the key over).
     let guard = locks.lock("held").ttl_ms(60_000).acquire().await.unwrap();
-    let _: () = redis.set("lock:{held}:queue", "not a list").await.unwrap();
     let _: () = redis
-        .rpush("lock:{held}:queue:deadlines", "x")
+        .set("lock:{held}:v2:queue", "not a list")
+        .await
+        .unwrap();
+    let _: () = redis
+        .rpush("lock:{held}:v2:queue:deadlines", "x")
         .await
         .unwrap();
     guard.release().await.expect("the release goes through");
-    let held: bool = redis.exists("lock:{held}").await.unwrap();
-    assert!(!held, "the lock key is deleted");
+    let held = support::granted_in(&mut redis, "lock:{held}:v2").await;
+    assert!(!held, "the lock is released");
 }
 
 /// Review findings: foreign data in the queue keys, or a foreign string with a TTL in the
@@ -388,7 +407,7 @@ async fn a_foreign_list_in_the_queue_key_is_key_in_use_and_left_alone() {
     let locks = support::client(&server).await;
     let mut redis = inspector(&server).await;
     let _: () = redis
-        .rpush("lock:{fq}:queue", "another program's entry")
+        .rpush("lock:{fq}:v2:queue", "another program's entry")
         .await
         .unwrap();
     let started = std::time::Instant::now();
@@ -400,7 +419,7 @@ async fn a_foreign_list_in_the_queue_key_is_key_in_use_and_left_alone() {
         .acquire()
         .await;
     let waited = started.elapsed();
-    let ttl: i64 = redis.pttl("lock:{fq}:queue").await.unwrap();
+    let ttl: i64 = redis.pttl("lock:{fq}:v2:queue").await.unwrap();
     assert!(
         matches!(outcome, Err(LockError::KeyInUse { .. })) && ttl == -1,
         "a list without a TTL is no lock's queue, yet: {outcome:?} after {waited:?}, and the \
@@ -414,12 +433,16 @@ async fn a_foreign_sorted_set_in_the_queue_deadlines_is_key_in_use_and_left_alon
     let locks = support::client(&server).await;
     let mut redis = inspector(&server).await;
     let _: () = redis
-        .zadd("lock:{fz}:queue:deadlines", "another program's member", 1)
+        .zadd(
+            "lock:{fz}:v2:queue:deadlines",
+            "another program's member",
+            1,
+        )
         .await
         .unwrap();
     let outcome = locks.lock("fz").fair(true).give_up().acquire().await;
     let members: Vec<String> = redis
-        .zrange("lock:{fz}:queue:deadlines", 0, -1)
+        .zrange("lock:{fz}:v2:queue:deadlines", 0, -1)
         .await
         .unwrap();
     let granted = outcome.is_ok();
@@ -438,7 +461,7 @@ async fn a_foreign_string_with_a_ttl_in_the_lock_key_is_key_in_use() {
     let locks = support::client(&server).await;
     let mut redis = inspector(&server).await;
     let _: () = redis
-        .set_ex("lock:{cached}", "session data of another program", 3_600)
+        .set_ex("lock:{cached}:v2", "session data of another program", 3_600)
         .await
         .unwrap();
     let started = std::time::Instant::now();

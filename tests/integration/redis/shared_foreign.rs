@@ -30,14 +30,23 @@ async fn a_timed_foreign_hash_or_zset_is_refused_and_left_untouched() {
         .await
         .unwrap();
     let mut conn = inspector(&server).await;
-    let _: () = conn.hset("lock:{session}", "user", "alice").await.unwrap();
-    let _: () = conn.pexpire("lock:{session}", 60_000).await.unwrap();
-    let _: () = conn.zadd("lock:{board}:leases", "alice", 42).await.unwrap();
-    let _: () = conn.pexpire("lock:{board}:leases", 60_000).await.unwrap();
+    let _: () = conn
+        .hset("lock:{session}:v2", "user", "alice")
+        .await
+        .unwrap();
+    let _: () = conn.pexpire("lock:{session}:v2", 60_000).await.unwrap();
+    let _: () = conn
+        .zadd("lock:{board}:v2:leases", "alice", 42)
+        .await
+        .unwrap();
+    let _: () = conn
+        .pexpire("lock:{board}:v2:leases", 60_000)
+        .await
+        .unwrap();
     let mut problems = Vec::new();
     for (key, foreign) in [
-        ("session", "lock:{session}"),
-        ("board", "lock:{board}:leases"),
+        ("session", "lock:{session}:v2"),
+        ("board", "lock:{board}:v2:leases"),
     ] {
         let outcome = backend
             .acquire(&lease(key, "reader", LockKind::Read), Turn::Once)
@@ -65,7 +74,10 @@ async fn a_timed_foreign_hash_or_zset_is_refused_and_left_untouched() {
         }
     }
     // The mutex, for comparison: a timed string not shaped as a lock's is refused.
-    let _: () = conn.set_ex("lock:{greeting}", "hello", 60).await.unwrap();
+    let _: () = conn
+        .set_ex("lock:{greeting}:v2", "hello", 60)
+        .await
+        .unwrap();
     let mutex = backend
         .acquire(&lease("greeting", "m", LockKind::Mutex), Turn::Once)
         .await;

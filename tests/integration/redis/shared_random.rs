@@ -339,7 +339,7 @@ async fn run_family(family: &str, seed: u64, steps: usize, out: &mut Vec<(&'stat
         .unwrap();
     let mut conn = inspector(&server).await;
     let key = format!("rand-{family}");
-    let lock = format!("lock:{{{key}}}");
+    let lock = format!("lock:{{{key}}}:v2");
     let raise = redis::Script::new(&format!("{GRANT}\n{SHARED}\n{RAISE}"));
     let give_back = redis::Script::new(&format!("{GRANT}\n{SHARED}\n{GIVE_BACK}"));
     let mut rng = Rng(seed);
@@ -525,7 +525,7 @@ async fn left_behind(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(Strin
     for k in keys {
         // -2: it lapsed after it was listed; -1: it never will.
         let ttl: i64 = conn.pttl(&k).await.unwrap();
-        let remembered = k.ends_with(":fence") || k.contains("}:released:");
+        let remembered = k.ends_with(":fence") || k.contains("}:v2:released:");
         if ttl != -2 && (!remembered || ttl == -1) {
             left.push((k, ttl));
         }
@@ -576,7 +576,7 @@ async fn shared_bookkeeping_survives_random_cycles() {
 async fn snapshot_of_keys_expiring_meanwhile_shows_their_ttl() {
     let server = redis_server();
     let mut conn = inspector(&server).await;
-    let lock = "lock:{expiring}";
+    let lock = "lock:{expiring}:v2";
     // Writes a grant whose lease, and both keys, end 2 ms after the script's first clock
     // reading (still ahead of its frozen time), then waits, busy, until the clock is 1 ms past
     // that end, and takes the snapshot.

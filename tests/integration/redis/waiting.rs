@@ -24,7 +24,7 @@ const SLEEPY: u64 = 5_000;
 
 /// Waits until `count` clients are subscribed to the release channel of `key`.
 async fn subscribers(redis: &redis::aio::MultiplexedConnection, key: &str, count: u64) {
-    let channel = format!("lock:{{{key}}}:released");
+    let channel = format!("lock:{{{key}}}:v2:released");
     let subscribed = eventually(Duration::from_secs(10), || {
         let (mut redis, channel) = (redis.clone(), channel.clone());
         async move {
@@ -45,7 +45,13 @@ async fn subscribers(redis: &redis::aio::MultiplexedConnection, key: &str, count
 async fn queue_reaches(redis: &redis::aio::MultiplexedConnection, length: usize) {
     let reached = eventually(Duration::from_secs(10), || {
         let mut redis = redis.clone();
-        async move { redis.llen::<_, usize>("lock:{fair}:queue").await.unwrap() == length }
+        async move {
+            redis
+                .llen::<_, usize>("lock:{fair}:v2:queue")
+                .await
+                .unwrap()
+                == length
+        }
     })
     .await;
     assert!(reached, "the fair queue holds {length} waiter(s)");
@@ -202,7 +208,7 @@ async fn fair_mode_serves_waiters_in_arrival_order() {
         waiter.await.unwrap();
     }
     assert_eq!(*served.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-    let leftovers: Vec<String> = redis.keys("lock:{fair}:queue*").await.unwrap();
+    let leftovers: Vec<String> = redis.keys("lock:{fair}:v2:queue*").await.unwrap();
     assert!(
         leftovers.is_empty(),
         "the queue is gone with its last waiter: {leftovers:?}"
@@ -469,7 +475,7 @@ async fn redis_rs_sends_a_subscribe_at_its_first_poll() {
     let redis = inspector(&server).await;
     let client = redis::Client::open(server.url()).unwrap();
     let (mut sink, _messages) = client.get_async_pubsub().await.unwrap().split();
-    let channel = "lock:{first-poll}:released";
+    let channel = "lock:{first-poll}:v2:released";
     {
         let mut subscribing = pin!(sink.subscribe(channel));
         let _ = poll_fn(|cx| Poll::Ready(subscribing.as_mut().poll(cx))).await;

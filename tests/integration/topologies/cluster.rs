@@ -79,7 +79,7 @@ async fn a_waiter_hears_the_release_on_its_shard() {
             .await
     });
     let subscribed = eventually(Duration::from_secs(10), || {
-        shard_subscribers(&cluster, "lock:{sharded}:released")
+        shard_subscribers(&cluster, "lock:{sharded}:v2:released")
     })
     .await;
     assert!(subscribed, "the waiter subscribes on the key's shard");

@@ -128,7 +128,7 @@ async fn with_three_of_five_masters_down_acquiring_fails_and_leaves_nothing() {
     }
     for survivor in &masters[..2] {
         assert!(
-            !exists(survivor, "lock:{outage}").await,
+            !crate::support::granted_on(survivor, "lock:{outage}:v2").await,
             "the survivors' grants were taken back"
         );
     }
@@ -142,9 +142,10 @@ async fn a_later_majority_without_the_master_of_the_greatest_token_grants_a_grea
     let mut masters = masters(3);
     let client = redlock(&masters).await;
     let ahead: u64 = 9_000_000_000_000_000;
+    // A tombstone: a release there left the lock's last token.
     let _: () = redis::cmd("SET")
-        .arg("lock:{fenced}:fence")
-        .arg(ahead)
+        .arg("lock:{fenced}:v2")
+        .arg(format!("r:{ahead}:{ahead}:0:"))
         .arg("PX")
         .arg(60_000)
         .query_async(&mut inspector(&masters[0]).await)
@@ -166,6 +167,38 @@ async fn a_later_majority_without_the_master_of_the_greatest_token_grants_a_grea
         ahead + 1
     );
     second.release().await.unwrap();
+}
+
+/// A Redlock master's mutex tokens follow its clients' clocks, and a lease that expires leaves
+/// no tombstone: each master keeps the grant's token in the lock's fencing counter for a
+/// minute past the server time it stands for, so that a later client whose clock runs behind
+/// still gets a greater token.
+#[tokio::test]
+async fn redlock_mutex_grants_keep_their_token_in_each_masters_counter() {
+    let masters = masters(3);
+    let client = redlock(&masters).await;
+    let guard = client
+        .lock("counted")
+        .ttl_ms(1_000)
+        .acquire()
+        .await
+        .unwrap();
+    for master in &masters {
+        let mut redis = inspector(master).await;
+        let counter: Option<u64> = redis::cmd("GET")
+            .arg("lock:{counted}:v2:fence")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(counter, Some(guard.token()), "each master counts the grant");
+        let kept: i64 = redis::cmd("PTTL")
+            .arg("lock:{counted}:v2:fence")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(kept > 55_000, "for about a minute: {kept} ms");
+    }
+    guard.release().await.unwrap();
 }
 
 /// Redlock's known hole: a master restarted without its data while a lock is held forgets
@@ -299,7 +332,7 @@ async fn renewal_undecided_by_an_unanswering_master_is_not_a_loss_to_another_own
 async fn foreign_data_on_a_minority_master_does_not_fail_waiters() {
     let masters = masters(3);
     let _: () = redis::cmd("SET")
-        .arg("lock:{foreign}")
+        .arg("lock:{foreign}:v2")
         .arg("not a lock")
         .query_async(&mut inspector(&masters[2]).await)
         .await
@@ -342,7 +375,7 @@ async fn a_permit_or_shard_is_held_where_a_majority_granted_that_one_or_not_at_a
     ];
     for kind in kinds {
         let key = format!("agree:{}", kind.name());
-        let redis_key = format!("lock:{{{key}}}");
+        let redis_key = format!("lock:{{{key}}}:v2");
         hold_slots(&masters[0], &key, kind, &[0]).await;
         hold_slots(&masters[1], &key, kind, &[1]).await;
         let full = hold_slots(&masters[2], &key, kind, &[0, 1]).await;
@@ -424,12 +457,12 @@ async fn a_shared_release_hands_nothing_over_on_redlock() {
     assert_eq!(released, Release::Released);
     for master in &masters {
         assert!(
-            !exists(master, "lock:{handless}").await,
+            !exists(master, "lock:{handless}:v2").await,
             "the release handed the key over on {}",
             master.url()
         );
         let line: u64 = redis::cmd("LLEN")
-            .arg("lock:{handless}:queue")
+            .arg("lock:{handless}:v2:queue")
             .query_async(&mut inspector(master).await)
             .await
             .unwrap();
@@ -467,7 +500,7 @@ async fn hold_slots(
         assert!(matches!(granted, Acquire::Granted { .. }), "{granted:?}");
         held.push(lease);
     }
-    let redis_key = format!("lock:{{{key}}}");
+    let redis_key = format!("lock:{{{key}}}:v2");
     let slots = grants_on(master, &redis_key).await;
     let mut kept_leases = Vec::new();
     for lease in held {
@@ -589,7 +622,7 @@ async fn a_stray_grant_of_another_shard_does_not_keep_a_lease_alive() {
         // C grants the proposed token only while its own counter is below it: on a loaded
         // machine an earlier grant on C may have drawn a later one, and C's stray grant then
         // has a token of its own, which renewal rightly ignores. Tried again until it agrees.
-        let on_c = grants_on(c, "lock:{stock}").await;
+        let on_c = grants_on(c, "lock:{stock}:v2").await;
         let stray = on_c
             .iter()
             .any(|&(_, slot, token)| slot == 1 && token == guard.token());

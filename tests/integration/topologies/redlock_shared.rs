@@ -25,7 +25,7 @@ async fn a_raised_shared_grant_keeps_its_leases_ttl() {
         + 5_000_000;
     let mut m0 = inspector(&masters[0]).await;
     let _: () = redis::cmd("SET")
-        .arg("lock:{report}:fence")
+        .arg("lock:{report}:v2:fence")
         .arg(ahead_us.to_string())
         .arg("PX")
         .arg(60_000)
@@ -44,12 +44,12 @@ async fn a_raised_shared_grant_keeps_its_leases_ttl() {
     for (i, master) in masters.iter().enumerate() {
         let ttl: i64 = inspector(master)
             .await
-            .pttl("lock:{report}:leases")
+            .pttl("lock:{report}:v2:leases")
             .await
             .unwrap();
         if ttl < 0 {
             problems.push(format!(
-                "after the grant, master {i}: lock:{{report}}:leases has PTTL {ttl}"
+                "after the grant, master {i}: lock:{{report}}:v2:leases has PTTL {ttl}"
             ));
         }
     }
@@ -83,8 +83,8 @@ async fn a_raised_shared_grant_keeps_its_leases_ttl() {
             let mut state = Vec::new();
             for master in &masters {
                 let mut c = inspector(master).await;
-                let leases: i64 = c.pttl("lock:{report}:leases").await.unwrap();
-                let hash: i64 = c.pttl("lock:{report}").await.unwrap();
+                let leases: i64 = c.pttl("lock:{report}:v2:leases").await.unwrap();
+                let hash: i64 = c.pttl("lock:{report}:v2").await.unwrap();
                 state.push(format!("hash PTTL {hash}, leases PTTL {leases}"));
             }
             problems.push(format!(
@@ -124,9 +124,9 @@ async fn raise_of_the_only_lease_leaves_it_without_ttl() {
     ));
     let mut conn = inspector(&server).await;
     let raised: i64 = script
-        .key("lock:{solo}")
-        .key("lock:{solo}:fence")
-        .key("lock:{solo}:leases")
+        .key("lock:{solo}:v2")
+        .key("lock:{solo}:v2:fence")
+        .key("lock:{solo}:v2:leases")
         .arg("reader")
         .arg(token.to_string())
         .arg((token + 7).to_string())
@@ -142,10 +142,10 @@ async fn raise_of_the_only_lease_leaves_it_without_ttl() {
         ..lease
     };
     let outcome = backend.acquire(&other, Turn::Once).await;
-    let leases_ttl: i64 = conn.pttl("lock:{solo}:leases").await.unwrap();
+    let leases_ttl: i64 = conn.pttl("lock:{solo}:v2:leases").await.unwrap();
     assert!(
         matches!(outcome, Ok(Acquire::Granted { .. })),
-        "after the only reader's lease ended: {outcome:?}; lock:{{solo}}:leases PTTL {leases_ttl}"
+        "after the only reader's lease ended: {outcome:?}; lock:{{solo}}:v2:leases PTTL {leases_ttl}"
     );
 }
 
@@ -158,7 +158,7 @@ async fn a_mutex_on_a_majority_is_shown_over_shared_grants_on_a_minority() {
         let minute = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
         let mut redis = inspector(master).await;
         let _: () = redis
-            .set_options("lock:{k}", "y-owner:7", minute)
+            .set_options("lock:{k}:v2", "h:7:7:0:y-owner", minute)
             .await
             .unwrap();
     }

@@ -384,6 +384,6 @@ mod tests {
         assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
         assert_ne!(slot("foo{}{bar}"), slot("bar"));
         assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
-        assert_eq!(slot("lock:{stock:42}:fence"), slot("stock:42"));
+        assert_eq!(slot("lock:{stock:42}:v2:fence"), slot("stock:42"));
     }
 }

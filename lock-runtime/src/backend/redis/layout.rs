@@ -1,35 +1,44 @@
 //! The key layout of the Redis backend: where each part of a lock lives. The scripts'
 //! callers and the operator's listing and inspection all name keys through this module.
 //!
-//! For a client prefix `P` and a lock key `K`: the lock is the string `P{K}` holding
-//! `<owner token>:<fencing token>` with the lease as its TTL (`<owner token>:released` while
-//! `min_hold_ms` keeps it after its release); the fencing counter is `P{K}:fence`, which
-//! expires a minute after the server time its token stands for (`grant.lua`); waiters queue
-//! in `P{K}:queue` (a list of `<owner token> <lease ms>`) and `P{K}:queue:deadlines` (a sorted
-//! set of the same entries, scored by when each place lapses), which expire with their last
-//! waiter's place; `P{K}:released:<owner token>` remembers that owner's release for as long
-//! as a resend can take to arrive (three response timeouts and a second), so that a release
-//! sent again after its reply was lost knows it released. A release hands the key to
-//! the oldest waiter whose place lasts and publishes that on the channel `P{K}:released`
-//! (`release.lua`). A shared kind (read/write lock, semaphore, segmented lock) keeps its
-//! grants in `P{K}` as a hash and their leases in the sorted set `P{K}:leases` (`shared.lua`
-//! describes both), and remembers releases as a mutex does; a segmented lock's shards marked
-//! exhausted are the set `P{K}:exhausted`, which stays until a refill empties it. The braces put every key in one
-//! Redis Cluster hash slot, and `K` stays
-//! readable for operators; a key starting with a brace gets one more `{` in front (`P{{}x}`),
-//! since Redis would hash the whole key for an empty tag.
+//! For a client prefix `P` and a lock key `K`, the lock is the string `P{K}:v2` (the layout's
+//! version, [`VERSION`], ends the name: clients of another layout never read it), holding a
+//! mutex's state, fencing token, run, release time and owner with the lease as its TTL
+//! (`lua/mutex.lua` describes them): an uncontended acquire and release touch this key alone,
+//! and a release leaves it as a tombstone that carries the last fencing token to the next
+//! grant and remembers the release for as long as a resend can take to arrive. Waiters
+//! queue in `P{K}:v2:queue` (a list of `<owner token> <lease ms>`) and
+//! `P{K}:v2:queue:deadlines` (a sorted set of the same entries, scored by when each place
+//! lapses), which expire with their last waiter's place; a waiter marks the lock, so that its
+//! release hands the key to the oldest waiter whose place lasts and publishes that on the
+//! channel `P{K}:v2:released`. A shared kind (read/write lock, semaphore, segmented lock)
+//! keeps its grants in `P{K}:v2` as a hash and their leases in the sorted set `P{K}:v2:leases`
+//! (`shared.lua` describes both), its fencing counter in `P{K}:v2:fence` (which expires a
+//! minute after the server time its token stands for) and each owner's release in
+//! `P{K}:v2:released:<owner token>`; a segmented lock's shards marked exhausted are the set
+//! `P{K}:v2:exhausted`, which stays until a refill empties it. The braces put every key in
+//! one Redis Cluster hash slot, and `K` stays readable for operators; a key starting with a
+//! brace gets one more `{` in front (`P{{}x}:v2`), since Redis would hash the whole key for an
+//! empty tag.
 
 use crate::LockError;
 use crate::glob::{self, Glob, Start};
 
-/// The Redis key of the lock `key`: `<prefix>{<key>}`, the key in a hash tag so that every key
-/// of the lock (`...:fence`, `...:queue`, `...:released:<owner>`) lands in one Redis Cluster slot. Redis
-/// hashes the text up to the first `}`, and hashes the whole key when that text is empty: a
-/// key starting with `}` gets a `{` in front (`<prefix>{{}x}`), and so, to keep distinct keys
-/// apart, does a key starting with `{`.
+/// The version of this layout, which every lock key ends with (`:v2`) and the scripts'
+/// library is named by: a layout that changes how a key is read gets another.
+pub(crate) const VERSION: u32 = 2;
+
+/// What every lock key ends with: its layout's version.
+const VERSION_SUFFIX: &str = ":v2";
+
+/// The Redis key of the lock `key`: `<prefix>{<key>}:v2`, the key in a hash tag so that every
+/// key of the lock (`...:queue`, `...:leases`) lands in one Redis Cluster slot. Redis hashes the
+/// text up to the first `}`, and hashes the whole key when that text is empty: a key starting
+/// with `}` gets a `{` in front (`<prefix>{{}x}:v2`), and so, to keep distinct keys apart, does
+/// a key starting with `{`.
 pub(crate) fn lock_key(prefix: &str, key: &str) -> String {
     let brace = if starts_with_brace(key) { "{" } else { "" };
-    format!("{prefix}{{{brace}{key}}}")
+    format!("{prefix}{{{brace}{key}}}{VERSION_SUFFIX}")
 }
 
 fn starts_with_brace(text: &str) -> bool {
@@ -40,7 +49,7 @@ fn starts_with_brace(text: &str) -> bool {
 /// no lock key has that Redis key (another program's key under the prefix).
 pub(crate) fn key_of(prefix: &str, redis_key: &str) -> Option<String> {
     let tagged = redis_key.strip_prefix(prefix)?.strip_prefix('{')?;
-    let text = tagged.strip_suffix('}')?;
+    let text = tagged.strip_suffix(VERSION_SUFFIX)?.strip_suffix('}')?;
     let key = match text.strip_prefix('{') {
         Some(rest) => rest,
         None => text,
@@ -51,7 +60,7 @@ pub(crate) fn key_of(prefix: &str, redis_key: &str) -> Option<String> {
 /// A `SCAN MATCH` pattern for the Redis keys of the lock keys that `pattern` matches. It may
 /// match more (a pattern starting with one byte of several cannot say whether a brace was put
 /// in front): filter what it finds with [`key_of`] and `pattern`. Only lock keys can match
-/// it, never the keys kept next to them, which end in a suffix after the `}`.
+/// it, never the keys kept next to them, which end in a suffix after the version.
 pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> Vec<u8> {
     let (open, rendered) = match pattern.start() {
         Start::Byte(b'{' | b'}') => ("{{", pattern.render()),
@@ -59,11 +68,25 @@ pub(crate) fn scan_pattern(prefix: &str, pattern: &Glob) -> Vec<u8> {
         Start::OneOf => ("{", pattern.render_with_any_first()),
     };
     let prefix = glob::escape(prefix);
-    [prefix.as_bytes(), open.as_bytes(), &rendered, b"}"].concat()
+    let close = format!("}}{VERSION_SUFFIX}");
+    [
+        prefix.as_bytes(),
+        open.as_bytes(),
+        &rendered,
+        close.as_bytes(),
+    ]
+    .concat()
 }
 
-/// The lock key, its fencing counter, its queue and the queue's deadlines: the keys of the
-/// acquire, inspect and forced-release scripts, in that order.
+/// The lock key, its queue and the queue's deadlines: the keys of a mutex's acquire and
+/// release scripts, in that order.
+pub(crate) fn mutex_keys(lock_key: String) -> [String; 3] {
+    let [queue_key, deadlines_key] = queue_keys(&lock_key);
+    [lock_key, queue_key, deadlines_key]
+}
+
+/// The lock key, a shared kind's fencing counter, its queue and the queue's deadlines: the
+/// keys of a shared kind's acquire, the inspection and the forced release, in that order.
 pub(crate) fn lock_keys(lock_key: String) -> [String; 4] {
     let fence_key = fence_key(&lock_key);
     let [queue_key, deadlines_key] = queue_keys(&lock_key);
@@ -116,12 +139,13 @@ pub(crate) fn result_key(lock_key: &str) -> String {
     format!("{lock_key}:result")
 }
 
-/// The fencing counter.
+/// A shared kind's fencing counter (a mutex carries its token in its value).
 pub(crate) fn fence_key(lock_key: &str) -> String {
     format!("{lock_key}:fence")
 }
 
-/// Where `owner`'s release of `lock_key` is remembered, for a release sent again.
+/// Where `owner`'s release of a shared kind's grant is remembered, for a release sent again
+/// (a mutex's tombstone remembers its own).
 pub(crate) fn release_memory_key(lock_key: &str, owner: &str) -> String {
     format!("{lock_key}:released:{owner}")
 }
@@ -154,14 +178,16 @@ mod tests {
                 "{redis_key}"
             );
         }
-        assert_eq!(lock_key("lock:", "}x"), "lock:{{}x}");
+        assert_eq!(lock_key("lock:", "}x"), "lock:{{}x}:v2");
         for foreign in [
-            "lock:{}",
-            "lock:{{a}",
-            "lock:{a",
-            "other:{a}",
-            "lock:{a}:fence",
-            "lock:{{}",
+            "lock:{}:v2",
+            "lock:{{a}:v2",
+            "lock:{a:v2",
+            "other:{a}:v2",
+            "lock:{a}:v2:fence",
+            "lock:{{}:v2",
+            "lock:{a}",
+            "lock:{a}:v1",
         ] {
             assert_eq!(key_of("lock:", foreign), None, "{foreign}");
         }

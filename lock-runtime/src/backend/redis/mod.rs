@@ -440,8 +440,6 @@ impl RedisBackend {
         proposal: Proposal,
     ) -> Result<Acquire, LockError> {
         let lock_key = self.lock_key(&lease.key);
-        let leases_key = layout::leases_key(&lock_key);
-        let mut keys = layout::lock_keys(lock_key).to_vec();
         let ttl_ms = lease.ttl.as_millis().to_string();
         let place_ms = turn
             .place()
@@ -467,13 +465,18 @@ impl RedisBackend {
             replicated,
             &floor,
         ];
-        let script = if lease.kind.is_shared() {
+        let (script, keys) = if lease.kind.is_shared() {
             args.extend([kind, &count, &start]);
-            keys.push(leases_key);
-            keys.push(layout::exhausted_key(&keys[0]));
-            &LIBRARY.shared_acquire
+            let leases_key = layout::leases_key(&lock_key);
+            let exhausted_key = layout::exhausted_key(&lock_key);
+            let mut keys = layout::lock_keys(lock_key).to_vec();
+            keys.extend([leases_key, exhausted_key]);
+            (&LIBRARY.shared_acquire, keys)
         } else {
-            &LIBRARY.acquire
+            let fence_key = layout::fence_key(&lock_key);
+            let mut keys = layout::mutex_keys(lock_key).to_vec();
+            keys.push(fence_key);
+            (&LIBRARY.acquire, keys)
         };
         if lease.replicas == 0 {
             let reply = self.run(script, &keys, &args, &lease.key).await?;
@@ -526,14 +529,13 @@ impl RedisBackend {
         // Silently: the grant never counted, so nobody is told of a release, and no release
         // is remembered for the owner (a later grant of the same request must not pass for
         // released when it is lost).
-        let args = [lease.owner.as_str()];
-        let keys = self.give_back_keys(lease);
+        let (keys, args) = self.give_back_call(lease);
         self.run_on(
             connection,
             live,
             &LIBRARY.give_back,
             &keys,
-            &args,
+            &args.each_ref().map(String::as_str),
             &lease.key,
         )
         .await?;
@@ -661,13 +663,14 @@ impl RedisBackend {
 impl RedisBackend {
     /// The keys and arguments of the release script of `lease`'s kind, keeping the key (or
     /// the shared grant) `min_hold`.
-    fn release_call(&self, lease: &Lease, min_hold: Duration) -> (Vec<String>, Vec<String>) {
-        let [lock_key, fence_key, queue_key, deadlines_key] =
-            layout::lock_keys(self.lock_key(&lease.key));
+    fn release_call(
+        &self,
+        lease: &Lease,
+        token: Option<u64>,
+        min_hold: Duration,
+    ) -> (Vec<String>, Vec<String>) {
+        let lock_key = self.lock_key(&lease.key);
         let channel = layout::release_channel(&lock_key);
-        let memory_key = layout::release_memory_key(&lock_key, &lease.owner);
-        let leases_key = layout::leases_key(&lock_key);
-        let mut keys = vec![lock_key, fence_key, queue_key, deadlines_key, memory_key];
         let mut args = vec![
             lease.owner.clone(),
             min_hold.as_millis().to_string(),
@@ -675,19 +678,59 @@ impl RedisBackend {
             lease.ttl.as_millis().to_string(),
             self.publish_command().to_owned(),
         ];
-        if lease.kind.is_shared() {
-            let (kind, count) = script_kind(lease.kind);
-            let hand_over = if self.hands_over { "1" } else { "0" };
-            args.extend([kind.to_owned(), count.to_string(), hand_over.to_owned()]);
-            keys.push(leases_key);
-            keys.push(layout::exhausted_key(&keys[0]));
+        let memory_ms = release_memory(self.response_timeout)
+            .as_millis()
+            .to_string();
+        if !lease.kind.is_shared() {
+            args.extend([memory_ms, token.map(|t| t.to_string()).unwrap_or_default()]);
+            return (layout::mutex_keys(lock_key).to_vec(), args);
         }
-        args.push(
-            release_memory(self.response_timeout)
-                .as_millis()
-                .to_string(),
-        );
+        let memory_key = layout::release_memory_key(&lock_key, &lease.owner);
+        let leases_key = layout::leases_key(&lock_key);
+        let exhausted_key = layout::exhausted_key(&lock_key);
+        let [lock_key, fence_key, queue_key, deadlines_key] = layout::lock_keys(lock_key);
+        let (kind, count) = script_kind(lease.kind);
+        let hand_over = if self.hands_over { "1" } else { "0" };
+        args.extend([
+            kind.to_owned(),
+            count.to_string(),
+            hand_over.to_owned(),
+            memory_ms,
+        ]);
+        let keys = vec![
+            lock_key,
+            fence_key,
+            queue_key,
+            deadlines_key,
+            memory_key,
+            leases_key,
+            exhausted_key,
+        ];
         (keys, args)
+    }
+
+    /// Deletes (or, with `min_hold`, shortens) `lease`'s grant if it is still the owner's;
+    /// `token`, the grant's fencing token where the caller knows it, lets a resend recognise
+    /// its release after other grants (see `lua/mutex.lua`).
+    pub(crate) async fn release_of(
+        &self,
+        lease: &Lease,
+        token: Option<u64>,
+        min_hold: Duration,
+    ) -> Result<Release, LockError> {
+        let (keys, args) = self.release_call(lease, token, min_hold);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let script = if lease.kind.is_shared() {
+            &LIBRARY.shared_release
+        } else {
+            &LIBRARY.release
+        };
+        let reply = self.run(script, &keys, &args, &lease.key).await?;
+        match integer(&reply) {
+            Some(1) => Ok(Release::Released),
+            Some(0 | -1) => Ok(Release::NotOwner),
+            _ => Err(unexpected(&lease.key, "release", &reply)),
+        }
     }
 
     /// How the scripts announce a release: on a cluster, on its shard only.
@@ -704,14 +747,10 @@ impl RedisBackend {
     /// Deletes any grant of `lease.owner` on this server (a mutex's key, or the owner's grant
     /// in a shared kind's hash) without announcing it; `true` if there was one.
     pub(crate) async fn give_back(&self, lease: &Lease) -> Result<bool, LockError> {
-        let keys = self.give_back_keys(lease);
+        let (keys, args) = self.give_back_call(lease);
+        let args = args.each_ref().map(String::as_str);
         let reply = self
-            .run(
-                &LIBRARY.give_back,
-                &keys,
-                &[lease.owner.as_str()],
-                &lease.key,
-            )
+            .run(&LIBRARY.give_back, &keys, &args, &lease.key)
             .await?;
         match integer(&reply) {
             Some(deleted @ (0 | 1)) => Ok(deleted == 1),
@@ -719,11 +758,16 @@ impl RedisBackend {
         }
     }
 
-    /// The keys of the give-back script: the lock key and a shared kind's leases.
-    fn give_back_keys(&self, lease: &Lease) -> [String; 2] {
+    /// The keys and arguments of the give-back script: the lock key and a shared kind's
+    /// leases; the owner, and how long a mutex's tombstone lasts.
+    fn give_back_call(&self, lease: &Lease) -> ([String; 2], [String; 2]) {
         let lock_key = self.lock_key(&lease.key);
         let leases_key = layout::leases_key(&lock_key);
-        [lock_key, leases_key]
+        let memory_ms = release_memory(self.response_timeout).as_millis();
+        (
+            [lock_key, leases_key],
+            [lease.owner.clone(), memory_ms.to_string()],
+        )
     }
 }
 
@@ -965,19 +1009,16 @@ impl AsyncBackend for RedisBackend {
 
     /// Deletes (or, with `min_hold`, shortens) `lease`'s grant if it is still the owner's.
     async fn release_grant(&self, lease: &Lease, min_hold: Duration) -> Result<Release, LockError> {
-        let (keys, args) = self.release_call(lease, min_hold);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let script = if lease.kind.is_shared() {
-            &LIBRARY.shared_release
-        } else {
-            &LIBRARY.release
-        };
-        let reply = self.run(script, &keys, &args, &lease.key).await?;
-        match integer(&reply) {
-            Some(1) => Ok(Release::Released),
-            Some(0 | -1) => Ok(Release::NotOwner),
-            _ => Err(unexpected(&lease.key, "release", &reply)),
-        }
+        self.release_of(lease, None, min_hold).await
+    }
+
+    async fn release_held_grant(
+        &self,
+        held: &HeldLease,
+        min_hold: Duration,
+    ) -> Result<Release, LockError> {
+        self.release_of(&held.lease, Some(held.token), min_hold)
+            .await
     }
 
     fn operator_calls(&self) -> Option<&dyn OperatorBackend> {
@@ -1003,7 +1044,7 @@ impl AsyncBackend for RedisBackend {
             return None;
         }
         Some(Box::pin(async move {
-            let keys: Vec<String> = lock_keys.into_iter().flat_map(layout::lock_keys).collect();
+            let keys: Vec<String> = lock_keys.into_iter().flat_map(layout::mutex_keys).collect();
             let ttl_ms = leases[0].ttl.as_millis().to_string();
             let owners = leases.iter().map(|lease| lease.owner.as_str());
             let args: Vec<&str> = std::iter::once(ttl_ms.as_str()).chain(owners).collect();

@@ -14,7 +14,7 @@ use super::scripts::{LIBRARY, LockScript};
 use super::{Link, RedisBackend, backend_error, integer, invocation, layout, text, unexpected};
 use crate::backend::{
     AsyncOperator, ForcedRelease, Grant, Holding, LockState, OwnedGrant, OwnerPrefix, QUEUE_SHOWN,
-    SharedGrant, Waiter,
+    SharedGrant, Waiter, release_memory,
 };
 use crate::glob::Glob;
 use crate::release_hub::{OwnerTag, parse_announcement};
@@ -63,6 +63,9 @@ impl AsyncOperator for RedisBackend {
         let token = token.as_deref().unwrap_or_default();
         let hand_over = if self.hands_over { "1" } else { "0" };
         let shown = QUEUE_SHOWN.to_string();
+        let memory_ms = release_memory(self.response_timeout)
+            .as_millis()
+            .to_string();
         let args = [
             channel.as_str(),
             self.publish_command(),
@@ -70,6 +73,7 @@ impl AsyncOperator for RedisBackend {
             token,
             hand_over,
             &shown,
+            &memory_ms,
         ];
         let reply = self.run(&LIBRARY.force_release, &keys, &args, key).await?;
         let unexpected = || unexpected(key, "forced release", &reply);

@@ -3,9 +3,10 @@
 //! `EVALSHA` runs the whole shared prelude again first. A server without Functions (Redis 6),
 //! or a user whose ACL does not allow them, gets the same text as `EVALSHA` scripts instead.
 //!
-//! The library's name and its functions' names carry a hash of its text, so that clients of
-//! two versions on one server each call their own (a rolling upgrade), and a changed library
-//! never replaces the one an older client calls.
+//! The library's name and its functions' names carry the key layout's version and a hash of
+//! its text, so that a changed library never replaces the one an older client calls; the keys
+//! carry the layout's version too, so that clients of two layouts never read each other's
+//! locks (see `layout`).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
+use super::layout;
+
 const GRANT: &str = include_str!("lua/grant.lua");
-const HAND_OFF: &str = include_str!("lua/hand_off.lua");
+const MUTEX: &str = include_str!("lua/mutex.lua");
 const SHARED: &str = include_str!("lua/shared.lua");
 const OPERATOR: &str = include_str!("lua/operator.lua");
 
@@ -67,61 +70,61 @@ struct Part {
 const PARTS: [Part; 14] = [
     Part {
         name: "acquire",
-        prelude: &[GRANT],
+        prelude: &[GRANT, MUTEX],
         body: include_str!("lua/acquire.lua"),
         flags: "",
     },
     Part {
         name: "acquire_together",
-        prelude: &[GRANT],
+        prelude: &[GRANT, MUTEX],
         body: include_str!("lua/acquire_together.lua"),
         flags: "",
     },
     Part {
         name: "release",
-        prelude: &[GRANT, HAND_OFF],
+        prelude: &[GRANT, MUTEX],
         body: include_str!("lua/release.lua"),
         flags: "'allow-oom'",
     },
     Part {
         name: "shared_acquire",
-        prelude: &[GRANT, SHARED],
+        prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shared_acquire.lua"),
         flags: "",
     },
     Part {
         name: "shared_release",
-        prelude: &[GRANT, SHARED],
+        prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shared_release.lua"),
         flags: "'allow-oom'",
     },
     Part {
         name: "give_back",
-        prelude: &[GRANT, SHARED],
+        prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/give_back.lua"),
         flags: "'allow-oom'",
     },
     Part {
         name: "raise",
-        prelude: &[GRANT, SHARED],
+        prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/raise.lua"),
         flags: "",
     },
     Part {
         name: "inspect",
-        prelude: &[GRANT, SHARED, OPERATOR],
+        prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/inspect.lua"),
         flags: "'no-writes'",
     },
     Part {
         name: "force_release",
-        prelude: &[GRANT, HAND_OFF, SHARED, OPERATOR],
+        prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/force_release.lua"),
         flags: "'allow-oom'",
     },
     Part {
         name: "result_publish",
-        prelude: &[],
+        prelude: &[GRANT, MUTEX],
         body: include_str!("lua/result_publish.lua"),
         flags: "",
     },
@@ -133,7 +136,7 @@ const PARTS: [Part; 14] = [
     },
     Part {
         name: "shard_mark",
-        prelude: &[GRANT, SHARED],
+        prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shard_mark.lua"),
         flags: "",
     },
@@ -145,7 +148,7 @@ const PARTS: [Part; 14] = [
     },
     Part {
         name: "owned",
-        prelude: &[GRANT, SHARED, OPERATOR],
+        prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/owned.lua"),
         flags: "'no-writes'",
     },
@@ -156,7 +159,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(Library::build);
 
 impl Library {
     fn build() -> Library {
-        let prelude = [GRANT, HAND_OFF, SHARED, OPERATOR].concat();
+        let prelude = [GRANT, MUTEX, SHARED, OPERATOR].concat();
         // Everything that makes a function what it is, its flags too: a library that
         // differs in any of it gets another name.
         let parts: String = PARTS
@@ -166,7 +169,7 @@ impl Library {
         let hash = Script::new(&format!("{prelude}{parts}"))
             .get_hash()
             .to_owned();
-        let library = format!("fencelock_{}", &hash[..12]);
+        let library = format!("fencelock_v{}_{}", layout::VERSION, &hash[..12]);
         let mut source = format!("#!lua name={library}\n{prelude}\n");
         let [
             acquire,

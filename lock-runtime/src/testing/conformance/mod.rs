@@ -615,7 +615,8 @@ const RELEASES_BETWEEN: usize = 70;
 /// for the owner who asks, whatever the key saw between the two, in every kind the backend
 /// offers: a `min_hold_ms` hold that ended and another owner's grant and release in the gap;
 /// many other owners' grants and releases. Nobody else's release passes for it. Each case
-/// first confirms that the first send released.
+/// first confirms that the first send released. The holder sends its grant
+/// ([`LockBackend::release_held`]), as a guard does.
 pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, namespace: &str) {
     let backend = client.backend();
     let kinds = [
@@ -632,10 +633,10 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
         let key = format!("{namespace}:{}", kind.name());
         let rule = |what: &str| format!("{}: {what}", kind.name());
         let kept = owner_of(&key, "kept", kind);
-        expect_granted(backend, &kept, Turn::Once, &rule("a free key")).await;
+        let kept = expect_granted(backend, &kept, Turn::Once, &rule("a free key")).await;
         let min_hold = Duration::from_millis(SHORT_TTL_MS);
         let first = backend
-            .release(&kept, min_hold)
+            .release_held(&kept, min_hold)
             .await
             .expect("backend answers");
         assert_eq!(first, Release::Released, "{}", rule("the first send"));
@@ -644,7 +645,7 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
         granted_within(backend, &next, Duration::from_millis(LONG_TTL_MS / 4)).await;
         release_now(backend, &next).await;
         let again = backend
-            .release(&kept, min_hold)
+            .release_held(&kept, min_hold)
             .await
             .expect("backend answers");
         assert_eq!(
@@ -655,8 +656,8 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
         );
 
         let busy = owner_of(&key, "busy", kind);
-        expect_granted(backend, &busy, Turn::Once, &rule("a free key")).await;
-        let first = backend.release(&busy, Duration::ZERO).await;
+        let busy = expect_granted(backend, &busy, Turn::Once, &rule("a free key")).await;
+        let first = backend.release_held(&busy, Duration::ZERO).await;
         assert_eq!(
             first.ok(),
             Some(Release::Released),
@@ -668,7 +669,7 @@ pub async fn a_resent_release_is_remembered_for_its_owner(client: &LockClient, n
             expect_granted(backend, &other, Turn::Once, &rule("a released key")).await;
             release_now(backend, &other).await;
         }
-        let again = backend.release(&busy, Duration::ZERO).await;
+        let again = backend.release_held(&busy, Duration::ZERO).await;
         assert_eq!(
             again.ok(),
             Some(Release::Released),

@@ -1,7 +1,7 @@
 -- Restart the leases of many locks at once (the renewal loop's batch).
 -- For the i-th lease: ARGV[5i-4] its owner token, ARGV[5i-3] the fencing token of its grant,
 -- ARGV[5i-2] its lease in ms, ARGV[5i-1] how many keys it has, which follow the previous
--- lease's in KEYS: 1 for a mutex (its lock key), 2 for a shared kind (its lock key, a hash,
+-- lease's in KEYS: 1 for a mutex (its lock key: see mutex.lua), 2 for a shared kind (its lock key, a hash,
 -- and its leases, a sorted set: see shared.lua), ARGV[5i] the permit or shard of its grant,
 -- or '' (a grant of the same owner and token in another slot, which a Redlock master may
 -- keep when its give-back was lost, is not this one).
@@ -19,7 +19,12 @@ for i = 1, #ARGV / 5 do
   extended[i] = 0
   if ARGV[5 * i - 1] == '1' then
     next_key = next_key + 1
-    if redis.pcall('GET', key) == owner .. ':' .. token then
+    local held = redis.pcall('GET', key)
+    local held_token, held_owner
+    if type(held) == 'string' then
+      held_token, held_owner = string.match(held, '^[hw]:(%d+):%d+:%d+:(.*)$')
+    end
+    if held_token == token and held_owner == owner then
       redis.call('PEXPIRE', key, lease_ms)
       extended[i] = 1
     end

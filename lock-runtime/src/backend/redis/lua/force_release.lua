@@ -1,25 +1,25 @@
--- An operator's forced release: deletes the lock key if it holds the grant named (its owner's
--- tag, its fencing token), whatever its lease (no owner token needed), keeps the fencing counter
--- (the next grant's token is greater), hands the key to the oldest waiter whose place lasts as a
--- release does, and announces what happened, so that waiters wake. Unlike a release it leaves
--- no release memory: the holder did not release, and its next renewal or release must find its
--- lease lost. Foreign data in the lock key is not touched; nor is another grant (one that took
+-- An operator's forced release: frees the lock key if it holds the grant named (its owner's
+-- tag, its fencing token), whatever its lease (no owner token needed), keeps its token in the
+-- tombstone (the next grant's token is greater), hands the key to the oldest waiter whose
+-- place lasts as a release does, and announces what happened, so that waiters wake. Unlike a
+-- release it breaks the run (see mutex.lua): the holder did not release, and its next renewal
+-- or release must find its lease lost. Foreign data in the lock key is not touched; nor is another grant (one that took
 -- the key since the operator looked, also the same owner's, whose token is greater; or the one
 -- a first run of this script handed it to).
 -- A shared kind's key (see shared.lua) has one grant ended the same way: the one the tag and
 -- token name, among the live grants; the waiters at the head join the others as far as they
 -- may, as after a release.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
+-- KEYS[1] lock key, KEYS[2] a shared kind's fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
 -- KEYS[5] a shared kind's leases, KEYS[6] a segmented lock's shards marked exhausted
 -- ARGV[1] the channel of the key's releases, ARGV[2] `PUBLISH`, or `SPUBLISH` on a Redis
 -- Cluster, ARGV[3] the tag of the grant's owner (see owner_tag), ARGV[4] its fencing token, or
 -- '' when it names none (a key kept after its release: the owner names it), ARGV[5] '1' to
 -- hand a shared key to its waiters, '0' on a master of Redlock (as shared_release.lua),
--- ARGV[6] how many shared grants to describe at most
+-- ARGV[6] how many shared grants to describe at most, ARGV[7] ms to keep a mutex's tombstone
 -- Returns {0} when nobody holds the key; {2, why} when it holds something that is not a
 -- lock's; {3, what holds it} when it holds another grant (nothing changed); else {1, what
 -- held it, the first message published}. What holds a mutex: state, holder's tag, fencing
--- token, remaining ms of its lease (see describe_holder and announce_release); a shared key:
+-- token, remaining ms of its lease (see describe_holder and hand_on); a shared key:
 -- 'shared', how many grants, how many shown, the longest lease's ms, and the grants (see
 -- describe_shared).
 
@@ -77,23 +77,34 @@ local function force_release_shared()
   return found
 end
 
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' and holder.err and redis.call('TYPE', KEYS[1]).ok == 'hash' then
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   return force_release_shared()
 end
-local foreign = foreign_holder(KEYS[1], holder)
+local lock, foreign = read_lock(KEYS[1])
 if foreign then
   return {2, foreign}
 end
-if not holder then
+local clock = lazy_clock()
+if not holds(lock, clock) then
   return {0}
 end
-local state, tag, token = describe_holder(holder)
-local remaining = redis.call('PTTL', KEYS[1])
+foreign = untimed_lock(KEYS[1])
+if foreign then
+  return {2, foreign}
+end
+local state, tag, token, remaining = describe_holder(KEYS[1], lock, clock())
 local later = ARGV[4] ~= '' and token ~= '' and tonumber(token) > tonumber(ARGV[4])
 if tag ~= ARGV[3] or later then
   return {3, state, tag, token, remaining}
 end
-redis.call('DEL', KEYS[1])
-local message = announce_release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], holder, ARGV[1], ARGV[2])
+-- A forced grant was not released: its owner's release must not find it released (a grant
+-- outside the run), while a kept key's owner did release it.
+local run = lock.run
+local releaser = lock.owner
+if HELD[lock.state] then
+  run, releaser = string.format('%.0f', tonumber(lock.token) + 1), ''
+end
+local listened = {state = (lock.state == 'h' or lock.state == 'r') and 'w' or lock.state, token = lock.token}
+local message = hand_on(KEYS[1], KEYS[3], KEYS[4], listened, releaser, run, ARGV[1], ARGV[2],
+  tonumber(ARGV[7]), clock)
 return {1, state, tag, token, remaining, message}

@@ -65,23 +65,14 @@ local function write_fence(fence_key, token_us, now_us)
   return token
 end
 
--- The token of a new grant after the last token `last`, at server time `now_us`, written to
--- the fencing counter: it exceeds both the last one and the server clock in microseconds, so
--- it keeps increasing after a restart that lost the counter (unless the clock steps back).
--- Redlock's client gives `floor_us`, one proposal for every master, in place of the server
--- clock: masters whose counters agree then grant one token, which needs no write-back.
-
--- A new grant of the lock key to `owner` with the next token: the key holds
--- `<owner>:<token>`, so that renewal extends this grant only, not a later one to the same
--- owner.
+-- The token of a new grant of a shared kind after the last token `last`, at server time
+-- `now_us`, written to the fencing counter: it exceeds both the last one and the server clock
+-- in microseconds, so it keeps increasing after a restart that lost the counter (unless the
+-- clock steps back). Redlock's client gives `floor_us`, one proposal for every master, in
+-- place of the server clock: masters whose counters agree then grant one token, which needs
+-- no write-back.
 local function next_token(fence_key, last, now_us, floor_us)
   return write_fence(fence_key, math.max(last + 1, floor_us or now_us), now_us)
-end
-
-local function grant(lock_key, fence_key, owner, lease_ms, last, now_us, floor_us)
-  local token = next_token(fence_key, last, now_us, floor_us)
-  redis.call('SET', lock_key, owner .. ':' .. token, 'PX', lease_ms)
-  return token
 end
 
 -- Puts `entry` at the back of the key's queue, or renews its place there, for `place_ms`
@@ -135,73 +126,12 @@ local function prune_queue(queue_key, deadlines_key, lapsed, head)
   return redis.call('LINDEX', queue_key, 0)
 end
 
--- The head of the key's line for a hand-off at `now_ms`, lapsed places taken out, and the
--- last fencing token; nil when nobody waits, or when the keys next to the lock are not a
--- lock's (then nothing is handed over).
-local function line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
-  if redis.call('EXISTS', queue_key) == 0 then
-    return nil
-  end
+-- The head of the key's line for a hand-off at `now_ms`, lapsed places taken out; nil when
+-- nobody waits, or when the queue keys are not a lock's (then nothing is handed over).
+local function line_to_hand_off(queue_key, deadlines_key, now_ms)
   local lapsed, head = read_queue(queue_key, deadlines_key, now_ms)
-  local last = lapsed and head and read_fence(fence_key)
-  if not last then
+  if not lapsed then
     return nil
   end
-  return prune_queue(queue_key, deadlines_key, lapsed, head), last
-end
-
--- Why the value of a lock key (`holder`, read with pcall) cannot be a lock of this library,
--- or nil: a value of another type, a string without a TTL (every lease has one), or one not
--- shaped as a lock's: `<owner>:<token>`, `<owner>:released` (kept by min_hold_ms), or a bare
--- hex owner (versions before tokens were kept in the value). Waiting for such a key is
--- pointless: nobody would ever release it.
-local function foreign_holder(lock_key, holder)
-  if type(holder) == 'table' and holder.err then
-    local kind = redis.call('TYPE', lock_key).ok
-    if kind == 'hash' then
-      return 'it holds a hash: the grants of a read/write lock, a semaphore or a segmented ' ..
-        'lock of this key (use one kind of lock per key), or another program\'s data'
-    end
-    return 'it holds a ' .. kind .. ', not a lock'
-  end
-  if not holder then
-    return nil
-  end
-  if redis.call('PTTL', lock_key) == -1 then
-    return 'it holds a string without a TTL, which no lock leaves behind'
-  end
-  local lock_shaped = string.match(holder, '^.+:%d+$') or string.match(holder, '^.+:released$')
-    or string.match(holder, '^%x+$')
-  if not lock_shaped then
-    return 'it holds a string that is not a lock\'s (`<owner>:<token>`)'
-  end
-  return nil
-end
-
--- Reads the lock key. Returns a reply to give at once (the key holds something foreign, or
--- the owner asks again: a retry whose reply was lost, or a waiter that missed the release
--- handing it the key; the lease is restarted, never shortened, and the token kept), or nil and the holder (false when the key is free).
--- With `must_write`, the owner's key is written even when its lease is long enough, so that a
--- `WAIT` after the script covers the grant (WAIT counts the writes of its own connection).
-local function read_holder(lock_key, owner, lease_ms, must_write)
-  local holder = redis.pcall('GET', lock_key)
-  local foreign = foreign_holder(lock_key, holder)
-  if foreign then
-    return {2, foreign}
-  end
-  if not holder then
-    return nil, false
-  end
-  local holder_owner, token = string.match(holder, '^(.*):(%d+)$')
-  if holder_owner == owner then
-    -- Never shortened: a late copy of an attempt must not cut a lease its owner counts on.
-    local remaining = redis.call('PTTL', lock_key)
-    if remaining < tonumber(lease_ms) then
-      redis.call('PEXPIRE', lock_key, lease_ms)
-    elseif must_write then
-      redis.call('PEXPIRE', lock_key, remaining)
-    end
-    return {1, token}
-  end
-  return nil, holder
+  return prune_queue(queue_key, deadlines_key, lapsed, head) or nil
 end

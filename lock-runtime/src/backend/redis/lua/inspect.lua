@@ -1,31 +1,32 @@
 -- What an operator sees of one lock, read without writing anything; owners are named by tag.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue deadlines,
--- KEYS[5] a shared kind's leases
+-- KEYS[1] lock key, KEYS[2] a shared kind's fencing counter, KEYS[3] queue, KEYS[4] queue
+-- deadlines, KEYS[5] a shared kind's leases
 -- ARGV[1] how many queue entries and shared grants to return at most (the first)
 -- Returns {'foreign', why} when the key, or one kept next to it, holds something that is not
 -- a lock's. Otherwise {state, holder's tag, fencing token, remaining ms of the lease, the
--- fencing counter's token, live places, grants, grants shown, grant fields..., entries...}:
+-- latest fencing token (a shared kind's counter, a mutex's grant or tombstone), live places, grants, grants shown, grant fields..., entries...}:
 -- state 'free' (tag and token '', remaining -2), 'held' or 'kept' (see describe_holder), or
 -- 'shared' (tag and token '', remaining the longest lease's: the grants say who holds it); the
--- counter's token
--- '' without one; grants, how many grants of a shared kind hold the key (0 for a mutex), and
+-- latest token '' without one; grants, how many grants of a shared kind hold the key (0 for a mutex), and
 -- six fields for each grant shown (see describe_shared); then for each queue entry, oldest
 -- first: its waiter's tag, its lease in ms ('' for an entry of another version's shape), and
 -- ms until its place lapses (0 or less: lapsed, and skipped by the next hand-off).
 local limit = tonumber(ARGV[1])
-local holder = redis.pcall('GET', KEYS[1])
 local now_ms = server_time()
-local foreign, holders, grants, longest
-if type(holder) == 'table' and holder.err and redis.call('TYPE', KEYS[1]).ok == 'hash' then
+local foreign, lock, holders, grants, longest
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   holders, grants, longest = describe_shared(KEYS[1], KEYS[5], now_ms, limit)
   if not holders then
     foreign = grants
   end
 else
-  foreign = foreign_holder(KEYS[1], holder)
+  lock, foreign = read_lock(KEYS[1])
+  if lock and holds(lock, function() return now_ms end) then
+    foreign = untimed_lock(KEYS[1])
+  end
 end
-local last
-if not foreign then
+local last = 0
+if not foreign and not lock then
   last, foreign = read_fence(KEYS[2])
 end
 if not foreign then
@@ -45,9 +46,9 @@ if grants then
       table.insert(reply, field)
     end
   end
-elseif holder then
-  reply[1], reply[2], reply[3] = describe_holder(holder)
-  reply[4] = redis.call('PTTL', KEYS[1])
+elseif lock then
+  reply[1], reply[2], reply[3], reply[4] = describe_holder(KEYS[1], lock, now_ms)
+  last = tonumber(lock.token)
 end
 if last > 0 then
   reply[5] = string.format('%.0f', last)

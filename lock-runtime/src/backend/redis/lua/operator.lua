@@ -8,20 +8,17 @@ local function owner_tag(owner)
   return string.sub(redis.sha1hex(owner), 1, 16)
 end
 
--- What the value of a lock key (shaped as a lock's: see foreign_holder) says: 'held', its
--- owner's tag and the fencing token of the grant ('' for a bare owner, written by versions
--- before tokens were kept in the value); or 'kept', the owner's tag and '' for a key that
--- min_hold_ms keeps after its release.
-local function describe_holder(holder)
-  local owner, token = string.match(holder, '^(.*):(%d+)$')
-  if owner then
-    return 'held', owner_tag(owner), token
+-- What a mutex (see mutex.lua) says at `now_ms`: 'held', its owner's tag, the fencing token
+-- of the grant and the ms left of its lease; 'kept', the owner's tag, '' and the ms left for
+-- a key that min_hold_ms keeps after its release; or 'free' ('', '', -2) for a tombstone.
+local function describe_holder(lock_key, lock, now_ms)
+  if HELD[lock.state] then
+    return 'held', owner_tag(lock.owner), lock.token, redis.call('PTTL', lock_key)
   end
-  owner = string.match(holder, '^(.*):released$')
-  if owner then
-    return 'kept', owner_tag(owner), ''
+  if lock.free_at > now_ms and lock.owner ~= '' then
+    return 'kept', owner_tag(lock.owner), '', math.floor(lock.free_at - now_ms)
   end
-  return 'held', owner_tag(holder), ''
+  return 'free', '', '', -2
 end
 
 -- The grants of a shared kind's keys (see shared.lua), read without writing: how many live

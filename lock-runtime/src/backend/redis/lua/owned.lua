@@ -19,14 +19,13 @@ local function shared_lock(lock_key, leases_key)
 end
 
 local reply = {}
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'string' and not foreign_holder(KEYS[1], holder) then
-  local owner, token = string.match(holder, '^(.*):(%d+)$')
-  if owner and meant(owner) then
-    reply = {owner_tag(owner), token}
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'string' then
+  local lock = read_lock(KEYS[1])
+  if lock and HELD[lock.state] and meant(lock.owner) and not untimed_lock(KEYS[1]) then
+    reply = {owner_tag(lock.owner), lock.token}
   end
-elseif type(holder) == 'table' and redis.call('TYPE', KEYS[1]).ok == 'hash'
-    and shared_lock(KEYS[1], KEYS[5]) then
+elseif kind == 'hash' and shared_lock(KEYS[1], KEYS[5]) then
   local after = '(' .. string.format('%.0f', server_time())
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], after, '+inf')) do
     local owner = member_owner(member)

@@ -1,13 +1,13 @@
 -- A single-flight call's value (`action = Share`), left for the callers of other processes.
 -- KEYS[1] lock key, KEYS[2] its result key; ARGV[1] the publisher's fencing token, ARGV[2] the
 -- value, ARGV[3] how long it is kept (ms).
--- Kept only while the publisher's grant holds the key's mutex (`<owner>:<token>`), and never
+-- Kept only while the publisher's grant holds the key's mutex (see mutex.lua), and never
 -- over a value of a later grant. The result key holds `<token> <value>`; anything else there
 -- is another program's, and left alone.
 -- Returns 1 if it was kept, 0 if the grant no longer holds the key, 3 if a value of this
 -- token or a later one is kept, 2 if the result key holds foreign data.
-local holder = redis.call('GET', KEYS[1])
-if not holder or string.sub(holder, -#ARGV[1] - 1) ~= ':' .. ARGV[1] then
+local lock = read_lock(KEYS[1])
+if not (lock and HELD[lock.state] and lock.token == ARGV[1]) then
   return 0
 end
 local found = redis.call('TYPE', KEYS[2]).ok

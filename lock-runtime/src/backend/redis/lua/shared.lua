@@ -122,15 +122,22 @@ local function add_grant(lock_key, leases_key, grant, expires, now_ms)
 end
 
 -- Opens the shared kind's keys at `now_ms`: checks that they are a shared lock's, drops what
--- is left of one without the other, and takes out the grants whose lease ended. Returns nil,
--- or why the keys cannot be this lock's (another kind holds the key, or they hold foreign
--- data, which this library must not touch).
-local function open_shared(lock_key, leases_key, now_ms)
+-- is left of one without the other, and takes out the grants whose lease ended. An acquire
+-- (`taking`) also drops a mutex's tombstone, after every check: the key serves another kind
+-- from then on. Returns nil, or why the keys cannot be this lock's (another kind holds the
+-- key, or they hold foreign data, which this library must not touch).
+local function open_shared(lock_key, leases_key, now_ms, taking)
   local lock_type = redis.call('TYPE', lock_key).ok
   local leases_type = redis.call('TYPE', leases_key).ok
   if lock_type == 'string' then
-    return 'it is held as an exclusive lock, and a shared kind (read/write, semaphore, ' ..
-      'segmented) was requested; use one kind of lock per key'
+    local lock = read_lock(lock_key)
+    local tombstone = taking and lock and not holds(lock, function() return now_ms end)
+      and not untimed_lock(lock_key)
+    if not tombstone then
+      return 'it is held as an exclusive lock, and a shared kind (read/write, semaphore, ' ..
+        'segmented) was requested; use one kind of lock per key'
+    end
+    lock_type = 'none'
   end
   if lock_type ~= 'none' and lock_type ~= 'hash' then
     return 'it holds a ' .. lock_type .. ', not a lock'
@@ -257,8 +264,9 @@ end
 local function hand_off_shared(lock_key, leases_key, fence_key, queue_key, deadlines_key,
                                exhausted_key, now_ms, now_us)
   local announced = {}
-  local head, last = line_to_hand_off(fence_key, queue_key, deadlines_key, now_ms)
-  if not head then
+  local head = line_to_hand_off(queue_key, deadlines_key, now_ms)
+  local last = head and read_fence(fence_key)
+  if not last then
     return announced
   end
   last = latest_shared_token(lock_key, last)

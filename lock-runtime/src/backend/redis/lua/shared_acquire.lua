@@ -13,7 +13,7 @@
 -- another kind's grants or something that is not a lock's; {3} when every shard a segmented
 -- request may take is marked exhausted.
 local now_ms, now_us = server_time()
-local foreign = open_shared(KEYS[1], KEYS[5], now_ms)
+local foreign = open_shared(KEYS[1], KEYS[5], now_ms, true)
 if foreign then
   return {2, foreign}
 end
