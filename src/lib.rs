@@ -53,12 +53,12 @@ pub use fencelock_macros::{lock, redis_lock};
 #[allow(deprecated)]
 pub use fencelock_runtime::LockClientBuilder;
 pub use fencelock_runtime::{
-    Action, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin, LockClient, LockError,
-    LockGuard, LockKind, LockOptions, LockRequest, LossCause, MAX_KEY_LEN, MAX_PERMITS, MAX_SHARDS,
-    MAX_TTL_MS, MultiGuard, MultiLockRequest, OnLost, OpenBuilder, RedisClientBuilder,
-    RenewalStats, WithSources, admin, assert_locked, backend, current_shard, current_token,
-    current_tokens, escape_into, instance, is_lost, lost, open, shard_exhausted, shutdown,
-    telemetry, with_client,
+    Action, DEFAULT_MAX_IN_FLIGHT, DEFAULT_RETRY, DEFAULT_SLEEP_MS, DEFAULT_TTL_MS, LockAdmin,
+    LockClient, LockError, LockGuard, LockKind, LockOptions, LockRequest, LossCause, MAX_KEY_LEN,
+    MAX_PERMITS, MAX_SHARDS, MAX_TTL_MS, MultiGuard, MultiLockRequest, OnLost, OpenBuilder,
+    RedisClientBuilder, RenewalStats, WithSources, admin, assert_locked, backend, current_shard,
+    current_token, current_tokens, escape_into, instance, is_lost, lost, open, shard_exhausted,
+    shutdown, telemetry, with_client,
 };
 
 /// The builder of an etcd client ([`LockClient::etcd_builder`]).

@@ -79,7 +79,7 @@ impl Locker {
     }
 
     /// Takes `key`, waiting up to `wait` if it is held; `None`: each library's default.
-    pub async fn acquire(&self, key: &str, wait: Option<Duration>) -> Result<Held, String> {
+    pub async fn acquire(&self, key: &str, wait: Option<Duration>) -> Result<Held, AcquireError> {
         let bound = wait.unwrap_or_default() + SLACK;
         let attempt = async {
             match self {
@@ -92,15 +92,40 @@ impl Locker {
                     if let Some(wait) = wait {
                         request = request.wait_ms(wait.as_millis() as u64);
                     }
-                    let guard = request.acquire().await.map_err(|e| e.to_string())?;
+                    let guard = request
+                        .acquire()
+                        .await
+                        .map_err(|e| match e.is_overloaded() {
+                            true => AcquireError::Refused(e.to_string()),
+                            false => AcquireError::Failed(e.to_string()),
+                        })?;
                     Ok(Held::Fencelock(guard))
                 }
-                Locker::Rslock(manager) => rslock_acquire(manager, key, wait).await,
+                Locker::Rslock(manager) => rslock_acquire(manager, key, wait)
+                    .await
+                    .map_err(AcquireError::Failed),
             }
         };
         tokio::time::timeout(bound, attempt)
             .await
-            .map_err(|_| format!("acquire gave no answer within {bound:?}"))?
+            .map_err(|_| AcquireError::Failed(format!("acquire gave no answer within {bound:?}")))?
+    }
+}
+
+/// Why an acquisition ended without a lock.
+#[derive(Debug)]
+pub enum AcquireError {
+    /// Refused at once by the client's admission control, without asking the store.
+    Refused(String),
+    /// Anything else: held to the end of the wait, a store's error, no answer.
+    Failed(String),
+}
+
+impl From<AcquireError> for String {
+    fn from(error: AcquireError) -> String {
+        match error {
+            AcquireError::Refused(message) | AcquireError::Failed(message) => message,
+        }
     }
 }
 

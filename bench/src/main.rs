@@ -2,7 +2,7 @@
 //! started here. Run it in release mode:
 //!
 //! ```text
-//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--json PATH] [--svg PATH]
+//! cargo run --release -p fencelock-bench -- [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--max-in-flight N] [--json PATH] [--svg PATH]
 //! ```
 //!
 //! W0: sequential PING (the floor). W1: uncontended acquire + release (through a guard, and
@@ -11,7 +11,7 @@
 //! (fencelock default, fair, polling; rslock with its default and with a tight retry). Script
 //! calls per grant from `INFO commandstats`. W3: 64 workers on 64 keys through one shared
 //! client and with a client each, next to `redis-benchmark` SET on the same server. Open-loop
-//! latency at 20/50/80% of the measured capacity. Client cost (connect time, memory, threads
+//! latency at 20/50/80/120% of the measured capacity. Client cost (connect time, memory, threads
 //! and connections of idle clients; memory per held lock). Topologies: W1 and W3 on one
 //! server, Redlock over 3 and 5 masters, Sentinel (also with min_replicas), rslock on 1 and
 //! 5, Redis Clusters of 1 to 3 masters, with W2 too. Prints a table per workload and the
@@ -25,8 +25,9 @@
 //! PostgreSQL and MySQL (the machine's, `FENCELOCK_POSTGRES_URL` and `FENCELOCK_MYSQL_URL`);
 //! `--w1` only W0 and W1 (the guard, the attribute's call, rslock); `--cost` only W0 to W3
 //! and the Redis cost per pair (the server's CPU and commands per acquire + release, beside
-//! rslock's); `--open-loop` only the open-loop table. `--svg PATH` also draws the Redis cost
-//! table and W2's waits as a chart.
+//! rslock's); `--open-loop` only the open-loop table, at 20/50/80/120% of the capacity, with
+//! fencelock's client at `--max-in-flight N` (default: the library's). `--svg PATH` also
+//! draws the Redis cost table and W2's waits as a chart.
 
 mod chart;
 mod footprint;
@@ -109,6 +110,8 @@ struct Args {
     cost: bool,
     /// Only the open-loop table.
     open_loop: bool,
+    /// The open loop's bound on fencelock's attempts at the store, if not the default.
+    max_in_flight: Option<usize>,
     json: PathBuf,
     /// Where to draw the peer comparison, if anywhere.
     svg: Option<PathBuf>,
@@ -124,6 +127,7 @@ fn parse_args() -> Result<Args, BoxError> {
         w1: false,
         cost: false,
         open_loop: false,
+        max_in_flight: None,
         json: PathBuf::from("target/fencelock-bench.json"),
         svg: None,
     };
@@ -138,11 +142,15 @@ fn parse_args() -> Result<Args, BoxError> {
             "--w1" => args.w1 = true,
             "--cost" => args.cost = true,
             "--open-loop" => args.open_loop = true,
+            "--max-in-flight" => {
+                let bound = given.next().ok_or("--max-in-flight needs a number")?;
+                args.max_in_flight = Some(bound.parse()?);
+            }
             "--json" => args.json = given.next().ok_or("--json needs a path")?.into(),
             "--svg" => args.svg = Some(given.next().ok_or("--svg needs a path")?.into()),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--json PATH] [--svg PATH]"
+                    "unknown argument `{other}`; usage: fencelock-bench [--quick] [--topologies | --telemetry | --kinds | --backends | --w1 | --cost | --open-loop] [--max-in-flight N] [--json PATH] [--svg PATH]"
                 )
                 .into());
             }
@@ -224,7 +232,11 @@ async fn main() -> Result<(), BoxError> {
         return Ok(());
     }
     if args.open_loop {
-        let fence = Locker::fencelock(LockClient::connect(&url).await?);
+        let client = LockClient::connect(&url).await?;
+        if let Some(bound) = args.max_in_flight {
+            client.set_max_in_flight(bound)?;
+        }
+        let fence = Locker::fencelock(client);
         let rs = Locker::rslock(&url, RslockRetry::DEFAULT).await;
         let latency = open_loop_table(&fence, &rs, &sizes).await?;
         return write_json(&args.json, &json!({ "open_loop": latency }));

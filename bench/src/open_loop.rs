@@ -9,7 +9,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Barrier, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::locker::Locker;
+use crate::locker::{AcquireError, Locker};
 use crate::stats::{Failures, Summary};
 use crate::workloads::{BoxError, Throughput, throughput};
 
@@ -20,8 +20,8 @@ pub const CAPACITY_WORKERS: usize = 64;
 /// Requests in flight at most; one beyond it waits for a slot, and its latency still counts
 /// from its scheduled start.
 pub const MAX_IN_FLIGHT: usize = 1_024;
-/// The shares of the capacity offered.
-pub const LOADS: [f64; 3] = [0.2, 0.5, 0.8];
+/// The shares of the capacity offered: beyond it, what a client refuses shows.
+pub const LOADS: [f64; 4] = [0.2, 0.5, 0.8, 1.2];
 
 /// SplitMix64: a fixed, well-spread key sequence without a random-number dependency, the
 /// same for both libraries.
@@ -75,6 +75,8 @@ pub struct OpenLoop {
     pub wall: Duration,
     /// Scheduled start -> lock granted, per granted request.
     pub latency: Summary,
+    /// The call -> refused, per request the client's admission control refused.
+    pub refused: Summary,
     /// Scheduled start -> task spawned: the scheduler's own lateness, part of `latency`.
     pub lag: Summary,
     pub failures: Failures,
@@ -86,8 +88,18 @@ impl OpenLoop {
     }
 }
 
-/// What one request's task reports: its lag, and its latency or error.
-type Outcome = (Duration, Result<Duration, String>);
+/// How one request ended.
+enum Ended {
+    /// Granted this long after its scheduled start, and released.
+    Granted(Duration),
+    /// Refused by admission control this long after the call (the scheduler's lag, shown on
+    /// its own, left out).
+    Refused(Duration),
+    Failed(String),
+}
+
+/// What one request's task reports: its lag, and how it ended.
+type Outcome = (Duration, Ended);
 
 /// Requests at `rate` per second for `run`: request `i` is due at `start + i / rate` on a
 /// uniformly drawn key, takes the lock and releases it.
@@ -102,14 +114,16 @@ pub async fn open_loop(
     // A thread of its own: tokio's timer ticks in whole milliseconds, longer than the gap
     // between two requests; a thread's sleep is finer, and everything due is sent on waking.
     let tasks = tokio::task::spawn_blocking(move || schedule(&handle, &locker, rate, run)).await?;
-    let (mut latencies, mut lags, mut failures) = (Vec::new(), Vec::new(), Failures::default());
+    let (mut latencies, mut refusals, mut lags) = (Vec::new(), Vec::new(), Vec::new());
+    let mut failures = Failures::default();
     let scheduled = tasks.len();
     for task in tasks {
-        let (lag, result) = task.await?;
+        let (lag, ended) = task.await?;
         lags.push(lag);
-        match result {
-            Ok(latency) => latencies.push(latency),
-            Err(error) => failures.record(error),
+        match ended {
+            Ended::Granted(latency) => latencies.push(latency),
+            Ended::Refused(after) => refusals.push(after),
+            Ended::Failed(error) => failures.record(error),
         }
     }
     Ok(OpenLoop {
@@ -118,6 +132,7 @@ pub async fn open_loop(
         scheduled,
         wall: started.elapsed(),
         latency: Summary::of(latencies),
+        refused: Summary::of(refusals),
         lag: Summary::of(lags),
         failures,
     })
@@ -148,16 +163,20 @@ fn schedule(
         let locker = locker.clone();
         tasks.push(handle.spawn(async move {
             let lag = due.elapsed();
-            let granted = locker.acquire(&key(i), None).await.map(|held| {
-                let latency = due.elapsed();
-                (latency, held)
-            });
-            let result = match granted {
-                Ok((latency, held)) => held.release().await.map(|()| latency),
-                Err(error) => Err(error),
+            let called = Instant::now();
+            let ended = match locker.acquire(&key(i), None).await {
+                Ok(held) => {
+                    let latency = due.elapsed();
+                    match held.release().await {
+                        Ok(()) => Ended::Granted(latency),
+                        Err(error) => Ended::Failed(error),
+                    }
+                }
+                Err(AcquireError::Refused(_)) => Ended::Refused(called.elapsed()),
+                Err(AcquireError::Failed(error)) => Ended::Failed(error),
             };
             drop(slot);
-            (lag, result)
+            (lag, ended)
         }));
     }
     tasks

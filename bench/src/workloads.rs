@@ -418,7 +418,7 @@ async fn contention_worker(
         let held = match locker.acquire(key, Some(W2_WAIT)).await {
             Ok(held) => held,
             Err(error) => {
-                log.acquire_failures.record(error);
+                log.acquire_failures.record(error.into());
                 continue;
             }
         };

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::admission::Acquiring;
 use crate::backend::sharing::shard_of;
 use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once};
 use crate::background_release::release_in_background;
@@ -55,6 +56,8 @@ pub(crate) struct Acquisition {
     answered_together: Option<TogetherAnswer>,
     /// Counts the request as running, for its client's shutdown to wait for.
     _running: Ticket,
+    /// Counts the request as under way for its key, for the client's admission control.
+    acquiring: Acquiring,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
     record: AcquireRecord,
 }
@@ -111,8 +114,10 @@ impl Acquisition {
         }
         let started = Instant::now();
         let running = client.shutdown_state().acquiring(&key);
+        let acquiring = client.admission().acquiring(&key);
         Ok(Acquisition {
             _running: running,
+            acquiring,
             give_up_at: started + options.wait(),
             deadline: options.wait_bound().map(|wait| started + wait),
             latest_token: None,
@@ -193,6 +198,12 @@ impl Acquisition {
     }
 
     async fn until_granted(&mut self) -> Result<Granted, LockError> {
+        // Refused at once, not after the wait below for its own release.
+        if self.answered_together.is_none()
+            && let Some(refused) = self.pending.client.admission().refusal(&self.acquiring)
+        {
+            return Err(refused);
+        }
         let key = &self.pending.lease.key;
         // This client's own release of the key, sent before this request and not answered
         // yet, would refuse the attempt: wait for it, within the request's deadline and at
@@ -297,8 +308,14 @@ impl Acquisition {
     }
 
     /// One attempt (sent once more if its reply is lost), cut at the deadline; notes what
-    /// it found for the error to report.
+    /// it found for the error to report. A first attempt past the client's bound on keys with
+    /// attempts at the store is refused without being sent.
     async fn attempt(&mut self) -> Attempt {
+        let admission = self.pending.client.admission();
+        let _at_store = match admission.admit(&self.acquiring, self.record.attempts() == 0) {
+            Ok(place) => place,
+            Err(overloaded) => return Attempt::Failed(overloaded),
+        };
         self.record.attempt_sent();
         let sent_at = Instant::now();
         self.pending.leaves_traces = true;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::admission::Admission;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{RedisBackend, RedisSettings, open};
 use crate::backend::redlock::RedlockBackend;
@@ -34,6 +35,9 @@ struct ClientInner {
     /// Background releases not answered yet, which a request for their key waits for.
     releases_in_flight: Arc<Outstanding>,
     shutdown: ShutdownState,
+    /// The bound on attempts out at the store.
+    admission: Admission,
+
     /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
     notifies: bool,
     /// The instance whose owner tokens this client writes, if it was built with one.
@@ -189,6 +193,7 @@ impl LockClient {
                 background,
                 releases_in_flight: Arc::default(),
                 shutdown: ShutdownState::default(),
+                admission: Admission::default(),
                 notifies,
                 instance,
             }),
@@ -332,6 +337,45 @@ impl LockClient {
     /// Counters of this client's renewal loop.
     pub fn renewal_stats(&self) -> RenewalStats {
         self.inner.renewer.stats()
+    }
+
+    /// Bounds the keys this client (and every clone of it) sends attempts for to its store at
+    /// once: past `limit`, the acquisition of a key that no other request of the client is
+    /// acquiring fails at once with [`LockError::Overloaded`], before anything is sent,
+    /// instead of queueing behind the others, so that a load the store cannot answer in time
+    /// is refused fast rather than made late. Only a first attempt is refused; an acquisition
+    /// that waits between attempts for a holder's release does not count meanwhile; releases
+    /// and renewals are never refused. The default is
+    /// [`DEFAULT_MAX_IN_FLIGHT`](crate::DEFAULT_MAX_IN_FLIGHT) (128); raise it for bursts of
+    /// many distinct keys at once or a store far away (it caps new keys at `limit` per round
+    /// trip); `usize::MAX` turns the bound off. Zero is refused with
+    /// [`LockError::InvalidConfig`]. What counts, in full: the guide's page on guarantees.
+    ///
+    /// ```
+    /// use fencelock::LockClient;
+    ///
+    /// let locks = LockClient::memory();
+    /// locks.set_max_in_flight(1_024)?;
+    /// assert_eq!(locks.max_in_flight(), 1_024);
+    /// # Ok::<(), fencelock::LockError>(())
+    /// ```
+    pub fn set_max_in_flight(&self, limit: usize) -> Result<(), LockError> {
+        self.inner.admission.set_limit(limit)
+    }
+
+    /// The bound of [`LockClient::set_max_in_flight`] now.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.admission.limit()
+    }
+
+    /// How many attempts of this client (and its clones) are out at the store now, sent and
+    /// not answered yet, for every key.
+    pub fn attempts_in_flight(&self) -> usize {
+        self.inner.admission.attempts()
+    }
+
+    pub(crate) fn admission(&self) -> &Admission {
+        &self.inner.admission
     }
 
     pub(crate) fn id(&self) -> u64 {

@@ -91,6 +91,22 @@ pub enum LockError {
         /// The shard found exhausted, or `None` when every shard is.
         shard: Option<u32>,
     },
+    /// The request was refused without asking the store: its client already had attempts
+    /// out for `limit` other keys, the bound of
+    /// [`LockClient::set_max_in_flight`](crate::LockClient::set_max_in_flight). It holds
+    /// nothing and left nothing behind; asking again later may succeed.
+    #[error(
+        "lock `{key}` was not asked for: its client already has attempts out at the store for \
+         {limit} keys, its bound; retry later, or raise the bound with \
+         `LockClient::set_max_in_flight`"
+    )]
+    #[non_exhaustive]
+    Overloaded {
+        /// The lock key, as the caller wrote it.
+        key: String,
+        /// The bound that was reached.
+        limit: usize,
+    },
     /// A request or client was configured with values the runtime refuses.
     #[error("invalid lock configuration: {reason}")]
     #[non_exhaustive]
@@ -233,6 +249,21 @@ impl LockError {
         LockError::ShutDown { key: key.into() }
     }
 
+    /// A [`LockError::Overloaded`]: `key` was refused because its client had attempts out
+    /// for `limit` keys already.
+    ///
+    /// ```
+    /// use fencelock::LockError;
+    ///
+    /// assert!(LockError::overloaded("stock:42", 256).is_overloaded());
+    /// ```
+    pub fn overloaded(key: impl Into<String>, limit: usize) -> Self {
+        LockError::Overloaded {
+            key: key.into(),
+            limit,
+        }
+    }
+
     /// A [`LockError::Exhausted`]: `shard` of `key` is exhausted, or every shard if `None`.
     ///
     /// ```
@@ -261,6 +292,12 @@ impl LockError {
     /// `true` for [`LockError::NotAcquired`]: someone else held the lock.
     pub fn is_not_acquired(&self) -> bool {
         matches!(self, LockError::NotAcquired { .. })
+    }
+
+    /// `true` for [`LockError::Overloaded`]: refused at once, as the client's bound on keys
+    /// with attempts at the store was reached.
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, LockError::Overloaded { .. })
     }
 
     /// `true` for [`LockError::Lost`].

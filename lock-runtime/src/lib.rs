@@ -7,6 +7,7 @@
 
 mod acquire;
 pub mod admin;
+mod admission;
 pub mod backend;
 mod background;
 mod background_release;
@@ -53,6 +54,7 @@ use testing::defects;
 pub mod __private;
 
 pub use admin::LockAdmin;
+pub use admission::DEFAULT_MAX_IN_FLIGHT;
 #[cfg(feature = "etcd")]
 pub use backend::consensus::etcd::EtcdClientBuilder;
 #[cfg(feature = "zookeeper")]

@@ -18,7 +18,7 @@
 //! | `attempts` | acquire attempts sent (0 for a reentrant call) |
 //! | `waited_ms` | from the call to the grant, or to giving up |
 //! | `fencing_token` | the grant's fencing token |
-//! | `outcome` | `granted`, `reentered`, `not_acquired`, `backend_error`, `key_in_use`, `exhausted` (every shard of a segmented lock is marked exhausted), `invalid`, `no_client`, `cancelled` (the caller dropped the call while it waited) |
+//! | `outcome` | `granted`, `reentered`, `not_acquired`, `backend_error`, `key_in_use`, `exhausted` (every shard of a segmented lock is marked exhausted), `invalid`, `no_client`, `overloaded` (refused by the client's bound on keys at the store), `cancelled` (the caller dropped the call while it waited) |
 //! | `held_ms` | from the grant to the release (or the guard's drop) |
 //! | `release` | `released`, `lost` (the key was gone or another owner's), `failed` (a release left to the background gave up after retrying until the lease would have ended anyway) |
 //! | `lost` | why the lease was lost while held: `not_owner`, `unconfirmed`, `expired`, `max_hold` |
@@ -378,6 +378,7 @@ fn outcome_label(error: &LockError) -> &'static str {
         LockError::Lost { .. } => "lost",
         LockError::ShutDown { .. } => "shut_down",
         LockError::Exhausted { .. } => "exhausted",
+        LockError::Overloaded { .. } => "overloaded",
     }
 }
 

@@ -1,5 +1,6 @@
 //! The open-loop latency table.
 
+use fencelock::DEFAULT_MAX_IN_FLIGHT;
 use serde_json::{Value, json};
 
 use super::{failures_json, first_errors, ms, summary_json, table};
@@ -17,7 +18,8 @@ pub fn open_loop(libraries: &[Library], base: f64, run_s: f64) -> Value {
     println!(
         "\nOpen loop: acquire + release on {KEYS} uniformly drawn keys at fixed intervals, \
          {run_s} s per rate, <= {MAX_IN_FLIGHT} in flight; latency = scheduled start -> \
-         granted"
+         granted; refused = refused at once by the client's bound on keys with attempts at the \
+         store (fencelock's default {DEFAULT_MAX_IN_FLIGHT}); refusal = the call -> refused"
     );
     for library in libraries {
         println!(
@@ -44,6 +46,8 @@ pub fn open_loop(libraries: &[Library], base: f64, run_s: f64) -> Value {
             "p99.9 ms",
             "max ms",
             "sched. lag p99 ms",
+            "refused",
+            "refusal p99 ms",
             "failures",
         ],
         &rows,
@@ -80,6 +84,11 @@ fn row(name: &str, run: &OpenLoop) -> Vec<String> {
         format!("{:.3}", ms(run.latency.p999)),
         format!("{:.3}", ms(run.latency.max)),
         format!("{:.3}", ms(run.lag.p99)),
+        run.refused.count.to_string(),
+        match run.refused.count {
+            0 => "-".to_owned(),
+            _ => format!("{:.3}", ms(run.refused.p99)),
+        },
         run.failures.count.to_string(),
     ]
 }
@@ -96,6 +105,7 @@ fn library_json(library: &Library) -> Value {
             "achieved_per_s": run.achieved(),
             "latency": summary_json(&run.latency),
             "scheduler_lag": summary_json(&run.lag),
+            "refused": summary_json(&run.refused),
             "failures": failures_json(&run.failures),
         })).collect::<Vec<_>>(),
     })

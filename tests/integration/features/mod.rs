@@ -1,8 +1,9 @@
-//! What does not depend on the store: the attribute, both tokio runtimes, late grants,
+//! What does not depend on the store: admission control, the attribute, both tokio runtimes, late grants,
 //! renewal timing on the paused clock, several OS processes, processes that end, the test
 //! kit's assertions, several keys in the attribute, transfers under multi-key locks,
 //! single-flight, and segmented locks that find their stock.
 
+mod admission;
 mod attribute;
 mod late_grants;
 mod lease_timing;
