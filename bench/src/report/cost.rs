@@ -61,8 +61,8 @@ fn usec_per_call(cost: CommandCost) -> String {
         .map_or_else(|| "-".into(), |usec| format!("{usec:.1}"))
 }
 
-/// The table, the targets (Redis CPU per uncontended pair at most rslock's; the default W2
-/// mode's script calls per grant), and the rows as JSON.
+/// The table, the targets (Redis CPU per uncontended pair within 1.3x of rslock's, 1.5x with
+/// one shared client; the default W2 mode's script calls per grant), and the rows as JSON.
 pub fn server_cost(rows: &[CostRow], targets: &mut Vec<Target>) -> Value {
     println!(
         "\nRedis cost per pair: the server's CPU (INFO cpu, used_cpu_user + used_cpu_sys) and \
@@ -110,11 +110,12 @@ pub fn server_cost(rows: &[CostRow], targets: &mut Vec<Target>) -> Value {
         .filter(|r| !r.peer && r.group != "W2" && r.library.starts_with("fencelock"))
         .map(|r| {
             let ratio = r.cpu_ratio(rows);
+            let bound = cpu_target(r.group);
             Target::new(
                 &format!("{} {}: Redis CPU per pair vs rslock", r.group, r.library),
                 ratio.map_or_else(|| "n/a".into(), |ratio| format!("{ratio:.2}x")),
-                "<= 1.00x".into(),
-                ratio.is_some_and(|ratio| ratio <= 1.0),
+                format!("<= {bound:.2}x"),
+                ratio.is_some_and(|ratio| ratio <= bound),
             )
         })
         .collect();
@@ -154,4 +155,13 @@ fn row_json(r: &CostRow, rows: &[CostRow]) -> Value {
         "eval": cost_json(r.server.scripts.eval),
         "fcall": cost_json(r.server.scripts.fcall),
     })
+}
+
+/// Issue 46's bound on a row's Redis CPU per pair over rslock's: one shared client may cost
+/// more (its pairs share the connection's round trips with rslock's too), the others 1.3x.
+fn cpu_target(group: &str) -> f64 {
+    match group {
+        "W3 shared" => 1.5,
+        _ => 1.3,
+    }
 }
