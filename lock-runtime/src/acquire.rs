@@ -17,6 +17,7 @@ use crate::backend::{Acquire, HeldLease, Lease, ReleaseWatch, Turn, resend_once}
 use crate::background_release::release_in_background;
 use crate::defects::{self, Defect};
 use crate::error::WithSources;
+use crate::local_line::LocalTurn;
 use crate::multi::TogetherAnswer;
 use crate::release_hub::owner_tag;
 use crate::renewal::valid_until;
@@ -58,6 +59,10 @@ pub(crate) struct Acquisition {
     _running: Ticket,
     /// Counts the request as under way for its key, for the client's admission control.
     acquiring: Acquiring,
+    /// A waiting mutex request's turn at the front of its client's requests for the key,
+    /// which the next of them waits for. Last, so dropped after `pending`: a cleanup it
+    /// leaves is registered before the next request asks (and waits for it).
+    front: Option<LocalTurn>,
     /// The attempts, and how the acquisition ended, in the call's span and metrics.
     record: AcquireRecord,
 }
@@ -141,6 +146,7 @@ impl Acquisition {
             last_error: None,
             answered_together: None,
             record: AcquireRecord::new(span),
+            front: None,
         })
     }
 
@@ -198,11 +204,27 @@ impl Acquisition {
     }
 
     async fn until_granted(&mut self) -> Result<Granted, LockError> {
-        // Refused at once, not after the wait below for its own release.
+        // Refused at once, not after the waits below (its own release, its turn).
         if self.answered_together.is_none()
             && let Some(refused) = self.pending.client.admission().refusal(&self.acquiring)
         {
             return Err(refused);
+        }
+        if self.waits_in_local_line() {
+            let until = self
+                .deadline
+                .map_or(self.give_up_at, |d| d.min(self.give_up_at));
+            let lines = self.pending.client.local_lines();
+            let turn = lines.wait_turn(&self.pending.lease.key, until).await;
+            if !turn.came() {
+                return Err(turn.waited_out());
+            }
+            if turn.waited() {
+                // What an attempt cut at the deadline reports: the key was held all along.
+                let key = self.pending.lease.key.clone();
+                self.last_error = Some(LockError::not_acquired(key, 0));
+            }
+            self.front = Some(turn);
         }
         let key = &self.pending.lease.key;
         // This client's own release of the key, sent before this request and not answered
@@ -218,8 +240,11 @@ impl Acquisition {
             self.releases = self.pending.client.backend().watch_if_subscribed(key);
         }
         loop {
-            // No attempt at the deadline: it would be cut as soon as sent.
-            if self.record.attempts() > 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            // No attempt at the deadline: it would be cut as soon as sent (a request that
+            // waited in the process for its turn has had its wait too).
+            let waited =
+                self.record.attempts() > 0 || self.front.as_ref().is_some_and(LocalTurn::waited);
+            if waited && self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.give_up().await);
             }
             let attempt = match self.answered_together.take() {
@@ -308,14 +333,10 @@ impl Acquisition {
     }
 
     /// One attempt (sent once more if its reply is lost), cut at the deadline; notes what
-    /// it found for the error to report. A first attempt past the client's bound on keys with
-    /// attempts at the store is refused without being sent.
+    /// it found for the error to report; counted among the client's attempts at the store.
     async fn attempt(&mut self) -> Attempt {
         let admission = self.pending.client.admission();
-        let _at_store = match admission.admit(&self.acquiring, self.record.attempts() == 0) {
-            Ok(place) => place,
-            Err(overloaded) => return Attempt::Failed(overloaded),
-        };
+        let _at_store = admission.admit(&self.acquiring);
         self.record.attempt_sent();
         let sent_at = Instant::now();
         self.pending.leaves_traces = true;
@@ -389,6 +410,17 @@ impl Acquisition {
             slot: None,
             sent_at: answer.sent_at,
         }
+    }
+
+    /// Whether the request waits behind its client's other requests for the key before it
+    /// asks the store (see [`crate::local_line`]): a mutex request that would wait at the
+    /// store (one that asks once asks at once) and was not answered by a call for several
+    /// keys.
+    fn waits_in_local_line(&self) -> bool {
+        self.pending.lease.kind == LockKind::Mutex
+            && self.answered_together.is_none()
+            && !self.options.give_up
+            && self.options.unnotified_retries() > 0
     }
 
     /// How the attempt competes: a request that will not wait leaves no place in line; a

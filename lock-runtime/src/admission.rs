@@ -5,9 +5,9 @@
 //! same keys and contend, which costs the store more per grant, until nothing is answered in
 //! time.
 //!
-//! A key counts while one of its attempts is out (sent and not answered). Only the first
-//! attempt of an acquisition is refused, and only for a key nobody else of this client is
-//! acquiring: more requests of a key already asked for or waited on (the tasks of a flash
+//! A key counts while one of its attempts is out (sent and not answered). An acquisition is
+//! refused only as it starts, before any wait, and only for a key nobody else of this client
+//! is acquiring: more requests of a key already asked for or waited on (the tasks of a flash
 //! sale on one item) wait for its holder, not for the store, and an acquisition once admitted
 //! keeps its place among the store's work, even past the bound.
 
@@ -96,8 +96,9 @@ impl Admission {
         })
     }
 
-    /// The error that refuses a first attempt of `acquiring` now, if any: the bound is reached
-    /// and no other acquisition of this client is under way for its key.
+    /// The error that refuses `acquiring` before its first attempt, if any: the bound is
+    /// reached and no other acquisition of this client is under way for its key. A check, not
+    /// a reservation: requests racing at the bound may pass it by a few.
     pub(crate) fn refusal(&self, acquiring: &Acquiring) -> Option<LockError> {
         let limit = self.limit();
         let counts = lock_ignoring_poison(&self.keys.counts);
@@ -109,12 +110,8 @@ impl Admission {
         (counts.out >= limit && alone).then(|| LockError::overloaded(key, limit))
     }
 
-    /// A place at the store for an attempt of `acquiring`; `first` is refused as
-    /// [`Admission::refusal`] says.
-    pub(crate) fn admit(&self, acquiring: &Acquiring, first: bool) -> Result<AtStore, LockError> {
-        if first && let Some(refused) = self.refusal(acquiring) {
-            return Err(refused);
-        }
+    /// Counts an attempt of `acquiring` out at the store until the result is dropped.
+    pub(crate) fn admit(&self, acquiring: &Acquiring) -> AtStore {
         let mut counts = lock_ignoring_poison(&self.keys.counts);
         let key = &acquiring.0.key;
         let count = counts.per_key.entry(key.clone()).or_default();
@@ -123,10 +120,10 @@ impl Admission {
             counts.out += 1;
         }
         self.keys.attempts.fetch_add(1, Ordering::AcqRel);
-        Ok(AtStore(Place {
+        AtStore(Place {
             keys: self.keys.clone(),
             key: key.clone(),
-        }))
+        })
     }
 }
 
@@ -189,32 +186,33 @@ mod tests {
             admission.acquiring("b"),
             admission.acquiring("c"),
         );
-        let first = admission.admit(&a, true).unwrap();
-        let _second = admission.admit(&b, true).unwrap();
-        let refused = admission.admit(&c, true).unwrap_err();
+        let first = admission.admit(&a);
+        let _second = admission.admit(&b);
+        let refused = admission.refusal(&c).expect("the bound is reached");
         assert!(refused.is_overloaded(), "{refused:?}");
         assert!(refused.to_string().contains("2 keys"), "{refused}");
-        // Another acquisition of a key under way is admitted, and a later attempt always.
+        // Another acquisition of a key under way is spared.
         let another_a = admission.acquiring("a");
-        let same_key = admission.admit(&another_a, true).unwrap();
-        let later = admission.admit(&c, false).unwrap();
-        assert_eq!(admission.attempts(), 4);
+        assert!(admission.refusal(&another_a).is_none());
+        let same_key = admission.admit(&another_a);
+        assert_eq!(admission.attempts(), 3);
         drop((first, same_key));
         // `a` has no attempt out, but acquisitions under way: still spared.
         let third_a = admission.acquiring("a");
-        drop(admission.admit(&third_a, true).unwrap());
+        assert!(admission.refusal(&third_a).is_none());
         drop((a, another_a, third_a));
+        let later = admission.admit(&c);
         let d = admission.acquiring("d");
-        assert!(admission.admit(&d, true).is_err(), "b and c out, 2 allowed");
+        assert!(admission.refusal(&d).is_some(), "b and c out, 2 allowed");
         drop(later);
-        assert!(admission.admit(&d, true).is_ok());
+        assert!(admission.refusal(&d).is_none());
     }
 
     #[test]
     fn every_entry_goes_with_what_counted_it() {
         let admission = Admission::default();
         let acquiring = admission.acquiring("k");
-        let out = admission.admit(&acquiring, true).unwrap();
+        let out = admission.admit(&acquiring);
         drop(acquiring);
         assert_eq!(lock_ignoring_poison(&admission.keys.counts).out, 1);
         drop(out);

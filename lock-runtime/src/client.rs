@@ -11,6 +11,7 @@ use crate::backend::redlock::RedlockBackend;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::background::Background;
 use crate::instance::InstanceId;
+use crate::local_line::LocalLines;
 use crate::renewal::{RenewalStats, Renewer};
 use crate::shutdown::ShutdownState;
 use crate::sync::Outstanding;
@@ -37,6 +38,8 @@ struct ClientInner {
     shutdown: ShutdownState,
     /// The bound on attempts out at the store.
     admission: Admission,
+    /// The lines its own waiting mutex requests form, per key.
+    local_lines: Arc<LocalLines>,
 
     /// Whether waiters subscribe to release notifications (else they poll every `sleep_ms`).
     notifies: bool,
@@ -194,6 +197,7 @@ impl LockClient {
                 releases_in_flight: Arc::default(),
                 shutdown: ShutdownState::default(),
                 admission: Admission::default(),
+                local_lines: Arc::default(),
                 notifies,
                 instance,
             }),
@@ -376,6 +380,10 @@ impl LockClient {
 
     pub(crate) fn admission(&self) -> &Admission {
         &self.inner.admission
+    }
+
+    pub(crate) fn local_lines(&self) -> &Arc<LocalLines> {
+        &self.inner.local_lines
     }
 
     pub(crate) fn id(&self) -> u64 {

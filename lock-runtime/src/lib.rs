@@ -26,6 +26,7 @@ mod guard;
 pub mod instance;
 mod key;
 mod kind;
+mod local_line;
 mod locked_call;
 mod multi;
 pub mod open;

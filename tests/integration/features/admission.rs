@@ -1,11 +1,13 @@
 //! Admission control: a client's bound on the keys it has attempts out for at the store
 //! refuses acquisitions of other keys at once past it, leaves nothing behind for them, and
 //! neither counts the acquisitions that wait for a holder nor refuses more requests of a key
-//! already acquired.
+//! already acquired; and the line a client's waiting tasks of one key form in the process.
 
 use std::time::{Duration, Instant};
 
-use fencelock::testing::{RedisServer, TcpProxy};
+use fencelock::backend::BoxFuture;
+use fencelock::backend::memory::MemoryBackend;
+use fencelock::testing::{Call, Intercepted, Interceptor, RedisServer, TcpProxy, Verdict};
 use fencelock::{LockClient, LockGuard};
 
 use crate::support::{eventually, inspector, mutex_state, redis_server};
@@ -168,6 +170,102 @@ async fn requests_of_a_key_already_acquired_are_admitted_past_the_bound() {
         .unwrap()
         .expect("the second request of `hot` was admitted");
     second.release().await.unwrap();
+}
+
+/// Sixty-four tasks of one client waiting for one key take one place in the store's line:
+/// the others wait in the process behind it, and each gets the key in turn.
+#[tokio::test]
+async fn the_waiting_tasks_of_one_client_take_one_place_in_the_store_line() {
+    let (server, locks, holder) = held_elsewhere("hot").await;
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let guard = locks.lock("hot").wait_ms(30_000).acquire().await?;
+                guard.release().await
+            })
+        })
+        .collect();
+    let redis = inspector(&server).await;
+    let queued = eventually(Duration::from_secs(5), || {
+        let mut redis = redis.clone();
+        let locks = locks.clone();
+        async move {
+            let line: usize = redis::AsyncCommands::llen(&mut redis, "lock:{hot}:v2:queue")
+                .await
+                .unwrap();
+            line > 0 && locks.attempts_in_flight() == 0
+        }
+    })
+    .await;
+    assert!(queued, "a waiter took its place");
+    let line: usize =
+        redis::AsyncCommands::llen(&mut inspector(&server).await, "lock:{hot}:v2:queue")
+            .await
+            .unwrap();
+    assert_eq!(line, 1, "one place for the client's 64 waiters");
+    holder.release().await.unwrap();
+    for task in tasks {
+        task.await
+            .unwrap()
+            .expect("each waiter gets the key in turn");
+    }
+}
+
+/// Hangs every attempt for the key `slow`: an attempt that stays out at the store.
+#[derive(Debug)]
+struct SlowKeyHangs;
+
+impl Interceptor for SlowKeyHangs {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let verdict = match call {
+            Call::Acquire { lease, .. } if lease.key == "slow" => Verdict::Hang,
+            _ => Verdict::Pass,
+        };
+        Box::pin(std::future::ready(verdict))
+    }
+}
+
+/// Review finding: a request that waited in the process behind another of its key was
+/// checked against the bound again at its first attempt, when the one ahead of it had been
+/// granted and gone, and refused after its whole wait. Admitted as it starts, it is never
+/// refused later.
+#[tokio::test(start_paused = true)]
+async fn a_request_admitted_before_its_wait_in_the_process_is_not_refused_after_it() {
+    let backend = Intercepted::new(MemoryBackend::new(), SlowKeyHangs);
+    let runtime = tokio::runtime::Handle::current();
+    let locks = LockClient::from_backend_on(backend.clone(), runtime.clone());
+    let other = LockClient::from_backend_on(backend, runtime);
+    let holder = other.lock("hot").acquire().await.unwrap();
+    locks.set_max_in_flight(1).unwrap();
+    let request = |locks: &LockClient| {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("hot").wait_ms(60_000).acquire().await })
+    };
+    let first = request(&locks);
+    let slow = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("slow").acquire().await })
+    };
+    // The paused clock moves on once every task waits: the first request waits at the
+    // store, `slow` holds the bound, and the second request waits behind the first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(locks.attempts_in_flight(), 1, "`slow` holds the bound");
+    let second = request(&locks);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    holder.release().await.unwrap();
+    let first = first
+        .await
+        .unwrap()
+        .expect("the first request is handed the key");
+    first.release().await.unwrap();
+    let second = second
+        .await
+        .unwrap()
+        .expect("the second request was admitted");
+    second.release().await.unwrap();
+    slow.abort();
 }
 
 /// A private server, a client of it, and `key` held there through another client.
