@@ -692,6 +692,14 @@ impl PendingAcquire {
     /// grant under the same token for a resend of the first. A cleanup still due for the old
     /// owner (an attempt whose reply was lost may yet land) goes to the background.
     fn change_owner(&mut self) {
+        self.clean_up_in_background();
+        self.lease.owner = self.client.owner_token();
+        self.leaves_traces = false;
+    }
+
+    /// Leaves what an attempt may have left behind (a grant whose reply was lost, a place in
+    /// line) to a release in the background, if anything.
+    fn clean_up_in_background(&self) {
         if self.leaves_traces {
             release_in_background(
                 &self.client,
@@ -702,8 +710,6 @@ impl PendingAcquire {
                 None,
             );
         }
-        self.lease.owner = self.client.owner_token();
-        self.leaves_traces = false;
     }
 
     /// Gives back the place in line (or a grant a release handed over) before giving up, so that
@@ -726,16 +732,7 @@ impl PendingAcquire {
 
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
-        if self.leaves_traces {
-            release_in_background(
-                &self.client,
-                self.lease.clone(),
-                None,
-                Instant::now(),
-                true,
-                None,
-            );
-        }
+        self.clean_up_in_background();
     }
 }
 
