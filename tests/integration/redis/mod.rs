@@ -1,8 +1,7 @@
-//! Redis-only behaviour, on one private `redis-server`: the scripts and key layout, batches
-//! of calls, pub/sub waiting and hand-off, leases, the shared kinds' bookkeeping, ACLs and
-//! TLS, and the operator's view of what only Redis can hold (foreign data).
+//! Redis-only behaviour, on one private `redis-server`: the scripts and key layout, pub/sub
+//! waiting and hand-off, leases, the shared kinds' bookkeeping, ACLs and TLS, and the
+//! operator's view of what only Redis can hold (foreign data).
 
-mod batching;
 mod hand_off;
 mod kinds;
 mod lease;

@@ -1,7 +1,6 @@
 //! The Redis backend: one key per lock, Lua scripts for every step. Where each part of a
 //! lock lives is described in `src/backend/redis/layout.rs`.
 
-mod batch;
 mod cluster;
 mod connection;
 mod layout;
@@ -15,13 +14,11 @@ use std::time::Duration;
 
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
-use tokio::sync::oneshot;
 
-use self::batch::{Batches, Joined, Sender};
 use self::cluster::{ClusterLink, ExtendCall};
 use self::connection::{Connection, Live, Route};
 use self::pubsub::Notifier;
-use self::scripts::{Call, Caller, LIBRARY, LockScript};
+use self::scripts::{Caller, LIBRARY, LockScript};
 use self::server::Server;
 use super::sharing::{script_kind, slot_of};
 use super::{
@@ -117,16 +114,18 @@ pub struct RedisBackend {
     /// Not on Redlock's masters: each keeps a line of its own, and could hand the key to
     /// another waiter.
     hands_over: bool,
-    caller: Arc<Caller>,
-    /// The acquires and releases waiting to go out in a batch.
-    batches: Batches,
+    caller: Caller,
 }
 
 /// How a backend reaches Redis.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per backend, made once and never moved"
+)]
 enum Link {
     /// One server: connections settled after lost replies, and a subscription connection.
     Server {
-        connection: Arc<Connection>,
+        connection: Connection,
         notifier: Notifier,
     },
     /// A Redis Cluster, through redis-rs's cluster client.
@@ -190,8 +189,7 @@ impl RedisBackend {
             prefix: settings.prefix,
             response_timeout: settings.timeouts.response,
             hands_over: true,
-            caller: Arc::new(Caller::new()),
-            batches: Batches::default(),
+            caller: Caller::new(),
         };
         backend.check_reachable().await?;
         Ok(backend)
@@ -208,13 +206,12 @@ impl RedisBackend {
         Ok(RedisBackend {
             link: Link::Server {
                 notifier: Notifier::new(server.clone(), response_timeout),
-                connection: Arc::new(Connection::new(server, config)),
+                connection: Connection::new(server, config),
             },
             prefix,
             response_timeout,
             hands_over: true,
-            caller: Arc::new(Caller::new()),
-            batches: Batches::default(),
+            caller: Caller::new(),
         })
     }
 
@@ -421,87 +418,6 @@ impl RedisBackend {
     }
 }
 
-// Batching the calls of requests.
-impl RedisBackend {
-    /// Runs `script` once, as `run` does; while another call of it to the same server (or
-    /// cluster slot) is in flight, the call waits for it and goes out with the others that
-    /// came meanwhile as one batch (see `batch`), or at once where the server cannot batch.
-    async fn run_batched(
-        &self,
-        script: &'static LockScript,
-        call: Call,
-        key: &str,
-    ) -> Result<Value, LockError> {
-        let slot = match &self.link {
-            Link::Server { .. } => 0,
-            Link::Cluster(_) => cluster::slot(&call.keys[0]),
-        };
-        let joined = if script.batches() && self.caller.batches() {
-            self.batches
-                .join(script, slot, call, || self.batch_sender())
-        } else {
-            Joined::Unbatched(call)
-        };
-        let (call, sending) = match joined {
-            Joined::Unbatched(call) => (call, None),
-            Joined::Alone(call, sending) => (call, Some(sending)),
-            Joined::Waits(reply) => return self.batch_reply(reply, key).await,
-        };
-        let args: Vec<&str> = call.args.iter().map(String::as_str).collect();
-        let replied = self.run(script, &call.keys, &args, key).await;
-        // Now (or on cancellation, when dropped with this future) the calls that came
-        // meanwhile go out.
-        drop(sending);
-        replied
-    }
-
-    /// The reply to a call that waited to go out in a batch.
-    async fn batch_reply(
-        &self,
-        reply: oneshot::Receiver<redis::RedisResult<Value>>,
-        key: &str,
-    ) -> Result<Value, LockError> {
-        // It waits for the call in flight, then for its batch: a response timeout each.
-        let waited = 2 * self.response_timeout;
-        match tokio::time::timeout(waited, reply).await {
-            Ok(Ok(replied)) => {
-                replied.map_err(|error| backend_error(Some(key), "Redis command failed", error))
-            }
-            Ok(Err(_)) => Err(LockError::backend(
-                Some(key),
-                "the batch of calls this one went out in was dropped before its reply came \
-                 (the runtime that sent it shut down)",
-                None,
-            )),
-            Err(_) => Err(LockError::backend(
-                Some(key),
-                format!(
-                    "Redis did not answer within twice the response timeout ({} ms): the \
-                     call waited for another one in flight, then went out in a batch",
-                    waited.as_millis()
-                ),
-                None,
-            )),
-        }
-    }
-
-    /// What a batch of this backend's calls needs to go out from a task of its own.
-    fn batch_sender(&self) -> Sender {
-        let caller = Arc::clone(&self.caller);
-        match &self.link {
-            Link::Server { connection, .. } => Sender::Server {
-                connection: Arc::clone(connection),
-                caller,
-            },
-            Link::Cluster(cluster) => Sender::Cluster {
-                commands: cluster.commands(),
-                caller,
-                response_timeout: self.response_timeout,
-            },
-        }
-    }
-}
-
 /// What Redlock's client fixes for one attempt on every master, so that masters in the same
 /// state grant alike.
 #[derive(Debug, Clone, Copy)]
@@ -563,10 +479,7 @@ impl RedisBackend {
             (&LIBRARY.acquire, keys)
         };
         if lease.replicas == 0 {
-            let args = args.into_iter().map(str::to_owned).collect();
-            let reply = self
-                .run_batched(script, Call { keys, args }, &lease.key)
-                .await?;
+            let reply = self.run(script, &keys, &args, &lease.key).await?;
             return parse_acquire(lease, &reply);
         }
         let Link::Server { connection, .. } = &self.link else {
@@ -806,14 +719,13 @@ impl RedisBackend {
         min_hold: Duration,
     ) -> Result<Release, LockError> {
         let (keys, args) = self.release_call(lease, token, min_hold);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let script = if lease.kind.is_shared() {
             &LIBRARY.shared_release
         } else {
             &LIBRARY.release
         };
-        let reply = self
-            .run_batched(script, Call { keys, args }, &lease.key)
-            .await?;
+        let reply = self.run(script, &keys, &args, &lease.key).await?;
         match integer(&reply) {
             Some(1) => Ok(Release::Released),
             Some(0 | -1) => Ok(Release::NotOwner),

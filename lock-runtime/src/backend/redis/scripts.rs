@@ -20,15 +20,11 @@ const GRANT: &str = include_str!("lua/grant.lua");
 const MUTEX: &str = include_str!("lua/mutex.lua");
 const SHARED: &str = include_str!("lua/shared.lua");
 const OPERATOR: &str = include_str!("lua/operator.lua");
-const BATCH: &str = include_str!("lua/batch.lua");
 
 /// One script of the library: its function, and the same as an `EVALSHA` script.
 #[derive(Debug)]
 pub(crate) struct LockScript {
     function: String,
-    /// The function that runs a batch of calls of this one (see `lua/batch.lua`), where
-    /// calls are batched.
-    batch: Option<String>,
     eval: Script,
     eval_source: String,
 }
@@ -38,11 +34,6 @@ impl LockScript {
     /// after a `SCRIPT LOAD`, on whichever node a page came from.
     pub(crate) fn eval(&self) -> (&Script, &str) {
         (&self.eval, &self.eval_source)
-    }
-
-    /// Whether calls of this script may go out as one batch.
-    pub(crate) fn batches(&self) -> bool {
-        self.batch.is_some()
     }
 }
 
@@ -68,14 +59,12 @@ pub(crate) struct Library {
 /// A function of the library: its name, the shared parts it uses (in this order), its body
 /// (reading `KEYS` and `ARGV`), and its flags: a release frees memory, so it runs on a
 /// server out of memory too (`allow-oom`); an inspection only reads (`no-writes`), so it
-/// runs there as well. The calls of a client's requests (acquire, release) may also go out
-/// as one batch (`batched`).
+/// runs there as well.
 struct Part {
     name: &'static str,
     prelude: &'static [&'static str],
     body: &'static str,
     flags: &'static str,
-    batched: bool,
 }
 
 const PARTS: [Part; 14] = [
@@ -84,98 +73,84 @@ const PARTS: [Part; 14] = [
         prelude: &[GRANT, MUTEX],
         body: include_str!("lua/acquire.lua"),
         flags: "",
-        batched: true,
     },
     Part {
         name: "acquire_together",
         prelude: &[GRANT, MUTEX],
         body: include_str!("lua/acquire_together.lua"),
         flags: "",
-        batched: false,
     },
     Part {
         name: "release",
         prelude: &[GRANT, MUTEX],
         body: include_str!("lua/release.lua"),
         flags: "'allow-oom'",
-        batched: true,
     },
     Part {
         name: "shared_acquire",
         prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shared_acquire.lua"),
         flags: "",
-        batched: true,
     },
     Part {
         name: "shared_release",
         prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shared_release.lua"),
         flags: "'allow-oom'",
-        batched: true,
     },
     Part {
         name: "give_back",
         prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/give_back.lua"),
         flags: "'allow-oom'",
-        batched: false,
     },
     Part {
         name: "raise",
         prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/raise.lua"),
         flags: "",
-        batched: false,
     },
     Part {
         name: "inspect",
         prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/inspect.lua"),
         flags: "'no-writes'",
-        batched: false,
     },
     Part {
         name: "force_release",
         prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/force_release.lua"),
         flags: "'allow-oom'",
-        batched: false,
     },
     Part {
         name: "result_publish",
         prelude: &[GRANT, MUTEX],
         body: include_str!("lua/result_publish.lua"),
         flags: "",
-        batched: false,
     },
     Part {
         name: "result_read",
         prelude: &[],
         body: include_str!("lua/result_read.lua"),
         flags: "'no-writes'",
-        batched: false,
     },
     Part {
         name: "shard_mark",
         prelude: &[GRANT, MUTEX, SHARED],
         body: include_str!("lua/shard_mark.lua"),
         flags: "",
-        batched: false,
     },
     Part {
         name: "shard_refill",
         prelude: &[SHARED],
         body: include_str!("lua/shard_refill.lua"),
         flags: "'allow-oom'",
-        batched: false,
     },
     Part {
         name: "owned",
         prelude: &[GRANT, MUTEX, SHARED, OPERATOR],
         body: include_str!("lua/owned.lua"),
         flags: "'no-writes'",
-        batched: false,
     },
 ];
 
@@ -184,15 +159,12 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(Library::build);
 
 impl Library {
     fn build() -> Library {
-        let prelude = [GRANT, MUTEX, SHARED, OPERATOR, BATCH].concat();
+        let prelude = [GRANT, MUTEX, SHARED, OPERATOR].concat();
         // Everything that makes a function what it is, its flags too: a library that
         // differs in any of it gets another name.
         let parts: String = PARTS
             .iter()
-            .map(|part| {
-                let batched = part.batched;
-                format!("{}\n{}\n{batched}\n{}\n", part.name, part.flags, part.body)
-            })
+            .map(|part| format!("{}\n{}\n{}\n", part.name, part.flags, part.body))
             .collect();
         let hash = Script::new(&format!("{prelude}{parts}"))
             .get_hash()
@@ -216,25 +188,14 @@ impl Library {
             owned,
         ] = PARTS.map(|part| {
             let function = format!("{library}_{}", part.name);
-            let (body, flags) = (format!("part_{}", part.name), part.flags);
             source.push_str(&format!(
-                "local function {body}(KEYS, ARGV)\n{}\nend\n\
-                 redis.register_function{{function_name='{function}', flags={{{flags}}}, \
-                 callback={body}}}\n",
-                part.body
+                "redis.register_function{{function_name='{function}', flags={{{}}}, \
+                 callback=function(KEYS, ARGV)\n{}\nend}}\n",
+                part.flags, part.body
             ));
-            let batch = part.batched.then(|| {
-                let batch = format!("{function}_batch");
-                source.push_str(&format!(
-                    "redis.register_function{{function_name='{batch}', flags={{{flags}}}, \
-                     callback=function(KEYS, ARGV) return run_batch({body}, KEYS, ARGV) end}}\n"
-                ));
-                batch
-            });
             let eval_source = format!("{}{}", part.prelude.concat(), part.body);
             LockScript {
                 function,
-                batch,
                 eval: Script::new(&eval_source),
                 eval_source,
             }
@@ -313,58 +274,6 @@ impl Caller {
         invocation.invoke_async(connection).await
     }
 
-    /// Runs the calls `calls` of `script`, each with as many keys and as many arguments as
-    /// the others and all in one cluster slot, as one `FCALL` of its batch function; the reply
-    /// of each, in order. Where the server cannot run it (no Functions, out of memory), each
-    /// call runs on its own, one after the other.
-    pub(crate) async fn call_batch(
-        &self,
-        script: &LockScript,
-        calls: &[Call],
-        connection: &mut impl ConnectionLike,
-    ) -> RedisResult<Vec<RedisResult<Value>>> {
-        if let (Some(batch), Some(first)) = (&script.batch, calls.first())
-            && self.functions.load(Ordering::Relaxed)
-        {
-            let mut fcall = redis::cmd("FCALL");
-            fcall
-                .arg(batch)
-                .arg(calls.len() * first.keys.len())
-                .arg(calls.iter().flat_map(|call| &call.keys).collect::<Vec<_>>())
-                .arg(first.keys.len())
-                .arg(first.args.len())
-                .arg(calls.iter().flat_map(|call| &call.args).collect::<Vec<_>>());
-            match self.fcall(&fcall, connection).await {
-                Err(error) if functions_refused(&error) => {
-                    self.functions.store(false, Ordering::Relaxed);
-                }
-                Err(error) if error.code() == Some("OOM") => {}
-                Ok(Value::Array(replies)) if replies.len() == calls.len() => {
-                    return Ok(replies.into_iter().map(into_result).collect());
-                }
-                Ok(reply) => {
-                    return Err(RedisError::from((
-                        ErrorKind::Parse,
-                        "a batch of calls got a reply that is not one per call",
-                        format!("{reply:?}"),
-                    )));
-                }
-                Err(error) => return Err(error),
-            }
-        }
-        let mut replies = Vec::with_capacity(calls.len());
-        for call in calls {
-            let args: Vec<&str> = call.args.iter().map(String::as_str).collect();
-            replies.push(self.call(script, &call.keys, &args, connection).await);
-        }
-        Ok(replies)
-    }
-
-    /// Whether batches can go out: the server has shown no sign that it lacks Functions.
-    pub(crate) fn batches(&self) -> bool {
-        self.functions.load(Ordering::Relaxed)
-    }
-
     /// Sends the function call `fcall`, loading the library first where the server does not
     /// have it.
     async fn fcall(&self, fcall: &Cmd, connection: &mut impl ConnectionLike) -> RedisResult<Value> {
@@ -378,21 +287,9 @@ impl Caller {
     }
 }
 
-/// One call of a script: its keys and its arguments.
-#[derive(Debug)]
-pub(crate) struct Call {
-    pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<String>,
-}
-
 /// The reply to `command`, an error reply as an error.
 async fn send(command: &Cmd, connection: &mut impl ConnectionLike) -> RedisResult<Value> {
-    into_result(connection.req_packed_command(command).await?)
-}
-
-/// A reply, an error reply as an error.
-fn into_result(reply: Value) -> RedisResult<Value> {
-    match reply {
+    match connection.req_packed_command(command).await? {
         Value::ServerError(error) => Err(error.into()),
         reply => Ok(reply),
     }
