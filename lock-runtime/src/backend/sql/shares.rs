@@ -723,16 +723,18 @@ mod tests {
     }
 
     /// A share renewed past its first lease keeps its marker alive: a mutex never takes the
-    /// name over meanwhile; once renewal stops, the name frees itself with the share.
+    /// name over meanwhile; once renewal stops, the name frees itself with the share. The
+    /// lease leaves each round 800 ms for its renewal and its mutex attempt: a loaded machine
+    /// took the 200 ms that a 300 ms lease left.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_mutex_never_takes_a_name_over_while_a_share_is_live() {
         for database in databases().await {
             let client = client(&database).await;
             let backend = client.backend();
-            let reader = lease("renewed", "reader", LockKind::Read, 300);
+            let reader = lease("renewed", "reader", LockKind::Read, 1_000);
             let held = granted(backend, &reader).await;
             for round in 0..12 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 let renewed = backend.extend(std::slice::from_ref(&held)).await.unwrap();
                 assert!(matches!(renewed[..], [Extended::Renewed]), "{renewed:?}");
                 let owner = format!("mutex-{round}");
@@ -742,7 +744,7 @@ mod tests {
                     database.kind()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
             assert!(!mutex_refused(backend, "renewed", "after").await);
             database.drop_tables().await;
         }
