@@ -219,11 +219,6 @@ impl Acquisition {
             if !turn.came() {
                 return Err(turn.waited_out());
             }
-            if turn.waited() {
-                // What an attempt cut at the deadline reports: the key was held all along.
-                let key = self.pending.lease.key.clone();
-                self.last_error = Some(LockError::not_acquired(key, 0));
-            }
             self.front = Some(turn);
         }
         let key = &self.pending.lease.key;
@@ -415,11 +410,15 @@ impl Acquisition {
     /// Whether the request waits behind its client's other requests for the key before it
     /// asks the store (see [`crate::local_line`]): a mutex request that would wait at the
     /// store (one that asks once asks at once) and was not answered by a call for several
-    /// keys.
+    /// keys. Not a fair one: it takes a place of its own in the store's line, where the
+    /// order of every process's waiters is kept, which a line in the process would break
+    /// (a task behind it there would queue at the store only once its turn came, behind
+    /// later arrivals of other processes).
     fn waits_in_local_line(&self) -> bool {
         self.pending.lease.kind == LockKind::Mutex
             && self.answered_together.is_none()
             && !self.options.give_up
+            && !self.options.fair
             && self.options.unnotified_retries() > 0
     }
 
@@ -533,9 +532,17 @@ impl Acquisition {
     async fn give_up(&mut self) -> LockError {
         self.pending.withdraw(self.reply_lost, self.deadline).await;
         let (key, wait) = (&self.pending.lease.key, self.options.wait());
-        self.last_error
-            .take()
-            .unwrap_or_else(|| unanswered_within_wait(key, wait))
+        // A request that waited in the process for its turn, and had no time left for a call
+        // of its own, found the key held all along; one whose own call went unanswered did
+        // not.
+        let waited_its_turn = self.front.as_ref().is_some_and(LocalTurn::waited);
+        match self.last_error.take() {
+            Some(error) => error,
+            None if waited_its_turn && self.record.attempts() == 0 => {
+                LockError::not_acquired(key.clone(), 0)
+            }
+            None => unanswered_within_wait(key, wait),
+        }
     }
 }
 

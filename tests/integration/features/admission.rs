@@ -3,6 +3,7 @@
 //! neither counts the acquisitions that wait for a holder nor refuses more requests of a key
 //! already acquired; and the line a client's waiting tasks of one key form in the process.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::backend::BoxFuture;
@@ -212,6 +213,63 @@ async fn the_waiting_tasks_of_one_client_take_one_place_in_the_store_line() {
     }
 }
 
+/// Fair requests of one client each take a place of their own in the store's line, so that
+/// a request of another process that comes after both is served after both. Review finding
+/// (2026-12-08): behind a line in the process, the second request queued at the store only
+/// once the first was granted, behind the later arrival.
+#[tokio::test]
+async fn fair_requests_of_one_client_keep_their_order_against_another_process() {
+    let (server, locks, holder) = held_elsewhere("fair").await;
+    let other_process = LockClient::connect(&server.url()).await.unwrap();
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let request = |locks: &LockClient, name: &'static str| {
+        let (locks, granted) = (locks.clone(), Arc::clone(&granted));
+        tokio::spawn(async move {
+            let guard = locks
+                .lock("fair")
+                .fair(true)
+                .wait_ms(30_000)
+                .acquire()
+                .await?;
+            granted.lock().unwrap().push(name);
+            guard.release().await
+        })
+    };
+    let redis = inspector(&server).await;
+    let line_reaches = |places: usize| {
+        let redis = redis.clone();
+        eventually(Duration::from_secs(5), move || {
+            let mut redis = redis.clone();
+            async move {
+                let line: usize = redis::AsyncCommands::llen(&mut redis, "lock:{fair}:v2:queue")
+                    .await
+                    .unwrap();
+                line == places
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for (places, (client, name)) in [
+        (&locks, "first"),
+        (&locks, "second"),
+        (&other_process, "later"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        tasks.push(request(client, name));
+        assert!(
+            line_reaches(places + 1).await,
+            "{name} took a place of its own"
+        );
+    }
+    holder.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap().expect("each request is handed the key");
+    }
+    assert_eq!(*granted.lock().unwrap(), ["first", "second", "later"]);
+}
+
 /// Hangs every attempt for the key `slow`: an attempt that stays out at the store.
 #[derive(Debug)]
 struct SlowKeyHangs;
@@ -266,6 +324,62 @@ async fn a_request_admitted_before_its_wait_in_the_process_is_not_refused_after_
         .expect("the second request was admitted");
     second.release().await.unwrap();
     slow.abort();
+}
+
+/// Hangs the attempts of every owner of the key `k` after the first two (the holder, then
+/// the first waiter): the store stops answering once the second waiter asks.
+#[derive(Debug, Default)]
+struct ThirdOwnerHangs {
+    owners: Mutex<Vec<String>>,
+}
+
+impl Interceptor for ThirdOwnerHangs {
+    fn before<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Verdict> {
+        let verdict = match call {
+            Call::Acquire { lease, .. } if lease.key == "k" => {
+                let mut owners = self.owners.lock().unwrap();
+                if !owners.contains(&lease.owner) {
+                    owners.push(lease.owner.clone());
+                }
+                match owners.iter().position(|owner| *owner == lease.owner) {
+                    Some(0 | 1) => Verdict::Pass,
+                    _ => Verdict::Hang,
+                }
+            }
+            _ => Verdict::Pass,
+        };
+        Box::pin(std::future::ready(verdict))
+    }
+}
+
+/// A request that waited in the process and then made a call of its own, which the store
+/// left unanswered, fails with `Backend` (its call failed), not with `NotAcquired`, which
+/// would pass an outage for contention. Review finding (2026-12-08).
+#[tokio::test(start_paused = true)]
+async fn a_request_whose_own_call_goes_unanswered_after_its_turn_says_backend() {
+    let backend = Intercepted::new(MemoryBackend::new(), ThirdOwnerHangs::default());
+    let runtime = tokio::runtime::Handle::current();
+    let locks = LockClient::from_backend_on(backend.clone(), runtime.clone());
+    let other = LockClient::from_backend_on(backend, runtime);
+    let holder = other.lock("k").acquire().await.unwrap();
+    let request = |wait_ms: u64| {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("k").wait_ms(wait_ms).acquire().await })
+    };
+    let front = request(200);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let behind = request(600);
+    let front = front.await.unwrap().unwrap_err();
+    assert!(
+        front.is_not_acquired(),
+        "the front found the key held: {front:?}"
+    );
+    let behind = behind.await.unwrap().unwrap_err();
+    assert!(
+        behind.is_backend(),
+        "its own call went unanswered: {behind:?}"
+    );
+    drop(holder);
 }
 
 /// A private server, a client of it, and `key` held there through another client.

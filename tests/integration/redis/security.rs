@@ -154,6 +154,41 @@ async fn a_key_holding_foreign_data_is_reported_at_once_not_waited_for() {
     assert_eq!(untouched, "value", "the foreign data is left alone");
 }
 
+/// Another program's value shaped as a released lock's (a tombstone) but without a TTL, which
+/// every tombstone has: refused by a one-key request and by `lock_all`, and left as it was.
+/// Found by the review of layout v2 (2026-12-08): a free-looking value was taken over.
+#[tokio::test]
+async fn a_value_shaped_as_a_tombstone_without_a_ttl_is_refused_and_left_alone() {
+    let server = redis_server();
+    let locks = support::client(&server).await;
+    let mut redis = inspector(&server).await;
+    let values = [("released", "r:5:5:0:x"), ("lined", "q:5:5:0:x")];
+    for (key, value) in values {
+        let _: () = redis
+            .set(format!("lock:{{{key}}}:v2"), value)
+            .await
+            .unwrap();
+    }
+    for (key, _) in values {
+        let one = locks.lock(key).give_up().acquire().await;
+        let together = locks.lock_all([key, "free"]).acquire().await;
+        for (how, outcome) in [("one key", one.map(drop)), ("lock_all", together.map(drop))] {
+            match outcome {
+                Err(LockError::KeyInUse { reason, .. }) => {
+                    assert!(reason.contains("without a TTL"), "{key}, {how}: {reason}");
+                }
+                other => panic!("{key}, {how}: expected KeyInUse, got {other:?}"),
+            }
+        }
+    }
+    for (key, value) in values {
+        let redis_key = format!("lock:{{{key}}}:v2");
+        let left: String = redis.get(&redis_key).await.unwrap();
+        let ttl: i64 = redis.pttl(&redis_key).await.unwrap();
+        assert_eq!((left.as_str(), ttl), (value, -1), "{key} is left as it was");
+    }
+}
+
 /// A CA and a server certificate for 127.0.0.1, made with the `openssl` command.
 fn test_certificates(dir: &std::path::Path) -> std::path::PathBuf {
     let run = |args: &[&str]| {

@@ -32,7 +32,8 @@ if lock and lock.owner == owner and HELD[lock.state] then
 end
 local clock = lazy_clock()
 local held = holds(lock, clock)
-if held then
+-- Every value a lock leaves has a TTL, a tombstone's too: one without is another program's.
+if lock then
   foreign = untimed_lock(KEYS[1])
 end
 -- A line can exist only where a state says so, or where the key went missing under it (a

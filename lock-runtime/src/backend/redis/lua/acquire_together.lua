@@ -14,7 +14,8 @@ for n = 1, #KEYS / 3 do
   local lock = read_lock(KEYS[at])
   if lock and lock.owner == ARGV[n + 1] and HELD[lock.state] then
     tokens[n] = lock.token
-  elseif lock == nil or holds(lock, clock) or (lock and lock.owner == ARGV[n + 1]) then
+  elseif lock == nil or holds(lock, clock) or (lock and lock.owner == ARGV[n + 1])
+      or (lock and untimed_lock(KEYS[at])) then
     -- Foreign data, a holder, or this call's own release: left to the one-key requests.
     return {0}
   elseif (not lock or lock.state == 'q') and redis.call('EXISTS', KEYS[at + 1], KEYS[at + 2]) > 0 then

@@ -11,8 +11,9 @@
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'string' then
   -- Left as a tombstone that names no releaser: it keeps the last token and the run, so that
-  -- a resent release of the grant before this one still finds it released, while this
-  -- grant, never released, is nobody's to find (see mutex.lua). Waiters stay marked.
+  -- a resent release of the grant before this one still finds it released. This grant was
+  -- never a lock its owner held, so no release of it is ever sent (see mutex.lua). Waiters
+  -- stay marked.
   local lock = read_lock(KEYS[1])
   if lock and HELD[lock.state] and lock.owner == ARGV[1] then
     local state = lock.state == 'w' and 'q' or 'r'

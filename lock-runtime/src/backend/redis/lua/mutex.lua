@@ -10,8 +10,8 @@
 --   run:   the token of the first grant of an unbroken series of grants, each one taken
 --          after its predecessor's release: a grant whose token is in [run, token) was
 --          released, so a release sent again learns it released, however busy the key was
---          since. A grant over a missing key (the last lease expired, or a Redlock master
---          gave a grant back) starts a run; a forced release breaks it.
+--          since. A grant over a missing key (the last lease expired, or the tombstone
+--          did) starts a run; a forced release breaks it.
 -- A released key (a tombstone) lives as long as a resend of its release can take to arrive,
 -- or min_hold_ms if longer: it carries the last token to the next grant, which takes the
 -- greater of that token + 1 and the server clock in µs (or Redlock's proposal), so that the
@@ -22,9 +22,8 @@
 local HELD = {h = true, w = true}
 local RELEASED = {r = true, q = true}
 
--- Why a lock that holds the key cannot be one of this library's: it has no TTL (every lease
--- has one), so nobody would ever release it; or nil. Read only where the key holds a request
--- back.
+-- Why a value shaped as a lock's cannot be one of this library's: it has no TTL (every lease
+-- and every tombstone has one), so nobody would ever release it; or nil.
 local function untimed_lock(lock_key)
   if redis.call('PTTL', lock_key) == -1 then
     return 'it holds a string without a TTL, which no lock leaves behind'
