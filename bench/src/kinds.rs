@@ -1,5 +1,6 @@
 //! The lock kinds side by side on one server: each kind's uncontended acquire + release
-//! (W1), what one acquisition costs on the wire (round trips counted through a proxy, and
+//! (W1) with what it costs the server (its CPU and the commands it ran, beside rslock's
+//! mutex), what one acquisition costs on the wire (round trips counted through a proxy, and
 //! the commands Redis executed), and 8 workers on one key of each kind, each holding it for
 //! a moment (a mutex and a write lock serialise them; readers, permits and shards share).
 //! Then several mutex keys at once: `lock_all` (one call on one server) beside the same keys
@@ -15,7 +16,8 @@ use fencelock::testing::{
 use fencelock::{LockClient, LockError, LockKind};
 use tokio::sync::Barrier;
 
-use crate::probe::{CommandStats, ScriptCalls, measuring};
+use crate::locker::{Locker, RslockRetry};
+use crate::probe::{CommandStats, ScriptCalls, ServerCost, measuring};
 use crate::stats::Failures;
 use crate::workloads::{self, BoxError, Latency};
 
@@ -49,6 +51,8 @@ pub struct Wire {
 pub struct KindRun {
     pub label: &'static str,
     pub uncontended: Latency,
+    /// What the server spent on the W1 pairs (warm-up included).
+    pub uncontended_cost: ServerCost,
     pub wire: Wire,
     pub grants: u64,
     pub contended_wall: Duration,
@@ -56,12 +60,18 @@ pub struct KindRun {
     pub failures: Failures,
 }
 
+/// rslock's W1 on the same server: the peer of every kind's server cost.
+pub struct PeerRun {
+    pub uncontended: Latency,
+    pub uncontended_cost: ServerCost,
+}
+
 pub async fn compare(
     url: &str,
     server: std::net::SocketAddr,
     iterations: usize,
     per_worker: usize,
-) -> Result<Vec<KindRun>, BoxError> {
+) -> Result<(Vec<KindRun>, PeerRun), BoxError> {
     let mut inspector = workloads::connect(url).await?;
     let client = LockClient::connect(url).await?;
     let proxy = TcpProxy::start(server)?;
@@ -69,7 +79,8 @@ pub async fn compare(
     let mut runs = Vec::with_capacity(KINDS.len());
     for (label, kind) in KINDS {
         let key = format!("kinds:w1:{label}");
-        let uncontended = uncontended(&client, &key, kind, iterations).await;
+        let (uncontended, uncontended_cost) =
+            measuring(&mut inspector, uncontended(&client, &key, kind, iterations)).await?;
         let wire = on_the_wire(&proxy, &proxied, &mut inspector, &key, kind).await?;
         let (contended, cost) =
             measuring(&mut inspector, contended(url, label, kind, per_worker)).await?;
@@ -78,6 +89,7 @@ pub async fn compare(
         runs.push(KindRun {
             label,
             uncontended,
+            uncontended_cost,
             wire,
             grants,
             contended_wall,
@@ -85,7 +97,14 @@ pub async fn compare(
             failures,
         });
     }
-    Ok(runs)
+    let rslock = Locker::rslock(url, RslockRetry::DEFAULT).await;
+    let (uncontended, uncontended_cost) =
+        measuring(&mut inspector, workloads::uncontended(&rslock, iterations)).await?;
+    let peer = PeerRun {
+        uncontended,
+        uncontended_cost,
+    };
+    Ok((runs, peer))
 }
 
 /// W1 of `kind` on `key`: a free key taken and released, `iterations` times in a row.

@@ -223,8 +223,9 @@ async fn main() -> Result<(), BoxError> {
     if args.kinds {
         let ping = workloads::ping(&redis, sizes.sequential).await;
         let server_addr = ([127, 0, 0, 1], server.port()).into();
-        let runs = kinds::compare(&url, server_addr, sizes.sequential, sizes.w2_per_worker).await?;
-        report::kinds(&ping, &runs, sizes.w2_per_worker);
+        let (runs, peer) =
+            kinds::compare(&url, server_addr, sizes.sequential, sizes.w2_per_worker).await?;
+        report::kinds(&ping, &runs, &peer, sizes.w2_per_worker);
         let several = kinds::several_keys(&url, server_addr, sizes.sequential).await?;
         report::several_keys(&ping, &several);
         let stores = kinds::across_stores(&url, sizes.sequential).await?;
