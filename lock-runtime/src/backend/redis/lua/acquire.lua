@@ -33,8 +33,10 @@ end
 local clock = lazy_clock()
 local held = holds(lock, clock)
 -- Every value a lock leaves has a TTL, a tombstone's too: one without is another program's.
-if lock then
-  foreign = untimed_lock(KEYS[1])
+-- Read once: nothing below changes it (a mark keeps it).
+local ttl = lock and redis.call('PTTL', KEYS[1])
+if ttl == -1 then
+  foreign = UNTIMED_LOCK
 end
 -- A line can exist only where a state says so, or where the key went missing under it (a
 -- holder's lease expired while others waited); fair mode looks in any case, and so does an
@@ -85,7 +87,7 @@ if lock then
     redis.call('SET', KEYS[1], lock_value(flag, lock.token, lock.run, lock.free_at, lock.owner), 'KEEPTTL')
   end
   if HELD[lock.state] then
-    remaining = redis.call('PTTL', KEYS[1])
+    remaining = ttl
   elseif held then
     remaining = math.max(lock.free_at - clock(), 1)
   end

@@ -78,10 +78,10 @@ end
 -- Puts `entry` at the back of the key's queue, or renews its place there, for `place_ms`
 -- from `now_ms`. The queue vanishes once the last of its waiters' places has lapsed.
 local function keep_place(queue_key, deadlines_key, entry, now_ms, place_ms)
-  if not redis.call('ZSCORE', deadlines_key, entry) then
+  -- ZADD counts the entries it added: a new place goes to the back of the line.
+  if redis.call('ZADD', deadlines_key, now_ms + tonumber(place_ms), entry) == 1 then
     redis.call('RPUSH', queue_key, entry)
   end
-  redis.call('ZADD', deadlines_key, now_ms + tonumber(place_ms), entry)
   local latest = redis.call('ZRANGE', deadlines_key, -1, -1, 'WITHSCORES')
   local lasts_ms = math.max(tonumber(latest[2]) - now_ms, 1)
   redis.call('PEXPIRE', queue_key, lasts_ms)

@@ -22,11 +22,14 @@
 local HELD = {h = true, w = true}
 local RELEASED = {r = true, q = true}
 
--- Why a value shaped as a lock's cannot be one of this library's: it has no TTL (every lease
--- and every tombstone has one), so nobody would ever release it; or nil.
+-- Why a value shaped as a lock's but without a TTL cannot be one of this library's: every
+-- lease and every tombstone has one, so nobody would ever release it.
+local UNTIMED_LOCK = 'it holds a string without a TTL, which no lock leaves behind'
+
+-- UNTIMED_LOCK where the value at `lock_key` has no TTL; else nil.
 local function untimed_lock(lock_key)
   if redis.call('PTTL', lock_key) == -1 then
-    return 'it holds a string without a TTL, which no lock leaves behind'
+    return UNTIMED_LOCK
   end
   return nil
 end
@@ -141,8 +144,7 @@ end
 local function hand_on(lock_key, queue_key, deadlines_key, released, releaser, run, channel,
                        publish, memory_ms, clock)
   local message
-  local lined = released.state == 'w' or released.state == 'q'
-  if lined and redis.call('EXISTS', queue_key) == 1 then
+  if released.state == 'w' or released.state == 'q' then
     local tombstone = {state = 'r', token = released.token, run = run}
     local now_ms = clock()
     local head = line_to_hand_off(queue_key, deadlines_key, now_ms)
